@@ -1,0 +1,31 @@
+# Two commands from a fresh clone: `make run` and `make test`. Both create/update .venv first.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test lint bench dagster serve clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[all,dev]'
+	touch $(STAMP)
+
+run: $(STAMP)  ## the main job on the embedded defaults
+	$(VENV)/bin/memory-pipelines run
+
+test: $(STAMP)  ## the whole suite against a real PostgreSQL
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check memory_pipelines assets tests bench
+
+dagster: $(STAMP)  ## the Dagster UI on the embedded defaults
+	DAGSTER_HOME=$${DAGSTER_HOME:-$(CURDIR)/.dagster_home} $(VENV)/bin/dagster dev -w workspace.yaml
+
+serve: $(STAMP)  ## the HTTP API on 127.0.0.1:8000
+	$(VENV)/bin/memory-pipelines serve
+
+clean:
+	rm -rf $(VENV) .memory_pipelines .dagster_home

@@ -1,0 +1,168 @@
+"""`memory-pipelines`: the command line. Each command is a thin call into the library."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import warnings
+from collections.abc import Callable
+
+from .errors import UserError
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
+
+
+def command(name: str):
+    def register(fn: Callable[[argparse.Namespace], int]):
+        COMMANDS[name] = fn
+        return fn
+
+    return register
+
+
+def _runtime():
+    from .runtime import open_runtime
+
+    return open_runtime()
+
+
+def _bar(total: int, desc: str):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="row", dynamic_ncols=True, file=sys.stderr)
+
+
+@command("migrate")
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from .db import database_url, describe_url
+    from .embeddings import make_embedder
+    from .migrate import migrate, reembed
+    from .settings import get_settings
+
+    settings = get_settings()
+    embedder = make_embedder(settings)
+    url = database_url(settings)
+    if args.reembed:
+        try:
+            migrate(url, embedder.dimension, embedder.model_name)
+        except UserError:
+            pass  # the dimension mismatch is what --reembed fixes
+        reembed(url, embedder.dimension, embedder.model_name)
+        print(f"switched {describe_url(url)} to {embedder.dimension}-d vectors of {embedder.model_name}; "
+              "run `memory-pipelines embed` (or `run`) to re-embed every row")
+        return 0
+    applied = migrate(url, embedder.dimension, embedder.model_name)
+    print(f"database {describe_url(url)}: " + (f"applied {', '.join(applied)}" if applied else "up to date"))
+    return 0
+
+
+@command("status")
+def cmd_status(args: argparse.Namespace) -> int:
+    from .status import collect_status, format_status
+
+    rt = _runtime()
+    info = collect_status(rt)
+    print(json.dumps(info, indent=2, default=str) if args.json else format_status(info))
+    return 0
+
+
+@command("embed")
+def cmd_embed(args: argparse.Namespace) -> int:
+    from .keyword_index import index_all
+
+    rt = _runtime()
+    embed_with_bar(rt)
+    index_all(rt.pool, full=args.full_keywords)
+    return 0
+
+
+def embed_with_bar(rt) -> list:
+    """Embed every pending row with a progress bar on stderr."""
+    from .indexing import embed_all, pending_total
+
+    total = pending_total(rt.pool, rt.embedder.model_name)
+    with _bar(total, f"embedding ({rt.embedder.model_name})") as bar:
+        results = embed_all(rt.pool, rt.embedder, progress=bar.update)
+    failed = sum(r.failed for r in results)
+    if failed:
+        print(f"warning: {failed} rows could not be embedded and stay pending: {results[0].errors[:1]}",
+              file=sys.stderr)
+    return results
+
+
+@command("run")
+def cmd_run(args: argparse.Namespace) -> int:
+    from .main_job import run_main_job
+
+    return run_main_job(owner=args.owner)
+
+
+@command("search")
+def cmd_search(args: argparse.Namespace) -> int:
+    from .search import SearchFilters, search
+
+    rt = _runtime()
+    filters = SearchFilters(sources=tuple(args.source) if args.source else SearchFilters().sources)
+    result = search(rt.pool, rt.embedder, args.owner or rt.settings.default_owner, args.query, mode=args.mode,
+                    filters=filters, limit=args.limit)
+    if result.degraded:
+        print(f"[degraded] {result.degraded}", file=sys.stderr)
+    for h in result.hits:
+        print(f"{h.score:.3f}  {h.source:<10} {h.id}  {h.title[:80]}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="memory-pipelines",
+        description="Long-term memory for AI agents on PostgreSQL + pgvector. Without DATABASE_URL an "
+        "embedded PostgreSQL starts under MEMORY_PIPELINES_HOME (default ./.memory_pipelines); without "
+        "OPENAI_API_KEY the bundled local model (multilingual-e5-small) embeds.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("run", help="the main job: start the database, migrate, load the demo corpus, embed "
+                       "and index everything, then print counts and sample searches")
+    p.add_argument("--owner", default="team-alpha", help="owner whose memory the sample searches read")
+
+    p = sub.add_parser("migrate", help="apply pending schema migrations (also done on start of every surface)")
+    p.add_argument("--reembed", action="store_true",
+                   help="switch the database to the configured model's dimension, clearing embeddings")
+
+    p = sub.add_parser("status", help="database, pgvector, model, and row / embedding counts per table")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = sub.add_parser("embed", help="embed every row that has no current-model embedding, then refresh "
+                       "the keyword table")
+    p.add_argument("--full-keywords", action="store_true", help="re-index every row's keywords")
+
+    p = sub.add_parser("search", help="search one owner's memory (hybrid by default)")
+    p.add_argument("query")
+    p.add_argument("--owner", help="owner id (default MEMORY_PIPELINES_OWNER or 'default')")
+    p.add_argument("--mode", default="hybrid", choices=["semantic", "keyword", "hybrid"])
+    p.add_argument("--source", action="append", choices=["task", "learning", "capability", "memory"])
+    p.add_argument("--limit", type=int, default=10)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: expected failures print one line (cause and fix) and exit 2, without a traceback."""
+    warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return COMMANDS[args.command](args)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted; committed work is kept and the next run resumes", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

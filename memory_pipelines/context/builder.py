@@ -1,0 +1,164 @@
+"""build_memory_context (seed 001): retrieve in parallel, score, MMR, fit the budget, log the build."""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+from psycopg_pool import ConnectionPool
+
+from ..embeddings import Embedder
+from ..errors import ValidationError
+from ..search import embed_query
+from ..text.tokens import count_tokens
+from .budget import fit_to_budget
+from .config import active_config
+from .log import write_log
+from .mmr import mmr_select
+from .retrieve import Candidate, event_candidates, load_profile, score_all, semantic_candidates
+from .scoring import MODES
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BUDGET = 800
+MMR_LAMBDA = 0.7
+_executor = ThreadPoolExecutor(max_workers=6, thread_name_prefix="context")
+
+
+@dataclass
+class ContextItem:
+    """An injected item and each factor of its score."""
+
+    source: str
+    id: str
+    title: str
+    relevance: float
+    age_days: float | None
+    decay: float
+    mode_weight: float
+    score: float
+    tokens: int
+    line: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass
+class ContextResult:
+    block: str
+    items: list[ContextItem]
+    token_used: int
+    token_budget: int
+    retrieval_id: str | None
+    mode: str
+    candidates_count: int
+    config_version: int
+    degraded: str | None = None
+    profile: str = ""
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "block": self.block, "items": [i.as_dict() for i in self.items], "token_used": self.token_used,
+            "token_budget": self.token_budget, "retrieval_id": self.retrieval_id, "mode": self.mode,
+            "candidates_count": self.candidates_count, "config_version": self.config_version,
+            "degraded": self.degraded, "timings_ms": self.timings_ms,
+        }
+
+
+def format_line(c: Candidate) -> str:
+    """One item of the block: source, date, title and a short body."""
+    date = c.created_at.strftime("%Y-%m-%d") if c.created_at else "-"
+    body = " ".join(c.text.split())
+    if body.startswith(c.title):
+        body = body[len(c.title):].strip()
+    head = f"- [{c.source} · {date}] {c.title}"
+    return f"{head}: {body[:240]}" if body else head
+
+
+def _validate(query: str, mode: str, budget: int) -> None:
+    if not isinstance(query, str) or not query.strip():
+        raise ValidationError("query", "must be a non-empty string")
+    if mode not in MODES:
+        raise ValidationError("mode", f"must be one of {list(MODES)}")
+    if not isinstance(budget, int) or isinstance(budget, bool) or not 50 <= budget <= 32000:
+        raise ValidationError("token_budget", "must be an integer from 50 to 32000")
+
+
+def build_memory_context(
+    pool: ConnectionPool,
+    embedder: Embedder,
+    owner: str,
+    query: str,
+    mode: str = "execute",
+    token_budget: int = DEFAULT_BUDGET,
+    *,
+    as_of: datetime | None = None,
+    query_vector: np.ndarray | None = None,
+    log_build: bool = True,
+    depth: int = 20,
+) -> ContextResult:
+    """The context block for `query` within `token_budget` tokens, for one owner.
+
+    Never raises on a provider outage: it answers from keywords and says so in `degraded` and the log.
+    `as_of` evaluates as of a past moment (only rows created by then; decay measured from then).
+    """
+    _validate(query, mode, token_budget)
+    t0 = time.perf_counter()
+    now = as_of or datetime.now(UTC)
+    degraded = None
+    qvec = query_vector
+    if qvec is None:
+        qvec, degraded = embed_query(embedder, query)
+    t_embed = time.perf_counter()
+    config = active_config(pool)
+    semantic = _executor.submit(semantic_candidates, pool, embedder, owner, query, qvec, as_of, depth)
+    events = _executor.submit(event_candidates, pool, owner, query, mode, now)
+    profile = _executor.submit(load_profile, pool, owner, mode)
+    candidates = semantic.result() + events.result()
+    prof = profile.result()
+    t_retrieve = time.perf_counter()
+
+    score_all(candidates, config, mode, now)
+    score_all(prof.goals, config, mode, now)
+    ranked = sorted(candidates, key=lambda c: c.score, reverse=True)
+    order = mmr_select(ranked, k=len(ranked), lam=MMR_LAMBDA)
+    chosen = [ranked[i] for i in order]
+    lines = [format_line(c) for c in chosen]
+    fitted = fit_to_budget(prof.snippet, lines, token_budget)
+    items = [
+        ContextItem(source=c.source, id=c.id, title=c.title, relevance=c.relevance, age_days=c.age_days,
+                    decay=c.decay, mode_weight=c.mode_weight, score=c.score, tokens=count_tokens(lines[i]),
+                    line=lines[i])
+        for i, c in ((i, chosen[i]) for i in fitted.included)
+    ]
+    injected = {(it.source, it.id): (rank, it.tokens) for rank, it in enumerate(items, start=1)}
+    if fitted.profile_included:
+        for g in prof.goals:
+            injected[(g.source, g.id)] = (0, None)
+    t_score = time.perf_counter()
+    retrieval_id = None
+    if log_build:
+        with pool.connection() as conn, conn.transaction():
+            retrieval_id = write_log(
+                conn, owner=owner, query=query, mode=mode, budget=token_budget, tokens_used=fitted.tokens,
+                config_version=config.version, degraded=degraded, as_of=now, ranked=[*prof.goals, *ranked],
+                injected=injected,
+            )
+    t_end = time.perf_counter()
+    return ContextResult(
+        block=fitted.block, items=items, token_used=fitted.tokens, token_budget=token_budget,
+        retrieval_id=retrieval_id, mode=mode, candidates_count=len(candidates), config_version=config.version,
+        degraded=degraded, profile=prof.snippet if fitted.profile_included else "",
+        timings_ms={
+            "embed": (t_embed - t0) * 1000, "retrieve": (t_retrieve - t_embed) * 1000,
+            "score_mmr_budget": (t_score - t_retrieve) * 1000, "log": (t_end - t_score) * 1000,
+            "total_excluding_embed": (t_end - t_embed) * 1000,
+        },
+    )

@@ -1,0 +1,1 @@
+"""The bundled demo corpus: a bilingual history of an agent team (see `build_demo.py`)."""

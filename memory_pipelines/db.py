@@ -1,0 +1,133 @@
+"""Database access: the embedded PostgreSQL (pgserver) or DATABASE_URL, and a psycopg pool.
+
+The embedded server lives in `<MEMORY_PIPELINES_HOME>/pgdata`. pgserver keeps a list of the processes
+using it, so the CLI, the Dagster UI and the API can share one server; it stops when the last one exits.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+from pgvector.psycopg import register_vector
+from psycopg_pool import ConnectionPool
+
+from .errors import ConfigError
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_servers: dict[str, object] = {}
+_pools: dict[str, ConnectionPool] = {}
+
+
+def embedded_url(settings: Settings) -> str:
+    """Start (or join) the embedded server under settings.home and return its URL."""
+    pgdata = settings.home / "pgdata"
+    key = str(pgdata)
+    with _lock:
+        server = _servers.get(key)
+        if server is None:
+            try:
+                import pgserver
+            except ImportError as exc:  # pragma: no cover - pgserver is a hard dependency
+                raise ConfigError(
+                    "no DATABASE_URL is set and the embedded server package `pgserver` is missing. "
+                    "Fix: `pip install pgserver`, or set DATABASE_URL."
+                ) from exc
+            settings.home.mkdir(parents=True, exist_ok=True)
+            try:
+                server = pgserver.get_server(pgdata, cleanup_mode="stop")
+            except Exception as exc:
+                raise ConfigError(
+                    f"the embedded PostgreSQL could not start in {pgdata}: {exc}. "
+                    "Fix: check the folder is writable, or set DATABASE_URL to a PostgreSQL with pgvector."
+                ) from exc
+            _servers[key] = server
+    return server.get_uri()  # type: ignore[attr-defined]
+
+
+def database_url(settings: Settings) -> str:
+    """DATABASE_URL when set, else the embedded server's URL."""
+    return settings.database_url or embedded_url(settings)
+
+
+def describe_url(url: str) -> str:
+    """The URL without its password, for messages."""
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "<unparseable DATABASE_URL>"
+    host = info.get("host") or "localhost"
+    return f"{info.get('user', '')}@{host}:{info.get('port', 5432)}/{info.get('dbname', '')}"
+
+
+def connect(url: str, *, vector: bool = True, autocommit: bool = False) -> psycopg.Connection:
+    """One connection, with pgvector types registered when the extension exists."""
+    try:
+        conn = psycopg.connect(url, autocommit=autocommit, connect_timeout=10)
+    except psycopg.OperationalError as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(
+            f"cannot connect to the database at {describe_url(url)}: {reason}. "
+            "Fix: check DATABASE_URL (host, port, user, password), or unset it to use the embedded server."
+        ) from exc
+    if vector:
+        register_vector(conn)
+    return conn
+
+
+def _configure(conn: psycopg.Connection) -> None:
+    register_vector(conn)
+
+
+def get_pool(url: str, *, min_size: int = 1, max_size: int = 8) -> ConnectionPool:
+    """A shared pool per URL; pgvector registered on every connection (the schema must be migrated)."""
+    with _lock:
+        pool = _pools.get(url)
+        if pool is None or pool.closed:
+            pool = ConnectionPool(
+                url,
+                min_size=min_size,
+                max_size=max_size,
+                configure=_configure,
+                kwargs={"connect_timeout": 10},
+                open=False,
+                name="memory_pipelines",
+            )
+            try:
+                pool.open(wait=True, timeout=15)
+            except Exception as exc:
+                raise ConfigError(
+                    f"cannot open a connection pool to {describe_url(url)}: {exc}. Fix: check DATABASE_URL."
+                ) from exc
+            _pools[url] = pool
+    return pool
+
+
+def close_pools() -> None:
+    """Close every pool this process opened."""
+    with _lock:
+        for pool in _pools.values():
+            pool.close()
+        _pools.clear()
+
+
+@contextmanager
+def transaction(pool: ConnectionPool) -> Iterator[psycopg.Connection]:
+    """A pooled connection inside one transaction (committed on success, rolled back on error)."""
+    with pool.connection() as conn:
+        with conn.transaction():
+            yield conn
+
+
+def pgvector_version(conn: psycopg.Connection) -> tuple[int, ...]:
+    """The installed pgvector version as a tuple, e.g. (0, 6, 2)."""
+    row = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+    if row is None:
+        return ()
+    return tuple(int(p) for p in row[0].split(".") if p.isdigit())

@@ -1,0 +1,88 @@
+"""Progressive disclosure (seed 000): summary search → detail by id → related to a base id.
+
+All three are scoped to the owner; an id of another owner is "not found", exactly like a missing one.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from psycopg_pool import ConnectionPool
+
+from .embeddings import Embedder
+from .embeddings.base import to_array
+from .errors import NotFoundError, ValidationError
+from .search import SearchFilters, SearchResult, search
+
+_DETAIL_SQL = {
+    "task": "SELECT id::text, title, description, status, metadata || jsonb_build_object('task_type', task_type,"
+            " 'project_key', project_key), created_at, embedding FROM tasks WHERE id = %s AND owner_id = %s",
+    "learning": "SELECT id::text, title, content, NULL, metadata || jsonb_build_object('task_type', task_type,"
+                " 'failure_class', failure_class, 'trigger_event', trigger_event, 'category', category),"
+                " created_at, embedding FROM learnings WHERE id = %s AND owner_id = %s",
+    "capability": "SELECT id::text, name, description, NULL, metadata, created_at, embedding FROM capabilities"
+                  " WHERE id = %s AND owner_id = %s",
+    "memory": "SELECT m.id, coalesce(m.summary, left(m.content, 80)), m.content, NULL, m.metadata"
+              " || jsonb_build_object('content_type', m.content_type, 'project_key', p.project_key, 'tags', m.tags,"
+              " 'speaker', m.speaker), m.created_at, m.avg_embedding FROM memories m"
+              " JOIN projects p ON p.id = m.project_id WHERE m.id = %s AND m.owner_id = %s AND m.is_active",
+}
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except (ValueError, AttributeError, TypeError):
+        return False
+    return True
+
+
+def _find(pool: ConnectionPool, owner: str, item_id: str) -> tuple[str, tuple]:
+    if not isinstance(item_id, str) or not item_id:
+        raise ValidationError("id", "must be a non-empty string")
+    sources = ("task", "learning", "capability") if _is_uuid(item_id) else ("memory",)
+    with pool.connection() as conn:
+        for source in sources:
+            row = conn.execute(_DETAIL_SQL[source], (item_id, owner)).fetchone()
+            if row:
+                return source, row
+    raise NotFoundError(f"no memory with id {item_id}")
+
+
+def detail(pool: ConnectionPool, owner: str, item_id: str) -> dict[str, Any]:
+    """The full record (seed 000's detail layer)."""
+    source, (rid, title, body, status, metadata, created_at, _emb) = _find(pool, owner, item_id)
+    return {"id": rid, "level": source, "title": title, "description": body, "status": status,
+            "metadata": metadata or {}, "created_at": created_at.isoformat() if created_at else None}
+
+
+def _matches(result: SearchResult) -> dict[str, Any]:
+    out: dict[str, Any] = {"matches": [
+        {"id": h.id, "level": h.source, "title": h.title, "similarity": round(h.score, 4), "preview": h.preview}
+        for h in result.hits
+    ]}
+    if result.degraded:
+        out["degraded"] = result.degraded
+    return out
+
+
+def summary_search(pool: ConnectionPool, embedder: Embedder, owner: str, query: str, top_k: int = 5,
+                   mode: str = "hybrid", filters: SearchFilters | None = None) -> dict[str, Any]:
+    """Summary layer: id, level (source), title, similarity, preview."""
+    return _matches(search(pool, embedder, owner, query, mode=mode, limit=top_k, filters=filters))
+
+
+def related(pool: ConnectionPool, embedder: Embedder, owner: str, base_id: str, top_k: int = 5,
+            exclude_self: bool = True) -> dict[str, Any]:
+    """Related layer: the neighbours of an item of this owner, by its stored vector and its words."""
+    if not isinstance(top_k, int) or not 1 <= top_k <= 100:
+        raise ValidationError("topK", "must be an integer from 1 to 100")
+    _source, (rid, title, body, _status, _meta, _created, emb) = _find(pool, owner, base_id)
+    query = f"{title}\n{body or ''}"[:1000]
+    qvec = to_array(emb)
+    result = search(pool, embedder, owner, query, mode="hybrid", limit=min(100, top_k + 1), query_vector=qvec)
+    if exclude_self:
+        result.hits = [h for h in result.hits if h.id != rid]
+    result.hits = result.hits[:top_k]
+    return _matches(result)

@@ -1,0 +1,65 @@
+"""The embedding model interface every provider implements."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+
+class EmbeddingError(RuntimeError):
+    """The provider could not embed (outage, timeout, exhausted retries)."""
+
+
+class EmbeddingAuthError(EmbeddingError):
+    """The provider rejected our credentials (401/403); retrying cannot help."""
+
+
+class Embedder(ABC):
+    """Turns texts into L2-normalised float32 vectors.
+
+    `kind` is "query" for search queries and "passage" for stored items; models such as
+    e5 embed the two differently, others ignore it.
+    """
+
+    model_name: str
+    dimension: int
+    batch_size: int = 64
+
+    @abstractmethod
+    def embed_batch(self, texts: Sequence[str], kind: str = "passage") -> np.ndarray:
+        """Embed one batch (len(texts) <= batch_size) and return an (n, dimension) array."""
+
+    def embed(self, texts: Sequence[str], kind: str = "passage") -> np.ndarray:
+        """Embed any number of texts, batch by batch."""
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        parts = [self.embed_batch(chunk, kind) for chunk in self.batches(texts)]
+        return np.vstack(parts)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """Embed one search query."""
+        return self.embed_batch([text], kind="query")[0]
+
+    def batches(self, texts: Sequence[str]) -> Iterator[Sequence[str]]:
+        """Split texts into batches this provider accepts in one call."""
+        for start in range(0, len(texts), self.batch_size):
+            yield texts[start : start + self.batch_size]
+
+
+def normalise(matrix: np.ndarray) -> np.ndarray:
+    """Return rows scaled to unit length (zero rows stay zero)."""
+    matrix = np.asarray(matrix, dtype=np.float32)
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return matrix / norms
+
+
+def to_array(value: object) -> np.ndarray | None:
+    """A database vector (pgvector `Vector`, list or array) as float32 numpy, or None."""
+    if value is None:
+        return None
+    if hasattr(value, "to_numpy"):
+        value = value.to_numpy()
+    return np.asarray(value, dtype=np.float32)

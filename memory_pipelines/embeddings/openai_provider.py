@@ -1,0 +1,167 @@
+"""OpenAI (or any OpenAI-compatible server) embeddings through the official `openai` client.
+
+The client's own retries are disabled; `memory_pipelines.retry.call_with_retries` retries 429, 5xx,
+timeouts and connection errors with backoff. Requests are bounded by input count and total tokens,
+and single inputs are truncated to the model's 8191-token limit.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..retry import RetriesExhausted, call_with_retries, describe_error, status_code
+from ..text.tokens import count_tokens, truncate_to_tokens
+from .base import Embedder, EmbeddingAuthError, EmbeddingError, normalise
+
+if TYPE_CHECKING:
+    from ..settings import Settings
+
+KNOWN_DIMENSIONS: dict[str, int] = {
+    "text-embedding-3-small": 1536,
+    "text-embedding-3-large": 3072,
+    "text-embedding-ada-002": 1536,
+}
+MAX_INPUT_TOKENS = 8191
+_PROBE_TEXT = "dimension probe"
+
+
+class OpenAIEmbedder(Embedder):
+    """Embeddings from the OpenAI API. `kind` is ignored: OpenAI embeds queries and passages alike."""
+
+    def __init__(
+        self,
+        api_key: str,
+        base_url: str | None = None,
+        model: str = "text-embedding-3-small",
+        dimensions: int | None = None,
+        timeout: float = 30.0,
+        max_retries: int = 5,
+        max_inputs: int = 2048,
+        max_tokens_per_request: int = 250_000,
+        backoff_base: float = 0.5,
+        backoff_max: float = 20.0,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        import openai
+
+        if not api_key:
+            raise ConfigError("the OpenAI embedder needs an API key. Fix: set OPENAI_API_KEY.")
+        self._client = openai.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0)
+        self.base_url = str(self._client.base_url)
+        self.model_name = model
+        self.dimensions = dimensions
+        self.batch_size = max_inputs
+        self.max_tokens_per_request = max_tokens_per_request
+        self.max_retries = max_retries
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.sleep = sleep
+        self._dimension: int | None = dimensions or KNOWN_DIMENSIONS.get(model)
+        self._probe_lock = threading.Lock()
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> OpenAIEmbedder:
+        """Build from `Settings` (OPENAI_API_KEY, OPENAI_BASE_URL, OPENAI_EMBED_MODEL, ...)."""
+        return cls(
+            api_key=settings.openai_api_key or "",
+            base_url=settings.openai_base_url,
+            model=settings.openai_embed_model,
+            dimensions=settings.openai_embed_dimensions,
+            timeout=settings.openai_timeout,
+            max_retries=settings.openai_max_retries,
+        )
+
+    @property
+    def dimension(self) -> int:  # type: ignore[override]
+        """Vector length: `dimensions`, the known size of the model, or probed once from the API."""
+        if self._dimension is None:
+            with self._probe_lock:
+                if self._dimension is None:
+                    self._dimension = self._request([_PROBE_TEXT]).shape[1]
+        return self._dimension
+
+    def batches(self, texts: Sequence[str]) -> Iterator[Sequence[str]]:
+        """Batches of at most `batch_size` inputs and `max_tokens_per_request` tokens (inputs fitted)."""
+        batch: list[str] = []
+        tokens = 0
+        for text in texts:
+            text = fit_input(text)
+            size = max(1, count_tokens(text))
+            if batch and (len(batch) >= self.batch_size or tokens + size > self.max_tokens_per_request):
+                yield batch
+                batch, tokens = [], 0
+            batch.append(text)
+            tokens += size
+        if batch:
+            yield batch
+
+    def embed_batch(self, texts: Sequence[str], kind: str = "passage") -> np.ndarray:
+        """Embed one batch; returns L2-normalised float32 rows in input order."""
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        matrix = self._request([fit_input(t) for t in texts])
+        self._check_dimension(matrix.shape[1])
+        return normalise(matrix)
+
+    def _check_dimension(self, got: int) -> None:
+        if self._dimension is None:
+            self._dimension = got
+        elif got != self._dimension:
+            raise EmbeddingError(
+                f"{self.base_url} returned {got}-dimensional vectors for {self.model_name}, "
+                f"expected {self._dimension}. Fix: set OPENAI_EMBED_DIMENSIONS to the size the model returns."
+            )
+
+    def _request(self, inputs: list[str]) -> np.ndarray:
+        """One embeddings call (with retries), rows sorted by the response's `index`."""
+        kwargs: dict[str, Any] = {"model": self.model_name, "input": inputs}
+        if self.dimensions:
+            kwargs["dimensions"] = self.dimensions
+        try:
+            response = call_with_retries(
+                lambda: self._client.embeddings.create(**kwargs),
+                max_retries=self.max_retries,
+                backoff_base=self.backoff_base,
+                backoff_max=self.backoff_max,
+                sleep=self.sleep,
+            )
+        except Exception as exc:
+            raise self._translate(exc) from exc
+        rows = sorted(response.data, key=lambda item: item.index)
+        if len(rows) != len(inputs):
+            raise EmbeddingError(f"{self.base_url} returned {len(rows)} embeddings for {len(inputs)} inputs")
+        return np.asarray([row.embedding for row in rows], dtype=np.float32)
+
+    def _translate(self, exc: Exception) -> EmbeddingError:
+        """Map a client or retry failure to an EmbeddingError with cause and fix."""
+        if isinstance(exc, RetriesExhausted):
+            return EmbeddingError(
+                f"OpenAI embeddings failed after {exc.attempts} attempts at {self.base_url} "
+                f"(last: {describe_error(exc.last_error)}). Fix: retry later or check OPENAI_BASE_URL."
+            )
+        status = status_code(exc)
+        if status in (401, 403):
+            return EmbeddingAuthError(
+                f"the OpenAI API key was rejected by {self.base_url} (HTTP {status}). "
+                "Fix: check OPENAI_API_KEY (or unset it to use the local model)."
+            )
+        detail = getattr(exc, "message", None) or str(exc)
+        return EmbeddingError(
+            f"OpenAI embeddings request to {self.base_url} failed ({describe_error(exc)}): {detail}"
+        )
+
+
+def fit_input(text: str) -> str:
+    """Make a text acceptable as one input: non-empty and at most MAX_INPUT_TOKENS tokens."""
+    if not text:
+        return " "
+    if len(text.encode("utf-8")) <= MAX_INPUT_TOKENS:  # a token is at least one byte
+        return text
+    return truncate_to_tokens(text, MAX_INPUT_TOKENS)

@@ -1,0 +1,22 @@
+"""Errors a user can act on: the CLI prints their message (cause and fix) without a traceback."""
+
+
+class UserError(Exception):
+    """An expected failure with a one-line message that names the cause and the fix."""
+
+
+class ConfigError(UserError):
+    """Configuration is missing, wrong or inconsistent (URL, key, dimension)."""
+
+
+class ValidationError(UserError, ValueError):
+    """Input that breaks a rule; `field` names the offending field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class NotFoundError(UserError, LookupError):
+    """No such row for this owner (a row of another owner is reported the same way)."""

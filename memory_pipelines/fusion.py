@@ -1,0 +1,63 @@
+"""Fusing semantic and keyword result lists (pure functions over hits with `source`, `id`, `score`).
+
+`weighted` is seed 003's rule: 0.6 × semantic + 0.4 × keyword when both found the item, × 0.7 of its
+one score when only one did. `rrf` is reciprocal-rank fusion (k = 60), which ignores score scales.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any, Protocol
+
+
+class Ranked(Protocol):
+    source: str
+    id: str
+    score: float
+    semantic: float | None
+    keyword: float | None
+
+
+SEMANTIC_WEIGHT, KEYWORD_WEIGHT, SINGLE_SOURCE_FACTOR = 0.6, 0.4, 0.7
+RRF_K = 60
+
+
+def _key(hit: Any) -> tuple[str, str]:
+    return hit.source, hit.id
+
+
+def weighted_fusion(semantic: list[Any], keyword: list[Any]) -> list[Any]:
+    """Seed 003's weighted fusion; both inputs carry scores in [0, 1]."""
+    sem = {_key(h): h for h in semantic}
+    kw = {_key(h): h for h in keyword}
+    out = []
+    for key in sem.keys() | kw.keys():
+        s, k = sem.get(key), kw.get(key)
+        if s is not None and k is not None:
+            score = SEMANTIC_WEIGHT * s.score + KEYWORD_WEIGHT * k.score
+            out.append(replace(s, score=score, keyword=k.score))
+        elif s is not None:
+            out.append(replace(s, score=s.score * SINGLE_SOURCE_FACTOR))
+        else:
+            out.append(replace(k, score=k.score * SINGLE_SOURCE_FACTOR))
+    return sorted(out, key=lambda h: (-h.score, h.source, h.id))
+
+
+def rrf_fusion(semantic: list[Any], keyword: list[Any], k: int = RRF_K) -> list[Any]:
+    """Reciprocal-rank fusion: sum of 1 / (k + rank) over the lists an item appears in."""
+    scores: dict[tuple[str, str], float] = {}
+    first: dict[tuple[str, str], Any] = {}
+    for hits in (semantic, keyword):
+        for rank, h in enumerate(sorted(hits, key=lambda x: -x.score), start=1):
+            scores[_key(h)] = scores.get(_key(h), 0.0) + 1.0 / (k + rank)
+            first.setdefault(_key(h), h)
+    kw = {_key(h): h.score for h in keyword}
+    out = [replace(first[key], score=score, keyword=kw.get(key)) for key, score in scores.items()]
+    return sorted(out, key=lambda h: (-h.score, h.source, h.id))
+
+
+FUSIONS: dict[str, Callable[[list[Any], list[Any]], list[Any]]] = {
+    "weighted": weighted_fusion,
+    "rrf": rrf_fusion,
+}

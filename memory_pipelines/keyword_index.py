@@ -1,0 +1,109 @@
+"""The keyword table: term frequencies per item for BM25 search, refreshed for changed rows only.
+
+`keyword_docs` holds one row per indexed item (its length and the content hash it was indexed at);
+`keywords` one row per (item, term) with the term frequency and a TF-IDF weight. Rows whose content
+changed since they were indexed are re-indexed (delete then insert); `full=True` re-indexes all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from .sources import SOURCES
+from .text.keywords import term_counts
+
+KEYWORD_SOURCES = ("task", "learning", "capability", "fragment")
+
+
+@dataclass
+class KeywordResult:
+    source: str
+    indexed: int = 0
+    terms: int = 0
+    removed: int = 0
+
+
+def _stale_sql(source_name: str, full: bool) -> str:
+    source = SOURCES[source_name]
+    stale = "" if full else " AND kd.content_hash IS DISTINCT FROM t.content_hash"
+    return (
+        f"SELECT t.id::text, t.owner_id, {source.text_sql}, t.content_hash FROM {source.from_sql}"
+        f" LEFT JOIN keyword_docs kd ON kd.source = %(source)s AND kd.item_id = t.id::text"
+        f" WHERE {source.active_sql}{stale} AND (%(after)s::text IS NULL OR t.id::text > %(after)s)"
+        " ORDER BY t.id::text LIMIT %(limit)s"
+    )
+
+
+def index_rows(conn: psycopg.Connection, source_name: str, rows: list[tuple[str, str, str, str]]) -> int:
+    """(Re)index the given (id, owner, text, hash) rows of one source; returns terms written."""
+    ids = [r[0] for r in rows]
+    conn.execute("DELETE FROM keyword_docs WHERE source = %s AND item_id = ANY(%s)", (source_name, ids))
+    docs, terms = [], []
+    for item_id, owner, text, content_hash in rows:
+        counts = term_counts(text)
+        docs.append((source_name, item_id, owner, sum(counts.values()), content_hash))
+        terms.extend((source_name, item_id, owner, term, tf) for term, tf in counts.items())
+    with conn.cursor() as cur:
+        with cur.copy("COPY keyword_docs (source, item_id, owner_id, doc_len, content_hash) FROM STDIN") as copy:
+            for doc in docs:
+                copy.write_row(doc)
+        with cur.copy("COPY keywords (source, item_id, owner_id, keyword, tf) FROM STDIN") as copy:
+            for term in terms:
+                copy.write_row(term)
+    return len(terms)
+
+
+def remove_inactive(conn: psycopg.Connection, source_name: str) -> int:
+    """Drop index rows of items that were deleted or deactivated."""
+    source = SOURCES[source_name]
+    cur = conn.execute(
+        "DELETE FROM keyword_docs kd WHERE kd.source = %(source)s AND NOT EXISTS ("
+        f" SELECT 1 FROM {source.from_sql} WHERE t.id::text = kd.item_id AND {source.active_sql})",
+        {"source": source_name},
+    )
+    return cur.rowcount
+
+
+def refresh_weights(conn: psycopg.Connection, source_name: str) -> None:
+    """Recompute TF-IDF weights (sublinear tf × smoothed idf within the owner) for one source."""
+    conn.execute(
+        "WITH n AS (SELECT owner_id, count(*) AS n FROM keyword_docs WHERE source = %(s)s GROUP BY owner_id),"
+        " df AS (SELECT owner_id, keyword, count(*) AS df FROM keywords WHERE source = %(s)s"
+        "        GROUP BY owner_id, keyword)"
+        " UPDATE keywords k SET weight = (1 + ln(k.tf)) * (1 + ln((1 + n.n)::float / (1 + df.df)))"
+        " FROM n, df WHERE k.source = %(s)s AND n.owner_id = k.owner_id"
+        " AND df.owner_id = k.owner_id AND df.keyword = k.keyword",
+        {"s": source_name},
+    )
+
+
+def index_source(
+    pool: ConnectionPool, source_name: str, *, full: bool = False, batch_size: int = 500, weights: bool = True
+) -> KeywordResult:
+    """Index every stale row of one source (all rows when `full`), batch by batch, each committed."""
+    result = KeywordResult(source=source_name)
+    sql = _stale_sql(source_name, full)
+    after = None
+    while True:
+        with pool.connection() as conn:
+            rows = conn.execute(sql, {"source": source_name, "after": after, "limit": batch_size}).fetchall()
+            if not rows:
+                break
+            after = rows[-1][0]
+            with conn.transaction():
+                result.terms += index_rows(conn, source_name, rows)
+            result.indexed += len(rows)
+    with pool.connection() as conn, conn.transaction():
+        result.removed = remove_inactive(conn, source_name)
+        if weights and (result.indexed or result.removed):
+            refresh_weights(conn, source_name)
+    return result
+
+
+def index_all(pool: ConnectionPool, *, full: bool = False) -> list[KeywordResult]:
+    """Refresh the keyword table of every source."""
+    return [index_source(pool, name, full=full) for name in KEYWORD_SOURCES]
+

@@ -1,0 +1,162 @@
+"""Numbered SQL migrations from `sql/`, applied once each under an advisory lock.
+
+Migration text may contain `{{EMBED_DIM}}`, replaced by the configured model's dimension. The
+dimension is recorded in `meta`; a start with a model of another dimension stops with a message
+that says how to switch (`memory-pipelines migrate --reembed`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+
+from .db import connect, describe_url
+from .errors import ConfigError
+
+LOCK_KEY = 7_245_001  # pg_advisory_lock key shared by every process of this project
+_NAME = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
+
+# Every vector column, with its HNSW index (recreated when the dimension changes).
+VECTOR_COLUMNS: list[tuple[str, str, str | None]] = [
+    ("tasks", "embedding", "tasks_embedding_hnsw"),
+    ("learnings", "embedding", "learnings_embedding_hnsw"),
+    ("capabilities", "embedding", "capabilities_embedding_hnsw"),
+    ("fragments", "embedding", "fragments_embedding_hnsw"),
+    ("memories", "avg_embedding", "memories_avg_embedding_hnsw"),
+    ("events", "embedding", None),
+    ("memory_versions", "avg_embedding", None),
+]
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.sql.encode()).hexdigest()[:16]
+
+
+def sql_dir() -> Path:
+    """The migrations folder: packaged copy first, else the repository's `sql/`."""
+    packaged = Path(__file__).with_name("sql")
+    return packaged if packaged.is_dir() else Path(__file__).resolve().parents[1] / "sql"
+
+
+def load_migrations(folder: Path | None = None) -> list[Migration]:
+    """All migrations in version order."""
+    folder = folder or sql_dir()
+    found = []
+    for path in sorted(folder.glob("*.sql")):
+        match = _NAME.match(path.name)
+        if match:
+            found.append(Migration(int(match.group(1)), match.group(2), path.read_text(encoding="utf-8")))
+    return found
+
+
+def _render(sql: str, dimension: int) -> str:
+    if not isinstance(dimension, int) or not 1 <= dimension <= 16000:
+        raise ConfigError(f"embedding dimension {dimension!r} is not a positive integer up to 16000")
+    return sql.replace("{{EMBED_DIM}}", str(dimension))
+
+
+def migrate(url: str, dimension: int, model_name: str) -> list[str]:
+    """Apply pending migrations; return the names applied. Safe to call from many processes at once."""
+    applied: list[str] = []
+    with connect(url, vector=False, autocommit=True) as conn:
+        try:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        except psycopg.errors.UniqueViolation:
+            pass  # another process created it between our check and create
+        except psycopg.Error as exc:
+            raise ConfigError(
+                f"the database at {describe_url(url)} has no pgvector extension and it cannot be created: "
+                f"{exc}. Fix: install pgvector on that server (CREATE EXTENSION vector) or unset DATABASE_URL."
+            ) from exc
+        conn.execute("SELECT pg_advisory_lock(%s)", (LOCK_KEY,))
+        try:
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                " version integer PRIMARY KEY, name text NOT NULL, checksum text NOT NULL,"
+                " applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
+            for mig in load_migrations():
+                if mig.version in done:
+                    continue
+                with conn.transaction():
+                    conn.execute(_render(mig.sql, dimension))
+                    conn.execute(
+                        "INSERT INTO schema_migrations (version, name, checksum) VALUES (%s, %s, %s)",
+                        (mig.version, mig.name, mig.checksum),
+                    )
+                    if mig.version == 1:
+                        _record_dimension(conn, dimension, model_name)
+                applied.append(f"{mig.version:03d}_{mig.name}")
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (LOCK_KEY,))
+        check_dimension(conn, dimension, model_name, url)
+    return applied
+
+
+def _record_dimension(conn: psycopg.Connection, dimension: int, model_name: str) -> None:
+    conn.execute(
+        "INSERT INTO meta (key, value) VALUES ('embedding_dimension', %s), ('embedding_model', %s) "
+        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        (str(dimension), model_name),
+    )
+
+
+def stored_dimension(conn: psycopg.Connection) -> tuple[int, str] | None:
+    """(dimension, model) the database was built for, or None before the first migration."""
+    try:
+        rows = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    except psycopg.errors.UndefinedTable:
+        return None
+    if "embedding_dimension" not in rows:
+        return None
+    return int(rows["embedding_dimension"]), rows.get("embedding_model", "?")
+
+
+def check_dimension(conn: psycopg.Connection, dimension: int, model_name: str, url: str) -> None:
+    """Stop with one clear message when the database was built for another dimension."""
+    stored = stored_dimension(conn)
+    if stored is None or stored[0] == dimension:
+        return
+    raise ConfigError(
+        f"the database at {describe_url(url)} holds {stored[0]}-d embeddings (model {stored[1]}), but the "
+        f"configured model {model_name} makes {dimension}-d vectors. Fix: run `memory-pipelines migrate "
+        "--reembed` to switch the database to the new model (stored embeddings are cleared and the next "
+        "backfill re-embeds every row), or point DATABASE_URL / MEMORY_PIPELINES_HOME at another database, "
+        "or configure the previous model again."
+    )
+
+
+def reembed(url: str, dimension: int, model_name: str) -> None:
+    """Switch every vector column to `dimension`, clearing embeddings so the backfill redoes them."""
+    with connect(url, vector=False, autocommit=True) as conn:
+        conn.execute("SELECT pg_advisory_lock(%s)", (LOCK_KEY,))
+        try:
+            with conn.transaction():
+                for table, column, index in VECTOR_COLUMNS:
+                    if index:
+                        conn.execute(f"DROP INDEX IF EXISTS {index}")
+                    conn.execute(
+                        f"ALTER TABLE {table} ALTER COLUMN {column} TYPE vector({int(dimension)}) USING NULL"
+                    )
+                    if index:
+                        conn.execute(
+                            f"CREATE INDEX {index} ON {table} USING hnsw ({column} vector_cosine_ops)"
+                        )
+                for table in ("tasks", "learnings", "capabilities", "fragments", "memories"):
+                    conn.execute(f"UPDATE {table} SET embedding_model = NULL, embedded_hash = NULL")
+                conn.execute("UPDATE memories SET embedding_status = 'pending'")
+                _record_dimension(conn, dimension, model_name)
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (LOCK_KEY,))

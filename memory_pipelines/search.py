@@ -1,0 +1,356 @@
+"""Search over tasks, learnings, capabilities and memories: semantic, keyword (BM25) and hybrid.
+
+Every query is scoped to one owner, and every filter (sources, memory types, project, time range,
+as-of time) is applied inside the SQL, before the limit. Vector search chooses its plan by how many
+rows the filters leave: an exact scan when few (an HNSW scan would discard most of what it finds), the
+HNSW index with a wider candidate list — or pgvector 0.8's iterative scan — when many.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from .db import pgvector_version
+from .embeddings import Embedder, EmbeddingError
+from .embeddings.base import to_array
+from .errors import ValidationError
+from .fusion import FUSIONS, Ranked
+from .text.keywords import jaccard, terms
+
+log = logging.getLogger(__name__)
+
+SEARCH_SOURCES = ("task", "learning", "capability", "memory")
+MEMORY_TYPES = ("requirement", "plan", "development", "testing", "insight")
+MODES = ("semantic", "keyword", "hybrid")
+EXACT_SCAN_MAX_ROWS = 10_000  # at or below this many filtered rows, scan exactly (measured in bench/)
+BM25_K1, BM25_B = 1.2, 0.75
+
+
+@dataclass(frozen=True)
+class SearchFilters:
+    """Filters applied inside every query. `memory_types` keeps only memories of those content types."""
+
+    sources: tuple[str, ...] = SEARCH_SOURCES
+    memory_types: tuple[str, ...] | None = None
+    project: str | None = None
+    time_range_days: float | None = None
+    as_of: datetime | None = None
+
+    def validated(self) -> SearchFilters:
+        bad = [s for s in self.sources if s not in SEARCH_SOURCES]
+        if bad or not self.sources:
+            raise ValidationError("sources", f"must be a non-empty subset of {list(SEARCH_SOURCES)}, got {bad}")
+        if self.memory_types is not None:
+            wrong = [t for t in self.memory_types if t not in MEMORY_TYPES]
+            if wrong or not self.memory_types:
+                raise ValidationError("memory_types", f"must be a non-empty subset of {list(MEMORY_TYPES)}")
+        if self.time_range_days is not None and not self.time_range_days > 0:
+            raise ValidationError("time_range_days", "must be a positive number of days")
+        sources = self.sources
+        if self.memory_types is not None:
+            sources = tuple(s for s in sources if s == "memory") or ("memory",)
+        return replace(self, sources=sources)
+
+
+@dataclass
+class Hit:
+    """One search result; `score` is the final (fused) score, the others its parts."""
+
+    source: str
+    id: str
+    title: str
+    preview: str
+    score: float
+    created_at: datetime | None = None
+    semantic: float | None = None
+    keyword: float | None = None
+    text: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+    embedding: np.ndarray | None = None
+
+
+@dataclass
+class SearchResult:
+    hits: list[Hit]
+    mode: str
+    degraded: str | None = None
+
+
+# Per-source SQL pieces. `t` is the row (for memory: the memory, fragments joined as `f`).
+_SELECT = {
+    "task": ("t.title", "t.description", "jsonb_build_object('status', t.status, 'task_type', t.task_type,"
+             " 'project_key', t.project_key, 'metadata', t.metadata)"),
+    "learning": ("t.title", "t.content", "jsonb_build_object('task_type', t.task_type, 'failure_class',"
+                 " t.failure_class, 'trigger_event', t.trigger_event, 'category', t.category)"),
+    "capability": ("t.name", "t.description", "'{}'::jsonb"),
+    "memory": ("coalesce(t.summary, left(t.content, 80))", "t.content",
+               "jsonb_build_object('content_type', t.content_type, 'project_key', p.project_key,"
+               " 'speaker', t.speaker, 'tags', t.tags)"),
+}
+_TABLE = {"task": "tasks", "learning": "learnings", "capability": "capabilities", "memory": "memories"}
+
+
+def _where(source: str, owner: str, f: SearchFilters, params: dict) -> list[str]:
+    """WHERE clauses (with their parameters added to `params`) for one source."""
+    params["owner"] = owner
+    clauses = ["t.owner_id = %(owner)s", "t.is_active"]
+    if f.project is not None:
+        params["project"] = f.project
+        if source == "memory":
+            clauses.append("p.project_key = %(project)s")
+        elif source == "task":
+            clauses.append("t.project_key = %(project)s")
+        else:
+            clauses.append("false")
+    if f.memory_types is not None and source == "memory":
+        params["memory_types"] = list(f.memory_types)
+        clauses.append("t.content_type = ANY(%(memory_types)s)")
+    if f.as_of is not None:
+        params["as_of"] = f.as_of
+        clauses.append("t.created_at <= %(as_of)s")
+    if f.time_range_days is not None:
+        params["since"] = (f.as_of or datetime.now(UTC)) - timedelta(days=f.time_range_days)
+        clauses.append("t.created_at >= %(since)s")
+    return clauses
+
+
+def _from(source: str) -> str:
+    if source == "memory":
+        return "memories t JOIN projects p ON p.id = t.project_id"
+    return f"{_TABLE[source]} t"
+
+
+def _count_filtered(conn: psycopg.Connection, source: str, clauses: list[str], params: dict, cap: int) -> int:
+    table = "fragments f JOIN memories t ON t.id = f.memory_id JOIN projects p ON p.id = t.project_id" \
+        if source == "memory" else _from(source)
+    sql = f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {' AND '.join(clauses)} LIMIT {int(cap) + 1}) s"
+    return int(conn.execute(sql, params).fetchone()[0])
+
+
+def _plan_vector_scan(conn: psycopg.Connection, source: str, clauses: list[str], params: dict, k: int) -> str:
+    """Choose exact or index scan for this filtered set; set the session knobs for it (transaction-local)."""
+    filtered = _count_filtered(conn, source, clauses, params, EXACT_SCAN_MAX_ROWS)
+    if filtered <= EXACT_SCAN_MAX_ROWS:
+        conn.execute("SET LOCAL enable_indexscan = off")
+        return "exact"
+    table = "fragments" if source == "memory" else _TABLE[source]
+    total = conn.execute("SELECT greatest(reltuples, 1) FROM pg_class WHERE relname = %s", (table,)).fetchone()
+    total_rows = float(total[0]) if total else float(filtered)
+    selectivity = min(1.0, filtered / max(total_rows, 1.0))
+    ef = int(min(1000, max(64, 4 * k / selectivity)))
+    conn.execute(f"SET LOCAL hnsw.ef_search = {ef}")
+    if pgvector_version(conn) >= (0, 8):
+        conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+        return f"hnsw-iterative(ef={ef})"
+    return f"hnsw(ef={ef})"
+
+
+def _semantic_source(
+    conn: psycopg.Connection, source: str, owner: str, qvec: np.ndarray, model: str, f: SearchFilters, k: int
+) -> list[Hit]:
+    params: dict[str, Any] = {"q": qvec, "model": model, "k": k}
+    clauses = _where(source, owner, f, params)
+    title, body, extra = _SELECT[source]
+    with conn.transaction():
+        if source == "memory":
+            vclauses = [*clauses, "f.embedding IS NOT NULL", "f.embedding_model = %(model)s"]
+            _plan_vector_scan(conn, source, vclauses, params, k * 3)
+            sql = (
+                "WITH frag AS (SELECT f.memory_id, f.embedding <=> %(q)s AS dist FROM fragments f"
+                " JOIN memories t ON t.id = f.memory_id JOIN projects p ON p.id = t.project_id"
+                f" WHERE {' AND '.join(vclauses)} ORDER BY f.embedding <=> %(q)s LIMIT %(k)s * 3),"
+                " best AS (SELECT memory_id, min(dist) AS dist FROM frag GROUP BY memory_id)"
+                f" SELECT t.id, {title}, {body}, t.created_at, 1 - best.dist, {extra}, t.avg_embedding"
+                " FROM best JOIN memories t ON t.id = best.memory_id JOIN projects p ON p.id = t.project_id"
+                " ORDER BY best.dist LIMIT %(k)s"
+            )
+        else:
+            vclauses = [*clauses, "t.embedding IS NOT NULL", "t.embedding_model = %(model)s"]
+            _plan_vector_scan(conn, source, vclauses, params, k)
+            sql = (
+                f"SELECT t.id::text, {title}, {body}, t.created_at, 1 - (t.embedding <=> %(q)s), {extra},"
+                f" t.embedding FROM {_from(source)} WHERE {' AND '.join(vclauses)}"
+                " ORDER BY t.embedding <=> %(q)s LIMIT %(k)s"
+            )
+        rows = conn.execute(sql, params).fetchall()
+    return [_hit(source, r, semantic=float(r[4])) for r in rows]
+
+
+def _hit(source: str, row: tuple, *, semantic: float | None = None, keyword: float | None = None) -> Hit:
+    item_id, title, body, created_at, score, extra, emb = row
+    text = f"{title}\n{body}" if source != "memory" else body
+    return Hit(
+        source=source,
+        id=str(item_id),
+        title=title or "",
+        preview=(body or "")[:200],
+        score=float(score),
+        created_at=created_at,
+        semantic=semantic,
+        keyword=keyword,
+        text=text,
+        extra=extra or {},
+        embedding=to_array(emb),
+    )
+
+
+def _keyword_source(
+    conn: psycopg.Connection, source: str, owner: str, qterms: list[str], f: SearchFilters, k: int
+) -> list[Hit]:
+    """BM25 over the keyword table, with the source's filters joined in before the limit."""
+    if not qterms:
+        return []
+    params: dict[str, Any] = {"terms": qterms, "k": k, "k1": BM25_K1, "b": BM25_B}
+    clauses = _where(source, owner, f, params)
+    kw_source = "fragment" if source == "memory" else source
+    params["ksource"] = kw_source
+    item = "f.memory_id" if source == "memory" else "t.id"
+    join = (
+        "JOIN fragments f ON f.id = k.item_id JOIN memories t ON t.id = f.memory_id JOIN projects p ON p.id = t.project_id"
+        if source == "memory"
+        else f"JOIN {_from(source)} ON t.id::text = k.item_id"
+    )
+    title, body, extra = _SELECT[source]
+    emb = "t.avg_embedding" if source == "memory" else "t.embedding"
+    sql = (
+        "WITH stats AS (SELECT count(*)::float AS n, greatest(avg(doc_len), 1)::float AS avglen FROM keyword_docs"
+        "               WHERE owner_id = %(owner)s AND source = %(ksource)s),"
+        " df AS (SELECT keyword, count(*)::float AS df FROM keywords"
+        "        WHERE owner_id = %(owner)s AND source = %(ksource)s AND keyword = ANY(%(terms)s) GROUP BY keyword),"
+        " scored AS ("
+        f"  SELECT {item} AS item_id, sum(ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5))"
+        "        * k.tf * (%(k1)s + 1) / (k.tf + %(k1)s * (1 - %(b)s + %(b)s * d.doc_len / stats.avglen))) AS bm25"
+        "  FROM keywords k JOIN df ON df.keyword = k.keyword"
+        "  JOIN keyword_docs d ON d.source = k.source AND d.item_id = k.item_id CROSS JOIN stats"
+        f"  {join}"
+        f"  WHERE k.owner_id = %(owner)s AND k.source = %(ksource)s AND k.keyword = ANY(%(terms)s)"
+        f"  AND {' AND '.join(clauses)}"
+        f"  GROUP BY {item} ORDER BY bm25 DESC LIMIT %(k)s)"
+        f" SELECT t.id::text, {title}, {body}, t.created_at, s.bm25, {extra}, {emb}"
+        f" FROM scored s JOIN {_from(source)} ON t.id::text = s.item_id::text ORDER BY s.bm25 DESC"
+    )
+    rows = conn.execute(sql, params).fetchall()
+    return [_hit(source, r, keyword=float(r[4])) for r in rows]
+
+
+def _jaccard_source(
+    conn: psycopg.Connection, source: str, owner: str, query: str, f: SearchFilters, k: int, scan: int = 500
+) -> list[Hit]:
+    """Last-resort fallback when neither vectors nor the keyword table answer: Jaccard over recent rows."""
+    params: dict[str, Any] = {"scan": scan}
+    clauses = _where(source, owner, f, params)
+    title, body, extra = _SELECT[source]
+    emb = "t.avg_embedding" if source == "memory" else "t.embedding"
+    rows = conn.execute(
+        f"SELECT t.id::text, {title}, {body}, t.created_at, 0.0, {extra}, {emb} FROM {_from(source)}"
+        f" WHERE {' AND '.join(clauses)} ORDER BY t.created_at DESC LIMIT %(scan)s",
+        params,
+    ).fetchall()
+    hits = [_hit(source, r) for r in rows]
+    for h in hits:
+        h.keyword = jaccard(query, h.text)
+        h.score = h.keyword
+    hits = [h for h in hits if h.score > 0]
+    hits.sort(key=lambda h: h.score, reverse=True)
+    return hits[:k]
+
+
+def _validate(query: str, mode: str, limit: int, min_score: float | None) -> None:
+    if not isinstance(query, str) or not query.strip():
+        raise ValidationError("query", "must be a non-empty string")
+    if mode not in MODES:
+        raise ValidationError("mode", f"must be one of {list(MODES)}")
+    if not isinstance(limit, int) or not 1 <= limit <= 100:
+        raise ValidationError("limit", "must be an integer from 1 to 100")
+    if min_score is not None and not 0 <= min_score <= 1:
+        raise ValidationError("min_score", "must be between 0 and 1")
+
+
+def embed_query(embedder: Embedder, query: str) -> tuple[np.ndarray | None, str | None]:
+    """The query vector, or (None, reason) when the provider fails."""
+    try:
+        return embedder.embed_query(query), None
+    except EmbeddingError as exc:
+        log.warning("query embedding failed, degrading to keyword search: %s", exc)
+        return None, f"embedding provider unavailable ({exc}); answered from keywords"
+    except Exception as exc:  # a provider must never break search
+        log.exception("query embedding crashed")
+        return None, f"embedding provider error ({type(exc).__name__}); answered from keywords"
+
+
+def semantic_hits(
+    conn: psycopg.Connection, owner: str, qvec: np.ndarray, model: str, f: SearchFilters, k: int
+) -> list[Hit]:
+    """Top-k per source by cosine similarity, merged and sorted."""
+    hits = [h for s in f.sources for h in _semantic_source(conn, s, owner, qvec, model, f, k)]
+    return sorted(hits, key=lambda h: h.score, reverse=True)
+
+
+def keyword_hits(conn: psycopg.Connection, owner: str, query: str, f: SearchFilters, k: int) -> list[Hit]:
+    """Top-k per source by BM25 (Jaccard over recent rows if the keyword table has nothing)."""
+    qterms = sorted(set(terms(query)))
+    hits = [h for s in f.sources for h in _keyword_source(conn, s, owner, qterms, f, k)]
+    if not hits:
+        hits = [h for s in f.sources for h in _jaccard_source(conn, s, owner, query, f, k)]
+        for h in hits:
+            h.extra["matched_by"] = "jaccard"
+    return sorted(hits, key=lambda h: h.score, reverse=True)
+
+
+def search(
+    pool: ConnectionPool,
+    embedder: Embedder,
+    owner: str,
+    query: str,
+    *,
+    mode: str = "hybrid",
+    filters: SearchFilters | None = None,
+    limit: int = 10,
+    min_score: float | None = None,
+    fusion: str = "weighted",
+    query_vector: np.ndarray | None = None,
+) -> SearchResult:
+    """Search one owner's memory. Never raises on a provider outage: the result says it degraded."""
+    _validate(query, mode, limit, min_score)
+    if fusion not in FUSIONS:
+        raise ValidationError("fusion", f"must be one of {sorted(FUSIONS)}")
+    f = (filters or SearchFilters()).validated()
+    degraded = None
+    qvec = query_vector
+    if mode != "keyword" and qvec is None:
+        qvec, degraded = embed_query(embedder, query)
+    depth = limit * 2 if mode == "hybrid" else limit
+    with pool.connection() as conn:
+        sem = semantic_hits(conn, owner, qvec, embedder.model_name, f, depth) if qvec is not None else []
+        kw = keyword_hits(conn, owner, query, f, depth) if mode != "semantic" or qvec is None else []
+    if mode == "semantic" and qvec is not None:
+        ranked = sem
+    elif mode == "keyword" or qvec is None:
+        ranked = _normalise_keyword(kw)
+    else:
+        ranked = FUSIONS[fusion](sem, _normalise_keyword(kw))
+    if min_score is not None:
+        ranked = [h for h in ranked if h.score >= min_score]
+    return SearchResult(hits=ranked[:limit], mode=mode if qvec is not None or mode == "keyword" else "keyword",
+                        degraded=degraded)
+
+
+def _normalise_keyword(hits: list[Hit]) -> list[Hit]:
+    """Scale keyword scores into [0, 1] by the best score of this query (BM25 is unbounded)."""
+    if not hits:
+        return hits
+    top = max(h.score for h in hits) or 1.0
+    for h in hits:
+        h.keyword = h.score / top if h.extra.get("matched_by") != "jaccard" else h.score
+        h.score = h.keyword
+    return sorted(hits, key=lambda h: h.score, reverse=True)
+
+
+__all__ = ["Hit", "Ranked", "SearchFilters", "SearchResult", "search", "semantic_hits", "keyword_hits"]

@@ -1,0 +1,52 @@
+"""Settings from the environment; every surface reads them through `get_settings()`."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the library needs to run. Built from environment variables by `from_env`."""
+
+    home: Path = field(default_factory=lambda: Path(".memory_pipelines").resolve())
+    database_url: str | None = None
+    embedder: str = "local"  # local | openai | fake
+    openai_api_key: str | None = None
+    openai_base_url: str | None = None
+    openai_embed_model: str = "text-embedding-3-small"
+    openai_embed_dimensions: int | None = None
+    openai_chat_model: str | None = None
+    openai_timeout: float = 30.0
+    openai_max_retries: int = 5
+    fake_dimension: int = 384
+    default_owner: str = "default"
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
+        """Read MEMORY_PIPELINES_* / DATABASE_URL / OPENAI_* variables."""
+        env = dict(os.environ if env is None else env)
+        key = env.get("OPENAI_API_KEY") or None
+        embedder = env.get("MEMORY_PIPELINES_EMBEDDER") or ("openai" if key else "local")
+        dims = env.get("OPENAI_EMBED_DIMENSIONS")
+        return cls(
+            home=Path(env.get("MEMORY_PIPELINES_HOME") or ".memory_pipelines").resolve(),
+            database_url=env.get("DATABASE_URL") or None,
+            embedder=embedder,
+            openai_api_key=key,
+            openai_base_url=env.get("OPENAI_BASE_URL") or None,
+            openai_embed_model=env.get("OPENAI_EMBED_MODEL") or "text-embedding-3-small",
+            openai_embed_dimensions=int(dims) if dims else None,
+            openai_chat_model=env.get("OPENAI_CHAT_MODEL") or ("gpt-4o-mini" if key else None),
+            openai_timeout=float(env.get("OPENAI_TIMEOUT") or 30.0),
+            openai_max_retries=int(env.get("OPENAI_MAX_RETRIES") or 5),
+            fake_dimension=int(env.get("MEMORY_PIPELINES_FAKE_DIM") or 384),
+            default_owner=env.get("MEMORY_PIPELINES_OWNER") or "default",
+        )
+
+
+def get_settings() -> Settings:
+    """Current settings from the environment."""
+    return Settings.from_env()

@@ -1,0 +1,56 @@
+"""What `memory-pipelines status` reports: database, pgvector, model, rows and embeddings per table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .db import describe_url, pgvector_version
+from .indexing import count_pending
+from .migrate import stored_dimension
+from .runtime import Runtime
+from .sources import EMBEDDED_SOURCES, SOURCES
+
+_PLAIN_TABLES = ("goals", "events", "projects", "memories", "memory_versions", "memory_arbitrations",
+                 "keyword_docs", "retrievals", "retrieval_candidates", "api_keys")
+
+
+def collect_status(rt: Runtime) -> dict[str, Any]:
+    """Counts and configuration as a plain dict."""
+    with rt.pool.connection() as conn:
+        stored = stored_dimension(conn)
+        info: dict[str, Any] = {
+            "database": describe_url(rt.url),
+            "embedded": rt.settings.database_url is None,
+            "postgres": conn.execute("SHOW server_version").fetchone()[0],
+            "pgvector": ".".join(map(str, pgvector_version(conn))),
+            "model": rt.embedder.model_name,
+            "dimension": rt.embedder.dimension,
+            "database_dimension": stored[0] if stored else None,
+            "migrations": [r[0] for r in conn.execute("SELECT name FROM schema_migrations ORDER BY version")],
+            "embedded_sources": {},
+            "tables": {},
+        }
+        for name in EMBEDDED_SOURCES:
+            pending, active = count_pending(conn, name, rt.embedder.model_name)
+            info["embedded_sources"][SOURCES[name].table] = {
+                "active": active, "embedded": active - pending, "pending": pending}
+        for table in _PLAIN_TABLES:
+            info["tables"][table] = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+    return info
+
+
+def format_status(info: dict[str, Any]) -> str:
+    """Human-readable status."""
+    lines = [
+        f"database   {info['database']} ({'embedded' if info['embedded'] else 'DATABASE_URL'}), "
+        f"PostgreSQL {info['postgres']}, pgvector {info['pgvector']}",
+        f"model      {info['model']} ({info['dimension']} d; database built for {info['database_dimension']} d)",
+        f"migrations {', '.join(info['migrations'])}",
+        "",
+        f"{'table':<22}{'rows':>8}{'embedded':>10}{'pending':>9}",
+    ]
+    for table, c in info["embedded_sources"].items():
+        lines.append(f"{table:<22}{c['active']:>8}{c['embedded']:>10}{c['pending']:>9}")
+    for table, n in info["tables"].items():
+        lines.append(f"{table:<22}{n:>8}")
+    return "\n".join(lines)

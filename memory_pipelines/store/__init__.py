@@ -1,0 +1,1 @@
+"""agent-mem: projects, memories, fragments, versions and arbitration."""

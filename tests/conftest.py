@@ -1,0 +1,102 @@
+"""Fixtures: a real PostgreSQL (embedded pgserver, or DATABASE_URL), a fresh database per test cloned
+from a migrated template, the fake OpenAI server, and embedders."""
+
+from __future__ import annotations
+
+import os
+import uuid
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg.conninfo import make_conninfo
+
+from memory_pipelines.db import close_pools, get_pool
+from memory_pipelines.embeddings import FakeEmbedder
+from memory_pipelines.migrate import migrate
+from memory_pipelines.runtime import Runtime
+from memory_pipelines.settings import Settings
+from tests.fake_openai import fake_openai  # noqa: F401  (fixture)
+
+warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")
+DIM = 384
+
+
+@pytest.fixture(scope="session")
+def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Admin URL of the test server: DATABASE_URL when set, else an embedded server in a temp folder."""
+    if os.environ.get("DATABASE_URL"):
+        yield os.environ["DATABASE_URL"]
+        return
+    import pgserver
+
+    home = Path(tmp_path_factory.mktemp("pg"))
+    server = pgserver.get_server(home / "pgdata", cleanup_mode="stop")
+    yield server.get_uri()
+    close_pools()
+    server.cleanup()
+
+
+def _admin(url: str) -> psycopg.Connection:
+    return psycopg.connect(url, autocommit=True)
+
+
+@pytest.fixture(scope="session")
+def template_db(server_url: str) -> Iterator[str]:
+    """A database migrated once (384 d), cloned for every test."""
+    name = f"mp_template_{uuid.uuid4().hex[:8]}"
+    with _admin(server_url) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    migrate(make_conninfo(server_url, dbname=name), DIM, FakeEmbedder(DIM).model_name)
+    yield name
+    with _admin(server_url) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def db_url(server_url: str, template_db: str) -> Iterator[str]:
+    """A fresh, migrated database for one test."""
+    name = f"mp_test_{uuid.uuid4().hex[:10]}"
+    with _admin(server_url) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+    yield make_conninfo(server_url, dbname=name)
+    close_pools()
+    with _admin(server_url) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def empty_db_url(server_url: str) -> Iterator[str]:
+    """A fresh database with no schema at all (for migration tests)."""
+    name = f"mp_empty_{uuid.uuid4().hex[:10]}"
+    with _admin(server_url) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield make_conninfo(server_url, dbname=name)
+    close_pools()
+    with _admin(server_url) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def pool(db_url: str):
+    return get_pool(db_url, max_size=4)
+
+
+@pytest.fixture
+def fake_embedder() -> FakeEmbedder:
+    return FakeEmbedder(DIM)
+
+
+@pytest.fixture
+def runtime(db_url: str, pool, fake_embedder: FakeEmbedder) -> Runtime:
+    settings = Settings(database_url=db_url, embedder="fake")
+    return Runtime(settings=settings, url=db_url, pool=pool, embedder=fake_embedder)
+
+
+@pytest.fixture(scope="session")
+def local_embedder():
+    from memory_pipelines.embeddings.local import LocalE5Embedder
+
+    return LocalE5Embedder()

@@ -1,0 +1,42 @@
+"""The CLI as a user runs it: help text, and one clear line (no traceback) for expected failures."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+
+def _run(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "memory_pipelines.cli", *args], capture_output=True, text=True,
+                          env=full_env, timeout=120)
+
+
+def test_help_explains_each_command():
+    out = _run(["--help"]).stdout
+    for name in ("run", "migrate", "status", "embed", "search"):
+        assert name in out
+    assert "embedded PostgreSQL" in out
+
+
+def test_unreachable_database_is_one_clear_line():
+    proc = _run(["status"], {"DATABASE_URL": "postgresql://nobody:pw@127.0.0.1:1/nothing",
+                             "MEMORY_PIPELINES_EMBEDDER": "fake"})
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1
+    assert "cannot connect" in lines[0] and "DATABASE_URL" in lines[0] and "127.0.0.1" in lines[0]
+
+
+def test_unknown_provider_is_one_clear_line():
+    proc = _run(["status"], {"MEMORY_PIPELINES_EMBEDDER": "bogus"})
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "MEMORY_PIPELINES_EMBEDDER" in proc.stderr and "local, openai or fake" in proc.stderr
+
+
+def test_status_against_a_database(db_url):
+    proc = _run(["status", "--json"], {"DATABASE_URL": db_url, "MEMORY_PIPELINES_EMBEDDER": "fake"})
+    assert proc.returncode == 0, proc.stderr
+    assert '"pgvector"' in proc.stdout and '"tasks"' in proc.stdout

@@ -1,0 +1,81 @@
+"""The embedding backfill and the keyword table."""
+
+from __future__ import annotations
+
+from memory_pipelines.embeddings import FakeEmbedder
+from memory_pipelines.indexing import embed_all, embed_source, pending_total
+from memory_pipelines.keyword_index import index_all, index_source
+from tests.factories import add_learning, add_memory, add_task
+
+LONG = " ".join(f"Sentence number {i} explains one more detail of the deployment pipeline." for i in range(150))
+
+
+def _seed(pool, n: int = 30) -> None:
+    with pool.connection() as conn:
+        for i in range(n):
+            add_task(conn, "alice", f"task {i} about deployment", f"details {i}")
+        add_learning(conn, "alice", "auth error", "token expired", failure_class="AUTH")
+        add_memory(conn, "alice", LONG)
+
+
+def _model_counts(pool, model: str) -> dict[str, int]:
+    with pool.connection() as conn:
+        return {
+            table: conn.execute(f"SELECT count(*) FROM {table} WHERE embedding_model = %s", (model,)).fetchone()[0]
+            for table in ("tasks", "learnings", "fragments", "memories")
+        }
+
+
+def test_embeds_everything_once(pool, fake_embedder):
+    _seed(pool)
+    results = embed_all(pool, fake_embedder)
+    assert sum(r.failed for r in results) == 0
+    assert pending_total(pool, fake_embedder.model_name) == 0
+    counts = _model_counts(pool, fake_embedder.model_name)
+    assert counts["tasks"] == 30 and counts["learnings"] == 1 and counts["memories"] == 1
+    assert counts["fragments"] >= 3  # the long memory was chunked
+    embedded_texts = fake_embedder.texts_embedded
+    again = embed_all(pool, fake_embedder)
+    assert sum(r.embedded for r in again) == 0 and fake_embedder.texts_embedded == embedded_texts
+    with pool.connection() as conn:
+        status = conn.execute("SELECT embedding_status, avg_embedding IS NOT NULL FROM memories").fetchone()
+    assert status == ("done", True)
+
+
+def test_killed_run_resumes_without_redoing_work(pool):
+    _seed(pool, n=50)
+    failing = FakeEmbedder(384, batch_size=10)
+    failing.fail_after = 25  # two batches of 10 succeed, the third fails, and so on
+    first = embed_source(pool, failing, "task", batch_size=10, max_consecutive_failures=1)
+    assert first.embedded == 20 and first.failed == 10 and first.errors
+    healthy = FakeEmbedder(384, batch_size=10)
+    second = embed_source(pool, healthy, "task", batch_size=10)
+    assert second.embedded == 30 and healthy.texts_embedded == 30  # only what was still pending
+    assert _model_counts(pool, healthy.model_name)["tasks"] == 50
+
+
+def test_changed_content_and_new_model_are_re_embedded(pool, fake_embedder):
+    _seed(pool, n=5)
+    embed_all(pool, fake_embedder)
+    with pool.connection() as conn:
+        conn.execute("UPDATE tasks SET description = 'rewritten' WHERE title = 'task 3 about deployment'")
+    assert embed_source(pool, fake_embedder, "task").embedded == 1
+    other = FakeEmbedder(384, model_name="other")
+    assert embed_source(pool, other, "task").embedded == 5
+
+
+def test_keyword_index_is_incremental(pool):
+    _seed(pool, n=5)
+    first = index_all(pool)
+    assert {r.source: r.indexed for r in first}["task"] == 5
+    assert sum(r.indexed for r in index_all(pool)) == 0
+    with pool.connection() as conn:
+        conn.execute("UPDATE tasks SET description = 'kubernetes rollout' WHERE title = 'task 1 about deployment'")
+        conn.execute("UPDATE tasks SET is_active = false WHERE title = 'task 2 about deployment'")
+    again = index_source(pool, "task")
+    assert again.indexed == 1 and again.removed == 1
+    with pool.connection() as conn:
+        hits = conn.execute("SELECT count(*) FROM keywords WHERE source = 'task' AND keyword = 'kubernete'"
+                            " OR keyword = 'kubernetes'").fetchone()[0]
+    assert hits == 1
+    assert index_source(pool, "task", full=True).indexed == 4

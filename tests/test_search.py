@@ -1,0 +1,109 @@
+"""Search (seed 003 and 000): modes, filters inside the query, min score, limit, owner isolation."""
+
+from __future__ import annotations
+
+import pytest
+
+from memory_pipelines.embeddings import FakeEmbedder
+from memory_pipelines.errors import NotFoundError, ValidationError
+from memory_pipelines.indexing import embed_all
+from memory_pipelines.keyword_index import index_all
+from memory_pipelines.search import SearchFilters, search
+from memory_pipelines.disclosure import detail, related, summary_search
+from tests.factories import add_capability, add_learning, add_memory, add_task
+
+
+@pytest.fixture
+def corpus(pool, fake_embedder):
+    ids = {}
+    with pool.connection() as conn:
+        ids["t_deploy"] = add_task(conn, "alice", "deploy payment service", "canary rollout to production",
+                                   project_key="pay", days=2)
+        ids["t_old"] = add_task(conn, "alice", "deploy payment service v1", "first rollout", days=200,
+                                project_key="pay")
+        ids["t_db"] = add_task(conn, "alice", "tune postgres connection pool", "pool exhausted under load", days=5)
+        ids["l_auth"] = add_learning(conn, "alice", "auth error: expired token", "refresh the oauth token",
+                                     failure_class="AUTH")
+        ids["c_search"] = add_capability(conn, "alice", "vector search", "pgvector hnsw cosine search")
+        ids["m_plan"] = add_memory(conn, "alice", "plan: deploy payment service in three waves",
+                                   content_type="plan", project="pay")
+        ids["m_test"] = add_memory(conn, "alice", "testing: payment service deploy regression suite",
+                                   content_type="testing", project="pay")
+        for i in range(20):
+            add_task(conn, "alice", f"filler task {i}", "unrelated chores and paperwork", days=3)
+        ids["bob_deploy"] = add_task(conn, "bob", "deploy payment service", "bob's secret rollout", days=1)
+        ids["bob_mem"] = add_memory(conn, "bob", "bob secret plan to deploy payment service", project="pay")
+    embed_all(pool, fake_embedder)
+    index_all(pool)
+    return ids
+
+
+@pytest.mark.parametrize("mode", ["semantic", "keyword", "hybrid"])
+def test_each_mode_finds_the_matching_items(pool, fake_embedder, corpus, mode):
+    result = search(pool, fake_embedder, "alice", "deploy payment service", mode=mode, limit=5)
+    ids = [h.id for h in result.hits]
+    assert corpus["t_deploy"] in ids[:3]
+    assert corpus["bob_deploy"] not in ids and corpus["bob_mem"] not in ids
+    assert result.degraded is None
+
+
+def test_filters_apply_before_the_limit(pool, fake_embedder, corpus):
+    f = SearchFilters(memory_types=("testing",))
+    hits = search(pool, fake_embedder, "alice", "deploy payment service", filters=f, limit=1).hits
+    assert [h.id for h in hits] == [corpus["m_test"]]  # the filter did not starve the limit
+    recent = SearchFilters(sources=("task",), time_range_days=30)
+    ids = [h.id for h in search(pool, fake_embedder, "alice", "deploy payment service v1", filters=recent).hits]
+    assert corpus["t_old"] not in ids and corpus["t_deploy"] in ids
+    proj = SearchFilters(sources=("task", "memory"), project="pay")
+    hits = search(pool, fake_embedder, "alice", "deploy", filters=proj, limit=20).hits
+    assert hits and all(h.extra.get("project_key") == "pay" for h in hits)
+
+
+def test_min_score_and_limit(pool, fake_embedder, corpus):
+    all_hits = search(pool, fake_embedder, "alice", "deploy payment service", limit=20).hits
+    assert len(search(pool, fake_embedder, "alice", "deploy payment service", limit=3).hits) == 3
+    threshold = all_hits[2].score
+    high = search(pool, fake_embedder, "alice", "deploy payment service", limit=20, min_score=threshold).hits
+    assert high and all(h.score >= threshold for h in high) and len(high) < len(all_hits)
+
+
+def test_bad_input_names_the_field(pool, fake_embedder, corpus):
+    for kwargs, field in [({"query": " "}, "query"), ({"mode": "magic"}, "mode"), ({"limit": 0}, "limit"),
+                          ({"min_score": 2.0}, "min_score")]:
+        args = {"query": "deploy", **kwargs}
+        with pytest.raises(ValidationError) as err:
+            search(pool, fake_embedder, "alice", **args)
+        assert err.value.field == field
+    with pytest.raises(ValidationError) as err:
+        search(pool, fake_embedder, "alice", "x", filters=SearchFilters(memory_types=("poems",)))
+    assert err.value.field == "memory_types"
+
+
+def test_provider_outage_degrades_to_keywords(pool, corpus):
+    broken = FakeEmbedder(384)
+    broken.fail_after = 0
+    result = search(pool, broken, "alice", "deploy payment service", mode="semantic")
+    assert result.degraded and "keyword" in result.degraded
+    assert corpus["t_deploy"] in [h.id for h in result.hits]
+
+
+def test_owner_isolation_with_guessed_ids(pool, fake_embedder, corpus):
+    for bob_id in (corpus["bob_deploy"], corpus["bob_mem"]):
+        with pytest.raises(NotFoundError):
+            detail(pool, "alice", bob_id)
+        with pytest.raises(NotFoundError):
+            related(pool, fake_embedder, "alice", bob_id)
+    assert detail(pool, "bob", corpus["bob_deploy"])["title"] == "deploy payment service"
+    with pytest.raises(NotFoundError):
+        detail(pool, "alice", "not-a-uuid")
+
+
+def test_progressive_disclosure(pool, fake_embedder, corpus):
+    matches = summary_search(pool, fake_embedder, "alice", "deploy payment service", top_k=3)["matches"]
+    assert set(matches[0]) >= {"id", "level", "title", "similarity", "preview"}
+    full = detail(pool, "alice", matches[0]["id"])
+    assert full["id"] == matches[0]["id"] and "created_at" in full
+    near = related(pool, fake_embedder, "alice", corpus["t_deploy"], top_k=3)["matches"]
+    assert corpus["t_deploy"] not in [m["id"] for m in near] and near
+    with_self = related(pool, fake_embedder, "alice", corpus["t_deploy"], top_k=3, exclude_self=False)["matches"]
+    assert with_self[0]["id"] == corpus["t_deploy"]
