@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import sys
@@ -10,6 +11,10 @@ import warnings
 from collections.abc import Callable
 
 from .errors import UserError
+
+# Modules that add their own commands: each has `register(sub)` adding sub-parsers with
+# `set_defaults(func=...)`. Add a module here to add its commands.
+COMMAND_MODULES: list[str] = []
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 
@@ -145,6 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", default="hybrid", choices=["semantic", "keyword", "hybrid"])
     p.add_argument("--source", action="append", choices=["task", "learning", "capability", "memory"])
     p.add_argument("--limit", type=int, default=10)
+    for name, fn in COMMANDS.items():
+        sub.choices[name].set_defaults(func=fn)
+    for module in COMMAND_MODULES:
+        importlib.import_module(f"memory_pipelines.{module}").register(sub)
     return parser
 
 
@@ -155,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     try:
-        return COMMANDS[args.command](args)
+        return args.func(args)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

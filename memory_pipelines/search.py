@@ -22,6 +22,7 @@ from .embeddings import Embedder, EmbeddingError
 from .embeddings.base import to_array
 from .errors import ValidationError
 from .fusion import FUSIONS, Ranked
+from .text.glossary import expand
 from .text.keywords import jaccard, terms
 
 log = logging.getLogger(__name__)
@@ -295,7 +296,7 @@ def semantic_hits(
 
 def keyword_hits(conn: psycopg.Connection, owner: str, query: str, f: SearchFilters, k: int) -> list[Hit]:
     """Top-k per source by BM25 (Jaccard over recent rows if the keyword table has nothing)."""
-    qterms = sorted(set(terms(query)))
+    qterms = sorted(set(expand(terms(query))))
     hits = [h for s in f.sources for h in _keyword_source(conn, s, owner, qterms, f, k)]
     if not hits:
         hits = [h for s in f.sources for h in _jaccard_source(conn, s, owner, query, f, k)]

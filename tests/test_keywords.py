@@ -8,6 +8,7 @@ from collections import Counter
 
 import pytest
 
+from memory_pipelines.text import keywords
 from memory_pipelines.text.keywords import (
     bm25_idf,
     bm25_scores,
@@ -50,7 +51,8 @@ def test_numbers_need_two_digits_and_one_letter_words_go() -> None:
 
 
 def test_mixed_chinese_english_and_full_width() -> None:
-    assert terms("用户登录失败，原因是OAuth2令牌过期") == ["用户", "登录", "失败", "原因", "oauth2", "令牌", "过期"]
+    expected = ["用户", "登录", "失败", "原因", "oauth2", "令牌", "过期"]
+    assert terms("用户登录失败，原因是OAuth2令牌过期") == expected
     assert terms("ＡＰＩ　ｅｒｒｏｒｓ") == ["api", "error"]
 
 
@@ -64,9 +66,14 @@ def test_term_counts_counts_normalised_terms() -> None:
     assert term_counts("Error errors ERROR 数据库 数据库") == Counter({"error": 3, "数据库": 2})
 
 
-def test_terms_is_thread_safe_on_first_use() -> None:
+def test_terms_is_thread_safe_on_first_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(keywords, "_jieba_module", None)  # force the lazy initialisation again
     results: list[list[str]] = []
-    threads = [threading.Thread(target=lambda: results.append(terms("缓存命中率下降导致延迟升高"))) for _ in range(8)]
+
+    def work() -> None:
+        results.append(terms("缓存命中率下降导致延迟升高"))
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
     for t in threads:
         t.start()
     for t in threads:

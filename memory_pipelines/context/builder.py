@@ -149,7 +149,7 @@ def build_memory_context(
             retrieval_id = write_log(
                 conn, owner=owner, query=query, mode=mode, budget=token_budget, tokens_used=fitted.tokens,
                 config_version=config.version, degraded=degraded, as_of=now, ranked=[*prof.goals, *ranked],
-                injected=injected,
+                injected=injected, injected_sources=[it.source for it in items],
             )
     t_end = time.perf_counter()
     return ContextResult(

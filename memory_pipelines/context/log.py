@@ -26,16 +26,24 @@ def write_log(
     degraded: str | None,
     as_of,
     ranked: Sequence[Candidate],
-    injected: dict[tuple[str, str], tuple[int, int]],
+    injected: dict[tuple[str, str], tuple[int, int | None]],
+    injected_sources: list[str],
     randomized: bool = False,
 ) -> str:
-    """Insert the build, its candidates and the memory_retrieval event; returns the retrieval id."""
-    sources = [c.source for c in ranked if (c.source, c.id) in injected]
+    """Insert the build, its candidates and the memory_retrieval event; returns the retrieval id.
+
+    `ranked` holds every scored candidate (profile goals included, logged with source okr);
+    `injected` maps (source, id) to (position in the block, tokens); the counts of the event follow
+    the seed: candidates and injected items exclude the profile.
+    """
+    sources = injected_sources
+    candidates_count = sum(1 for c in ranked if c.source != "okr")
+    injected_count = len(sources)
     row = conn.execute(
         "INSERT INTO retrievals (owner_id, query, mode, token_budget, token_used, candidates_count,"
         " injected_count, injected_sources, config_version, degraded, randomized, as_of)"
         " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id::text",
-        (owner, query, mode, budget, tokens_used, len(ranked), len(injected), Jsonb(sources), config_version,
+        (owner, query, mode, budget, tokens_used, candidates_count, injected_count, Jsonb(sources), config_version,
          degraded, randomized, as_of),
     ).fetchone()
     retrieval_id = row[0]
@@ -54,8 +62,8 @@ def write_log(
     conn.execute(
         "INSERT INTO events (owner_id, type, payload) VALUES (%s, 'memory_retrieval', %s)",
         (owner, Jsonb({
-            "retrieval_id": retrieval_id, "query": query[:200], "mode": mode, "candidates_count": len(ranked),
-            "injected_count": len(injected), "injected_sources": sources, "token_used": tokens_used,
+            "retrieval_id": retrieval_id, "query": query[:200], "mode": mode, "candidates_count": candidates_count,
+            "injected_count": injected_count, "injected_sources": sources, "token_used": tokens_used,
             "token_budget": budget, "degraded": degraded,
         })),
     )

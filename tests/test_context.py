@@ -1,0 +1,163 @@
+"""build_memory_context (seed 001 acceptance) and the retrieval log."""
+
+from __future__ import annotations
+
+import pytest
+
+from memory_pipelines.context.builder import build_memory_context
+from memory_pipelines.context.config import activate, add_config
+from memory_pipelines.context.log import record_feedback
+from memory_pipelines.context.scoring import ScoringConfig
+from memory_pipelines.embeddings import FakeEmbedder
+from memory_pipelines.errors import NotFoundError, ValidationError
+from memory_pipelines.indexing import embed_all
+from memory_pipelines.keyword_index import index_all
+from memory_pipelines.search import SearchFilters, search
+from memory_pipelines.text.keywords import jaccard
+from memory_pipelines.text.tokens import count_tokens
+from tests.factories import add_capability, add_event, add_goal, add_learning, add_task
+
+
+@pytest.fixture
+def team(pool, fake_embedder):
+    with pool.connection() as conn:
+        add_goal(conn, "alice", "Cut memory retrieval latency below 100 ms", priority=0, progress=40)
+        add_goal(conn, "alice", "Ship the billing dashboard", priority=1, progress=70, status="pending")
+        add_goal(conn, "alice", "Old finished goal", status="completed")
+        for i in range(4):  # near-duplicates
+            add_task(conn, "alice", "fix login auth error token expired", f"the oauth token expired again {i}",
+                     days=1 + i)
+        add_task(conn, "alice", "fix login auth error in mobile app", "refresh token rotation", days=31)
+        add_task(conn, "alice", "fix login auth error in mobile app (old)", "refresh token rotation", days=91)
+        add_learning(conn, "alice", "auth error: expired token", "refresh the oauth token before expiry",
+                     failure_class="AUTH", category="failure_pattern", days=10)
+        add_capability(conn, "alice", "login auth error triage", "diagnose auth error and token expiry")
+        for i in range(40):
+            add_task(conn, "alice", f"login auth error report {i}", "long text " * 80 + f"variant {i}", days=i)
+        add_event(conn, "alice", "task_failed", {"task": "login", "error": "auth error 401"}, hours=2)
+        add_event(conn, "alice", "alert", {"service": "auth", "message": "token expired spike"}, hours=40)
+        add_event(conn, "alice", "deploy_note", {"message": "not a seed type"}, hours=1)
+        add_task(conn, "bob", "fix login auth error token expired", "bob's private task", days=1)
+        add_goal(conn, "bob", "Bob's secret goal", priority=0)
+    embed_all(pool, fake_embedder)
+    index_all(pool)
+
+
+def _build(pool, embedder, **kw):
+    args = {"owner": "alice", "query": "login auth error token expired", "mode": "execute"} | kw
+    return build_memory_context(pool, embedder, args.pop("owner"), args.pop("query"), **args)
+
+
+def test_default_budget_is_never_exceeded(pool, fake_embedder, team):
+    for mode in ("plan", "execute", "debug", "chat"):
+        result = _build(pool, fake_embedder, mode=mode)
+        assert result.token_budget == 800
+        assert count_tokens(result.block) == result.token_used <= 800
+        assert result.items
+
+
+def test_top_five_are_pairwise_distinct(pool, fake_embedder, team):
+    items = _build(pool, fake_embedder).items[:5]
+    lines = [i.line for i in items]
+    for a in range(len(lines)):
+        for b in range(a + 1, len(lines)):
+            assert jaccard(lines[a], lines[b]) < 0.8
+
+
+def test_plan_mode_puts_the_okr_profile_first_and_chat_has_none(pool, fake_embedder, team):
+    plan = _build(pool, fake_embedder, mode="plan")
+    assert plan.block.startswith("## 当前 OKR 焦点")
+    assert "Cut memory retrieval latency" in plan.block and "Old finished goal" not in plan.block
+    assert "Bob's secret goal" not in plan.block
+    chat = _build(pool, fake_embedder, mode="chat")
+    assert "OKR" not in chat.block
+
+
+def test_factors_decay_and_capabilities(pool, fake_embedder, team):
+    items = _build(pool, fake_embedder, token_budget=4000).items
+    for item in items:
+        assert item.score == pytest.approx(item.relevance * item.decay * item.mode_weight)
+        if item.source == "capability":
+            assert item.decay == 1.0
+        if item.source == "task":
+            assert item.decay == pytest.approx(0.5 ** (item.age_days / 30), rel=1e-6)
+    assert any(i.source == "capability" for i in items)
+    assert all("bob" not in i.line for i in items)
+
+
+def test_events_window_by_mode(pool, fake_embedder, team):
+    execute = _build(pool, fake_embedder, token_budget=4000)
+    debug = _build(pool, fake_embedder, mode="debug", token_budget=4000)
+    exec_events = [i.title for i in execute.items if i.source == "event"]
+    debug_events = [i.title for i in debug.items if i.source == "event"]
+    assert exec_events == ["[task_failed]"]  # 24 h window, seed types only
+    assert sorted(debug_events) == ["[alert]", "[task_failed]"]  # 72 h in debug
+
+
+def test_retrieval_log_and_feedback(pool, fake_embedder, team):
+    result = _build(pool, fake_embedder)
+    with pool.connection() as conn:
+        build = conn.execute("SELECT candidates_count, injected_count, token_used, token_budget, mode"
+                             " FROM retrievals WHERE id = %s", (result.retrieval_id,)).fetchone()
+        logged = conn.execute("SELECT count(*), count(*) FILTER (WHERE injected) FROM retrieval_candidates"
+                              " WHERE retrieval_id = %s", (result.retrieval_id,)).fetchone()
+        event = conn.execute("SELECT payload FROM events WHERE type = 'memory_retrieval'"
+                             " AND payload->>'retrieval_id' = %s", (result.retrieval_id,)).fetchone()
+    assert build == (result.candidates_count, build[1], result.token_used, 800, "execute")
+    assert build[1] == len(result.items)
+    assert logged[0] >= result.candidates_count and logged[1] >= len(result.items)
+    payload = event[0]
+    for key in ("query", "mode", "candidates_count", "injected_count", "injected_sources", "token_used",
+                "token_budget"):
+        assert key in payload
+    used = [result.items[0].id]
+    assert record_feedback(pool, "alice", result.retrieval_id, used) == 1
+    with pytest.raises(NotFoundError):
+        record_feedback(pool, "bob", result.retrieval_id, used)
+    with pytest.raises(NotFoundError):
+        record_feedback(pool, "alice", "00000000-0000-0000-0000-000000000000", used)
+
+
+def test_provider_outage_degrades_never_errors(pool, team):
+    broken = FakeEmbedder(384)
+    broken.fail_after = 0
+    result = _build(pool, broken)
+    assert result.degraded and result.items
+    assert count_tokens(result.block) <= 800
+    with pool.connection() as conn:
+        degraded = conn.execute("SELECT degraded FROM retrievals WHERE id = %s", (result.retrieval_id,)).fetchone()
+    assert degraded[0]
+
+
+def test_active_config_is_used_from_the_next_build(pool, fake_embedder, team):
+    config = ScoringConfig(mode_weights={**ScoringConfig().mode_weights, "capability": {m: 0.01 for m in
+                                         ("plan", "execute", "debug", "chat")}})
+    version = add_config(pool, config, note="test")
+    activate(pool, version)
+    result = _build(pool, fake_embedder, token_budget=4000)
+    assert result.config_version == version
+    assert all(i.mode_weight == 0.01 for i in result.items if i.source == "capability")
+
+
+def test_bad_input_names_the_field(pool, fake_embedder, team):
+    for kw, field in [({"query": ""}, "query"), ({"mode": "yolo"}, "mode"), ({"token_budget": 10}, "token_budget")]:
+        with pytest.raises(ValidationError) as err:
+            _build(pool, fake_embedder, **kw)
+        assert err.value.field == field
+
+
+def test_chinese_query_finds_english_learning_with_local_model(pool, local_embedder):
+    with pool.connection() as conn:
+        target = add_learning(conn, "alice", "Auth error: expired token causes 401",
+                              "Calls fail with an auth error when the OAuth token expires; refresh it first.",
+                              failure_class="AUTH")
+        add_learning(conn, "alice", "Database connection pool exhausted", "Raise max connections carefully.")
+        add_learning(conn, "alice", "Flaky UI test on Safari", "Retry the selector wait.")
+        add_learning(conn, "alice", "Billing cap reached", "The monthly spend cap stops the API calls.")
+    embed_all(pool, local_embedder)
+    index_all(pool)
+    hits = search(pool, local_embedder, "alice", "认证失败", filters=SearchFilters(sources=("learning",)),
+                  limit=4).hits  # hybrid: the local model plus the bilingual glossary of the keyword channel
+    assert hits[0].id == target
+    context = build_memory_context(pool, local_embedder, "alice", "认证失败", mode="debug")
+    assert any(i.id == target for i in context.items)
