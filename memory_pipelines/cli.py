@@ -14,7 +14,7 @@ from .errors import UserError
 
 # Modules that add their own commands: each has `register(sub)` adding sub-parsers with
 # `set_defaults(func=...)`. Add a module here to add its commands.
-COMMAND_MODULES: list[str] = []
+COMMAND_MODULES: list[str] = ["cli_online", "cli_tuning"]
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 
@@ -119,6 +119,39 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
+@command("context")
+def cmd_context(args: argparse.Namespace) -> int:
+    from .context.builder import build_memory_context
+
+    rt = _runtime()
+    result = build_memory_context(rt.pool, rt.embedder, args.owner or rt.settings.default_owner, args.query,
+                                  mode=args.mode, token_budget=args.budget)
+    if args.json:
+        print(json.dumps(result.as_dict(), ensure_ascii=False, indent=2, default=str))
+    else:
+        print(result.block)
+        print(f"\n[{result.token_used}/{result.token_budget} tokens, {len(result.items)} items of "
+              f"{result.candidates_count} candidates, retrieval {result.retrieval_id}"
+              f"{', degraded: ' + result.degraded if result.degraded else ''}]", file=sys.stderr)
+    return 0
+
+
+@command("eval")
+def cmd_eval(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .db import database_url
+    from .embeddings import make_embedder
+    from .evaluation import evaluate, format_table
+    from .settings import get_settings
+
+    settings = get_settings()
+    embedder = make_embedder(settings)
+    results = evaluate(database_url(settings), embedder, Path(args.dir), bar=_bar, limit=args.limit)
+    print(json.dumps(results) if args.json else format_table(results))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="memory-pipelines",
@@ -150,6 +183,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", default="hybrid", choices=["semantic", "keyword", "hybrid"])
     p.add_argument("--source", action="append", choices=["task", "learning", "capability", "memory"])
     p.add_argument("--limit", type=int, default=10)
+
+    p = sub.add_parser("context", help="build the token-budgeted context block for a query (seed 001)")
+    p.add_argument("query")
+    p.add_argument("--owner", help="owner id (default MEMORY_PIPELINES_OWNER or 'default')")
+    p.add_argument("--mode", default="execute", choices=["plan", "execute", "debug", "chat"])
+    p.add_argument("--budget", type=int, default=800, help="token budget (default 800)")
+    p.add_argument("--json", action="store_true", help="print the block, items and factors as JSON")
+
+    p = sub.add_parser("eval", help="evaluate retrieval on DIR (memories.jsonl + queries.jsonl): recall@5, "
+                       "recall@10 and nDCG@10 of keyword, semantic, hybrid and context ranking, in a throwaway "
+                       "database")
+    p.add_argument("dir")
+    p.add_argument("--json", action="store_true", help="one JSON object keyed by method")
+    p.add_argument("--limit", type=int, help="evaluate only the first N queries")
     for name, fn in COMMANDS.items():
         sub.choices[name].set_defaults(func=fn)
     for module in COMMAND_MODULES:

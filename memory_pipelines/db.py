@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import psycopg
 from pgvector.psycopg import register_vector
@@ -32,23 +34,32 @@ def embedded_url(settings: Settings) -> str:
     with _lock:
         server = _servers.get(key)
         if server is None:
-            try:
-                import pgserver
-            except ImportError as exc:  # pragma: no cover - pgserver is a hard dependency
-                raise ConfigError(
-                    "no DATABASE_URL is set and the embedded server package `pgserver` is missing. "
-                    "Fix: `pip install pgserver`, or set DATABASE_URL."
-                ) from exc
             settings.home.mkdir(parents=True, exist_ok=True)
-            try:
-                server = pgserver.get_server(pgdata, cleanup_mode="stop")
-            except Exception as exc:
+            server = start_embedded_server(pgdata)
+            _servers[key] = server
+    return server.get_uri()  # type: ignore[attr-defined]
+
+
+def start_embedded_server(pgdata: Path, attempts: int = 3):
+    """Start (or join) a pgserver in `pgdata`, retrying transient start-up failures.
+
+    As root, pgserver creates a system user for the server on first start; several processes doing
+    so at once can collide on /etc/passwd's lock, which a retry resolves.
+    """
+    import pgserver
+
+    for attempt in range(1, attempts + 1):
+        try:
+            return pgserver.get_server(pgdata, cleanup_mode="stop")
+        except Exception as exc:
+            if attempt == attempts:
                 raise ConfigError(
                     f"the embedded PostgreSQL could not start in {pgdata}: {exc}. "
                     "Fix: check the folder is writable, or set DATABASE_URL to a PostgreSQL with pgvector."
                 ) from exc
-            _servers[key] = server
-    return server.get_uri()  # type: ignore[attr-defined]
+            log.warning("embedded PostgreSQL did not start (attempt %s): %s; retrying", attempt, exc)
+            time.sleep(1.0 * attempt)
+    raise AssertionError("unreachable")
 
 
 def database_url(settings: Settings) -> str:
@@ -107,6 +118,14 @@ def get_pool(url: str, *, min_size: int = 1, max_size: int = 8) -> ConnectionPoo
                 ) from exc
             _pools[url] = pool
     return pool
+
+
+def close_pool(url: str) -> None:
+    """Close this process's pool for one URL, if open."""
+    with _lock:
+        pool = _pools.pop(url, None)
+    if pool is not None:
+        pool.close()
 
 
 def close_pools() -> None:

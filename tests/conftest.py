@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from memory_pipelines.db import close_pools, get_pool
+from memory_pipelines.db import close_pools, get_pool, start_embedded_server
 from memory_pipelines.embeddings import FakeEmbedder
 from memory_pipelines.migrate import migrate
 from memory_pipelines.runtime import Runtime
@@ -30,10 +30,8 @@ def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if os.environ.get("DATABASE_URL"):
         yield os.environ["DATABASE_URL"]
         return
-    import pgserver
-
     home = Path(tmp_path_factory.mktemp("pg"))
-    server = pgserver.get_server(home / "pgdata", cleanup_mode="stop")
+    server = start_embedded_server(home / "pgdata")
     yield server.get_uri()
     close_pools()
     server.cleanup()

@@ -13,7 +13,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ..text.keywords import jaccard
+from ..text.keywords import jaccard_sets, term_set
 
 
 class Candidate(Protocol):
@@ -22,13 +22,13 @@ class Candidate(Protocol):
     embedding: np.ndarray | None
 
 
-def similarity(a: Candidate, b: Candidate) -> float:
-    """Cosine of embeddings when both exist, else Jaccard of terms."""
+def similarity(a: Candidate, b: Candidate, ta: frozenset[str], tb: frozenset[str]) -> float:
+    """Cosine of embeddings when both exist, else Jaccard of terms (ta, tb: their term sets)."""
     if a.embedding is not None and b.embedding is not None and a.embedding.shape == b.embedding.shape:
         na, nb = float(np.linalg.norm(a.embedding)), float(np.linalg.norm(b.embedding))
         if na > 0 and nb > 0:
             return float(np.dot(a.embedding, b.embedding) / (na * nb))
-    return jaccard(a.text, b.text)
+    return jaccard_sets(ta, tb, a.text, b.text)
 
 
 def mmr_select(
@@ -37,6 +37,7 @@ def mmr_select(
     """Indices of up to k candidates in MMR order."""
     if not candidates or k <= 0:
         return []
+    sets = [term_set(c.text) for c in candidates]
     top = max(c.score for c in candidates) or 1.0
     rel = [c.score / top for c in candidates]
     remaining = list(range(len(candidates)))
@@ -49,9 +50,10 @@ def mmr_select(
             if value > best_value:
                 best, best_value = i, value
         remaining.remove(best)
-        if any(jaccard(candidates[best].text, candidates[j].text) >= max_jaccard for j in chosen):
+        b = candidates[best]
+        if any(jaccard_sets(sets[best], sets[j], b.text, candidates[j].text) >= max_jaccard for j in chosen):
             continue
         chosen.append(best)
         for i in remaining:
-            max_sim[i] = max(max_sim[i], similarity(candidates[i], candidates[best]))
+            max_sim[i] = max(max_sim[i], similarity(candidates[i], b, sets[i], sets[best]))
     return chosen

@@ -205,9 +205,18 @@ def jaccard(a: str, b: str) -> float:
     Falls back to character bigrams when either term set is empty; two texts with nothing
     comparable are 1.0 if their normalised forms are equal (e.g. both empty), else 0.0.
     """
-    sa, sb = set(terms(a)), set(terms(b))
+    return jaccard_sets(term_set(a), term_set(b), a, b)
+
+
+def term_set(text: str) -> frozenset[str]:
+    """The set of terms of `text` (what `jaccard` compares); compute once and reuse for many pairs."""
+    return frozenset(terms(text))
+
+
+def jaccard_sets(sa: frozenset[str], sb: frozenset[str], a: str, b: str) -> float:
+    """`jaccard(a, b)` given the precomputed term sets of a and b."""
     if not sa or not sb:
-        sa, sb = char_bigrams(a), char_bigrams(b)
+        sa, sb = frozenset(char_bigrams(a)), frozenset(char_bigrams(b))
     if not sa and not sb:
         return 1.0 if a.strip() == b.strip() else 0.0
     return len(sa & sb) / len(sa | sb)

@@ -1,0 +1,86 @@
+"""Shared pieces of the benchmarks: a scratch database and a synthetic corpus loaded with COPY."""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import numpy as np
+
+from memory_pipelines.db import database_url, get_pool
+from memory_pipelines.embeddings import FakeEmbedder
+from memory_pipelines.evaluation import scratch_database
+from memory_pipelines.settings import get_settings
+
+WORDS = (
+    "deploy rollback canary auth token oauth expired login rate limit quota billing cap timeout retry backoff "
+    "database postgres pool connection index vector embedding search cache redis queue backlog kafka worker "
+    "memory leak oom disk latency p99 alert incident review test flaky regression ci pipeline build docker "
+    "kubernetes cluster node service api gateway payment invoice customer report dashboard metric migration "
+    "schema backup restore replica failover certificate tls dns network packet loss deadlock transaction"
+).split()
+ZH = "部署 回滚 认证 令牌 过期 限流 超时 重试 数据库 连接池 索引 向量 缓存 队列 内存 泄漏 告警 故障 测试 迁移".split()
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def sentence(rng: random.Random) -> str:
+    n = rng.randint(6, 16)
+    words = [rng.choice(WORDS) for _ in range(n)]
+    if rng.random() < 0.3:
+        words.insert(rng.randint(0, n), rng.choice(ZH) + rng.choice(ZH))
+    return " ".join(words)
+
+
+@contextmanager
+def scratch(dimension: int = 384) -> Iterator[str]:
+    """A throwaway database on the configured server (embedded by default)."""
+    settings = get_settings()
+    embedder = FakeEmbedder(dimension)
+    with scratch_database(database_url(settings), dimension, embedder.model_name) as url:
+        yield url
+
+
+def load_tasks(url: str, n: int, owners: list[tuple[str, int]], seed: int = 7, table: str = "tasks") -> FakeEmbedder:
+    """COPY n synthetic rows (fake-embedded) into `tasks` (or `learnings`), owners by count."""
+    rng = random.Random(seed)
+    embedder = FakeEmbedder(384)
+    pool = get_pool(url)
+    owner_of = [o for o, count in owners for _ in range(count)]
+    rng.shuffle(owner_of)
+    body = "description" if table == "tasks" else "content"
+    with pool.connection() as conn, conn.cursor() as cur:
+        with cur.copy(
+            f"COPY {table} (owner_id, title, {body}, created_at, embedding, embedding_model, embedded_hash)"
+            " FROM STDIN WITH (FORMAT BINARY)"
+        ) as copy:
+            copy.set_types(["text", "text", "text", "timestamptz", "vector", "text", "text"])
+            import datetime as dt
+
+            now = dt.datetime.now(dt.UTC)
+            for i in range(n):
+                title, desc = sentence(rng), sentence(rng)
+                vec = embedder.embed_batch([f"{title}\n{desc}"])[0]
+                created = now - dt.timedelta(days=rng.random() * 180)
+                copy.write_row((owner_of[i], title, desc, created, vec, embedder.model_name, None))
+                if i and i % 20000 == 0:
+                    log(f"  loaded {i} rows")
+        conn.execute(f"UPDATE {table} SET embedded_hash = content_hash")
+    return embedder
+
+
+def percentiles(samples_ms: list[float]) -> dict[str, float]:
+    qs = np.percentile(samples_ms, [50, 95, 99])
+    return {"p50_ms": round(float(qs[0]), 2), "p95_ms": round(float(qs[1]), 2), "p99_ms": round(float(qs[2]), 2),
+            "mean_ms": round(statistics.fmean(samples_ms), 2)}
+
+
+def emit(result: dict) -> None:
+    """The benchmark's figures as one JSON object on the last line of stdout."""
+    print(json.dumps(result, ensure_ascii=False))

@@ -1,0 +1,127 @@
+"""Context-build latency (p50 / p95 / p99) at 10k and 100k memories, query embedding excluded.
+
+Synthetic fake-embedded tasks and learnings (half each) for one owner plus goals and recent events;
+keyword index built. The project's `build_memory_context` (hybrid retrieval, MMR, budget, retrieval log)
+runs against the seed's approach as written in seed 001, measured in the same run on the same data:
+sequential vector search of tasks (top 20) and learnings (top 10), events, goals, Jaccard dedup and the
+len/2.5 budget, no log. Query embedding with the local model is measured apart. Prints one JSON object.
+
+    python bench/context_latency.py [--sizes 10000 100000] [--builds 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+
+from _common import emit, load_tasks, log, percentiles, scratch, sentence
+
+from psycopg.types.json import Jsonb
+
+from memory_pipelines.context.builder import build_memory_context
+from memory_pipelines.db import get_pool
+from memory_pipelines.keyword_index import index_source
+from memory_pipelines.text.keywords import jaccard
+
+
+def seed_build(pool, owner: str, qvec, budget: int = 800) -> str:
+    """Seed 001's buildMemoryContext, phase 1–2, as the baseline."""
+    with pool.connection() as conn:
+        tasks = conn.execute("SELECT title, description, created_at, 1 - (embedding <=> %s) FROM tasks"
+                             " WHERE owner_id = %s ORDER BY embedding <=> %s LIMIT 20", (qvec, owner, qvec)).fetchall()
+        learnings = conn.execute("SELECT title, content, created_at, 1 - (embedding <=> %s) FROM learnings"
+                                 " WHERE owner_id = %s ORDER BY embedding <=> %s LIMIT 10",
+                                 (qvec, owner, qvec)).fetchall()
+        events = conn.execute("SELECT type, payload::text FROM events WHERE owner_id = %s"
+                              " AND created_at > now() - interval '24 hours' ORDER BY created_at DESC LIMIT 10",
+                              (owner,)).fetchall()
+        goals = conn.execute("SELECT title, status, progress FROM goals WHERE owner_id = %s AND status IN"
+                             " ('in_progress', 'pending') ORDER BY priority, progress DESC LIMIT 3", (owner,)).fetchall()
+    items = [(f"{t} {d}", s) for t, d, _c, s in tasks + learnings] + [(f"[{t}] {p[:200]}", 0.5) for t, p in events]
+    items.sort(key=lambda x: -x[1])
+    kept: list[str] = []
+    for text, _score in items:
+        if not any(jaccard(text, k) > 0.8 for k in kept):
+            kept.append(text)
+    block = "\n".join(f"- {g[0]} ({g[1]}, {g[2]}%)" for g in goals)
+    used = len(block) / 2.5
+    for text in kept:
+        if used + len(text) / 2.5 > budget:
+            break
+        block += "\n" + text
+        used += len(text) / 2.5
+    return block
+
+
+def run_size(n: int, builds: int) -> dict:
+    rng = random.Random(5)
+    with scratch() as url:
+        log(f"[{n}] loading")
+        embedder = load_tasks(url, n // 2, [("owner", n // 2)], seed=1, table="tasks")
+        load_tasks(url, n - n // 2, [("owner", n - n // 2)], seed=2, table="learnings")
+        pool = get_pool(url)
+        with pool.connection() as conn:
+            conn.execute("SET maintenance_work_mem = '1GB'")
+            conn.execute("REINDEX TABLE tasks")
+            conn.execute("REINDEX TABLE learnings")
+            for i in range(3):
+                conn.execute("INSERT INTO goals (owner_id, title, status, priority) VALUES ('owner', %s,"
+                             " 'in_progress', %s)", (f"goal {i}: {sentence(rng)}", i))
+            for _ in range(30):
+                conn.execute("INSERT INTO events (owner_id, type, payload, created_at) VALUES ('owner',"
+                             " 'task_failed', %s, now() - make_interval(secs => %s))",
+                             (Jsonb({"error": sentence(rng)}), rng.random() * 30 * 3600))
+            conn.execute("ANALYZE")
+        log(f"[{n}] keyword index")
+        index_source(pool, "task")
+        index_source(pool, "learning")
+        queries = [sentence(rng) for _ in range(builds)]
+        vectors = [embedder.embed_query(q) for q in queries]
+        for q, v in zip(queries[:10], vectors[:10], strict=True):  # warm-up
+            build_memory_context(pool, embedder, "owner", q, query_vector=v)
+            seed_build(pool, "owner", v)
+        ours, base, inner = [], [], []
+        log(f"[{n}] {builds} builds each")
+        for q, v in zip(queries, vectors, strict=True):
+            t = time.perf_counter()
+            result = build_memory_context(pool, embedder, "owner", q, query_vector=v)
+            ours.append((time.perf_counter() - t) * 1000)
+            inner.append(result.timings_ms["total_excluding_embed"])
+            t = time.perf_counter()
+            seed_build(pool, "owner", v)
+            base.append((time.perf_counter() - t) * 1000)
+        ours_p, base_p = percentiles(ours), percentiles(base)
+        return {"project": ours_p, "seed_baseline": base_p,
+                "p99_ratio_baseline_over_project": round(base_p["p99_ms"] / ours_p["p99_ms"], 3)}
+
+
+def query_embedding_ms(samples: int = 50) -> dict:
+    from memory_pipelines.embeddings.local import LocalE5Embedder
+
+    emb = LocalE5Embedder()
+    rng = random.Random(3)
+    emb.embed_query("warm up")
+    times = []
+    for _ in range(samples):
+        t = time.perf_counter()
+        emb.embed_query(sentence(rng))
+        times.append((time.perf_counter() - t) * 1000)
+    return percentiles(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--builds", type=int, default=200)
+    args = parser.parse_args()
+    sizes = {str(n): run_size(n, args.builds) for n in args.sizes}
+    for n, r in sizes.items():
+        log(f"{n}: {r}")
+    emit({"benchmark": "context_latency", "builds_per_size": args.builds, "sizes": sizes,
+          "query_embedding_local_model": query_embedding_ms(),
+          "floor_p99_ms": 100, "max_p99_ms": max(r["project"]["p99_ms"] for r in sizes.values())})
+
+
+if __name__ == "__main__":
+    main()
