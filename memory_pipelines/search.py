@@ -203,39 +203,42 @@ def _hit(source: str, row: tuple, *, semantic: float | None = None, keyword: flo
 
 
 def _keyword_source(
-    conn: psycopg.Connection, source: str, owner: str, qterms: list[str], f: SearchFilters, k: int
+    conn: psycopg.Connection, source: str, owner: str, qterms: dict[str, float], f: SearchFilters, k: int
 ) -> list[Hit]:
-    """BM25 over the keyword table, with the source's filters joined in before the limit."""
+    """BM25 over the keyword table (query terms weighted), filters joined in before the limit.
+
+    Memories are scored by their best fragment, so a long memory does not win by length alone.
+    """
     if not qterms:
         return []
-    params: dict[str, Any] = {"terms": qterms, "k": k, "k1": BM25_K1, "b": BM25_B}
+    params: dict[str, Any] = {"terms": list(qterms), "weights": list(qterms.values()), "k": k,
+                              "k1": BM25_K1, "b": BM25_B}
     clauses = _where(source, owner, f, params)
-    kw_source = "fragment" if source == "memory" else source
-    params["ksource"] = kw_source
-    item = "f.memory_id" if source == "memory" else "t.id"
-    join = (
-        "JOIN fragments f ON f.id = k.item_id JOIN memories t ON t.id = f.memory_id JOIN projects p ON p.id = t.project_id"
-        if source == "memory"
-        else f"JOIN {_from(source)} ON t.id::text = k.item_id"
-    )
+    params["ksource"] = "fragment" if source == "memory" else source
+    if source == "memory":
+        item = "f.memory_id"
+        join = ("JOIN fragments f ON f.id = doc.item_id JOIN memories t ON t.id = f.memory_id"
+                " JOIN projects p ON p.id = t.project_id")
+    else:
+        item = "t.id"
+        join = f"JOIN {_TABLE[source]} t ON t.id = doc.item_id::uuid"
     title, body, extra = _SELECT[source]
     emb = "t.avg_embedding" if source == "memory" else "t.embedding"
     sql = (
-        "WITH stats AS (SELECT count(*)::float AS n, greatest(avg(doc_len), 1)::float AS avglen FROM keyword_docs"
-        "               WHERE owner_id = %(owner)s AND source = %(ksource)s),"
-        " df AS (SELECT keyword, count(*)::float AS df FROM keywords"
-        "        WHERE owner_id = %(owner)s AND source = %(ksource)s AND keyword = ANY(%(terms)s) GROUP BY keyword),"
-        " scored AS ("
-        f"  SELECT {item} AS item_id, sum(ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5))"
-        "        * k.tf * (%(k1)s + 1) / (k.tf + %(k1)s * (1 - %(b)s + %(b)s * d.doc_len / stats.avglen))) AS bm25"
-        "  FROM keywords k JOIN df ON df.keyword = k.keyword"
-        "  JOIN keyword_docs d ON d.source = k.source AND d.item_id = k.item_id CROSS JOIN stats"
-        f"  {join}"
-        f"  WHERE k.owner_id = %(owner)s AND k.source = %(ksource)s AND k.keyword = ANY(%(terms)s)"
-        f"  AND {' AND '.join(clauses)}"
-        f"  GROUP BY {item} ORDER BY bm25 DESC LIMIT %(k)s)"
+        "WITH q AS (SELECT * FROM unnest(%(terms)s::text[], %(weights)s::float8[]) AS q(keyword, qw)),"
+        " stats AS (SELECT count(*)::float AS n, greatest(avg(doc_len), 1)::float AS avglen FROM keyword_docs"
+        "           WHERE owner_id = %(owner)s AND source = %(ksource)s),"
+        " df AS (SELECT k.keyword, count(*)::float AS df FROM keywords k JOIN q ON q.keyword = k.keyword"
+        "        WHERE k.owner_id = %(owner)s AND k.source = %(ksource)s GROUP BY k.keyword),"
+        " doc AS (SELECT k.item_id, sum(q.qw * ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5)) * k.tf * (%(k1)s + 1)"
+        "           / (k.tf + %(k1)s * (1 - %(b)s + %(b)s * d.doc_len / stats.avglen))) AS bm25"
+        "         FROM keywords k JOIN q ON q.keyword = k.keyword JOIN df ON df.keyword = k.keyword"
+        "         JOIN keyword_docs d ON d.source = k.source AND d.item_id = k.item_id CROSS JOIN stats"
+        "         WHERE k.owner_id = %(owner)s AND k.source = %(ksource)s GROUP BY k.item_id),"
+        f" scored AS (SELECT {item} AS item_id, max(doc.bm25) AS bm25 FROM doc {join}"
+        f"            WHERE {' AND '.join(clauses)} GROUP BY {item} ORDER BY bm25 DESC LIMIT %(k)s)"
         f" SELECT t.id::text, {title}, {body}, t.created_at, s.bm25, {extra}, {emb}"
-        f" FROM scored s JOIN {_from(source)} ON t.id::text = s.item_id::text ORDER BY s.bm25 DESC"
+        f" FROM scored s JOIN {_from(source)} ON t.id = s.item_id ORDER BY s.bm25 DESC"
     )
     rows = conn.execute(sql, params).fetchall()
     return [_hit(source, r, keyword=float(r[4])) for r in rows]
@@ -294,9 +297,21 @@ def semantic_hits(
     return sorted(hits, key=lambda h: h.score, reverse=True)
 
 
+EXPANSION_WEIGHT = 0.5  # glossary translations count half as much as the query's own words
+
+
+def query_terms(query: str) -> dict[str, float]:
+    """The query's terms (weight 1) plus their glossary translations (weight EXPANSION_WEIGHT)."""
+    own = list(dict.fromkeys(terms(query)))
+    weights = dict.fromkeys(own, 1.0)
+    for term in expand(own):
+        weights.setdefault(term, EXPANSION_WEIGHT)
+    return weights
+
+
 def keyword_hits(conn: psycopg.Connection, owner: str, query: str, f: SearchFilters, k: int) -> list[Hit]:
     """Top-k per source by BM25 (Jaccard over recent rows if the keyword table has nothing)."""
-    qterms = sorted(set(expand(terms(query))))
+    qterms = query_terms(query)
     hits = [h for s in f.sources for h in _keyword_source(conn, s, owner, qterms, f, k)]
     if not hits:
         hits = [h for s in f.sources for h in _jaccard_source(conn, s, owner, query, f, k)]

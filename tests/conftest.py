@@ -4,6 +4,8 @@ from a migrated template, the fake OpenAI server, and embedders."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -25,16 +27,22 @@ DIM = 384
 
 
 @pytest.fixture(scope="session")
-def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Admin URL of the test server: DATABASE_URL when set, else an embedded server in a temp folder."""
+def server_url() -> Iterator[str]:
+    """Admin URL of the test server: DATABASE_URL when set, else an embedded server in a temp folder.
+
+    The folder is made outside pytest's basetemp: that one is private to root (0700), and as root
+    pgserver runs PostgreSQL as an unprivileged user that must reach its data folder.
+    """
     if os.environ.get("DATABASE_URL"):
         yield os.environ["DATABASE_URL"]
         return
-    home = Path(tmp_path_factory.mktemp("pg"))
+    home = Path(tempfile.mkdtemp(prefix="mp-test-pg-"))
+    home.chmod(0o755)
     server = start_embedded_server(home / "pgdata")
     yield server.get_uri()
     close_pools()
     server.cleanup()
+    shutil.rmtree(home, ignore_errors=True)
 
 
 def _admin(url: str) -> psycopg.Connection:
