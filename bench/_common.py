@@ -16,14 +16,102 @@ from memory_pipelines.embeddings import FakeEmbedder
 from memory_pipelines.evaluation import scratch_database
 from memory_pipelines.settings import get_settings
 
-WORDS = (
-    "deploy rollback canary auth token oauth expired login rate limit quota billing cap timeout retry backoff "
-    "database postgres pool connection index vector embedding search cache redis queue backlog kafka worker "
-    "memory leak oom disk latency p99 alert incident review test flaky regression ci pipeline build docker "
-    "kubernetes cluster node service api gateway payment invoice customer report dashboard metric migration "
-    "schema backup restore replica failover certificate tls dns network packet loss deadlock transaction"
-).split()
-ZH = "部署 回滚 认证 令牌 过期 限流 超时 重试 数据库 连接池 索引 向量 缓存 队列 内存 泄漏 告警 故障 测试 迁移".split()
+WORDS = [
+    "deploy",
+    "rollback",
+    "canary",
+    "auth",
+    "token",
+    "oauth",
+    "expired",
+    "login",
+    "rate",
+    "limit",
+    "quota",
+    "billing",
+    "cap",
+    "timeout",
+    "retry",
+    "backoff",
+    "database",
+    "postgres",
+    "pool",
+    "connection",
+    "index",
+    "vector",
+    "embedding",
+    "search",
+    "cache",
+    "redis",
+    "queue",
+    "backlog",
+    "kafka",
+    "worker",
+    "memory",
+    "leak",
+    "oom",
+    "disk",
+    "latency",
+    "p99",
+    "alert",
+    "incident",
+    "review",
+    "test",
+    "flaky",
+    "regression",
+    "ci",
+    "pipeline",
+    "build",
+    "docker",
+    "kubernetes",
+    "cluster",
+    "node",
+    "service",
+    "api",
+    "gateway",
+    "payment",
+    "invoice",
+    "customer",
+    "report",
+    "dashboard",
+    "metric",
+    "migration",
+    "schema",
+    "backup",
+    "restore",
+    "replica",
+    "failover",
+    "certificate",
+    "tls",
+    "dns",
+    "network",
+    "packet",
+    "loss",
+    "deadlock",
+    "transaction",
+]
+ZH = [
+    "部署",
+    "回滚",
+    "认证",
+    "令牌",
+    "过期",
+    "限流",
+    "超时",
+    "重试",
+    "数据库",
+    "连接池",
+    "索引",
+    "向量",
+    "缓存",
+    "队列",
+    "内存",
+    "泄漏",
+    "告警",
+    "故障",
+    "测试",
+    "迁移",
+]
 
 
 def log(msg: str) -> None:
@@ -47,7 +135,9 @@ def scratch(dimension: int = 384) -> Iterator[str]:
         yield url
 
 
-def load_tasks(url: str, n: int, owners: list[tuple[str, int]], seed: int = 7, table: str = "tasks") -> FakeEmbedder:
+def load_tasks(
+    url: str, n: int, owners: list[tuple[str, int]], seed: int = 7, table: str = "tasks"
+) -> FakeEmbedder:
     """COPY n synthetic rows (fake-embedded) into `tasks` (or `learnings`), owners by count."""
     rng = random.Random(seed)
     embedder = FakeEmbedder(384)
@@ -77,8 +167,12 @@ def load_tasks(url: str, n: int, owners: list[tuple[str, int]], seed: int = 7, t
 
 def percentiles(samples_ms: list[float]) -> dict[str, float]:
     qs = np.percentile(samples_ms, [50, 95, 99])
-    return {"p50_ms": round(float(qs[0]), 2), "p95_ms": round(float(qs[1]), 2), "p99_ms": round(float(qs[2]), 2),
-            "mean_ms": round(statistics.fmean(samples_ms), 2)}
+    return {
+        "p50_ms": round(float(qs[0]), 2),
+        "p95_ms": round(float(qs[1]), 2),
+        "p99_ms": round(float(qs[2]), 2),
+        "mean_ms": round(statistics.fmean(samples_ms), 2),
+    }
 
 
 def emit(result: dict) -> None:

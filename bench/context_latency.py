@@ -16,7 +16,6 @@ import random
 import time
 
 from _common import emit, load_tasks, log, percentiles, scratch, sentence
-
 from psycopg.types.json import Jsonb
 
 from memory_pipelines.context.builder import build_memory_context
@@ -28,17 +27,29 @@ from memory_pipelines.text.keywords import jaccard
 def seed_build(pool, owner: str, qvec, budget: int = 800) -> str:
     """Seed 001's buildMemoryContext, phase 1–2, as the baseline."""
     with pool.connection() as conn:
-        tasks = conn.execute("SELECT title, description, created_at, 1 - (embedding <=> %s) FROM tasks"
-                             " WHERE owner_id = %s ORDER BY embedding <=> %s LIMIT 20", (qvec, owner, qvec)).fetchall()
-        learnings = conn.execute("SELECT title, content, created_at, 1 - (embedding <=> %s) FROM learnings"
-                                 " WHERE owner_id = %s ORDER BY embedding <=> %s LIMIT 10",
-                                 (qvec, owner, qvec)).fetchall()
-        events = conn.execute("SELECT type, payload::text FROM events WHERE owner_id = %s"
-                              " AND created_at > now() - interval '24 hours' ORDER BY created_at DESC LIMIT 10",
-                              (owner,)).fetchall()
-        goals = conn.execute("SELECT title, status, progress FROM goals WHERE owner_id = %s AND status IN"
-                             " ('in_progress', 'pending') ORDER BY priority, progress DESC LIMIT 3", (owner,)).fetchall()
-    items = [(f"{t} {d}", s) for t, d, _c, s in tasks + learnings] + [(f"[{t}] {p[:200]}", 0.5) for t, p in events]
+        tasks = conn.execute(
+            "SELECT title, description, created_at, 1 - (embedding <=> %s) FROM tasks"
+            " WHERE owner_id = %s ORDER BY embedding <=> %s LIMIT 20",
+            (qvec, owner, qvec),
+        ).fetchall()
+        learnings = conn.execute(
+            "SELECT title, content, created_at, 1 - (embedding <=> %s) FROM learnings"
+            " WHERE owner_id = %s ORDER BY embedding <=> %s LIMIT 10",
+            (qvec, owner, qvec),
+        ).fetchall()
+        events = conn.execute(
+            "SELECT type, payload::text FROM events WHERE owner_id = %s"
+            " AND created_at > now() - interval '24 hours' ORDER BY created_at DESC LIMIT 10",
+            (owner,),
+        ).fetchall()
+        goals = conn.execute(
+            "SELECT title, status, progress FROM goals WHERE owner_id = %s AND status IN"
+            " ('in_progress', 'pending') ORDER BY priority, progress DESC LIMIT 3",
+            (owner,),
+        ).fetchall()
+    items = [(f"{t} {d}", s) for t, d, _c, s in tasks + learnings] + [
+        (f"[{t}] {p[:200]}", 0.5) for t, p in events
+    ]
     items.sort(key=lambda x: -x[1])
     kept: list[str] = []
     for text, _score in items:
@@ -66,12 +77,17 @@ def run_size(n: int, builds: int) -> dict:
             conn.execute("REINDEX TABLE tasks")
             conn.execute("REINDEX TABLE learnings")
             for i in range(3):
-                conn.execute("INSERT INTO goals (owner_id, title, status, priority) VALUES ('owner', %s,"
-                             " 'in_progress', %s)", (f"goal {i}: {sentence(rng)}", i))
+                conn.execute(
+                    "INSERT INTO goals (owner_id, title, status, priority) VALUES ('owner', %s,"
+                    " 'in_progress', %s)",
+                    (f"goal {i}: {sentence(rng)}", i),
+                )
             for _ in range(30):
-                conn.execute("INSERT INTO events (owner_id, type, payload, created_at) VALUES ('owner',"
-                             " 'task_failed', %s, now() - make_interval(secs => %s))",
-                             (Jsonb({"error": sentence(rng)}), rng.random() * 30 * 3600))
+                conn.execute(
+                    "INSERT INTO events (owner_id, type, payload, created_at) VALUES ('owner',"
+                    " 'task_failed', %s, now() - make_interval(secs => %s))",
+                    (Jsonb({"error": sentence(rng)}), rng.random() * 30 * 3600),
+                )
             conn.execute("ANALYZE")
         log(f"[{n}] keyword index")
         index_source(pool, "task")
@@ -92,8 +108,11 @@ def run_size(n: int, builds: int) -> dict:
             seed_build(pool, "owner", v)
             base.append((time.perf_counter() - t) * 1000)
         ours_p, base_p = percentiles(ours), percentiles(base)
-        return {"project": ours_p, "seed_baseline": base_p,
-                "p99_ratio_baseline_over_project": round(base_p["p99_ms"] / ours_p["p99_ms"], 3)}
+        return {
+            "project": ours_p,
+            "seed_baseline": base_p,
+            "p99_ratio_baseline_over_project": round(base_p["p99_ms"] / ours_p["p99_ms"], 3),
+        }
 
 
 def query_embedding_ms(samples: int = 50) -> dict:
@@ -118,9 +137,16 @@ def main() -> None:
     sizes = {str(n): run_size(n, args.builds) for n in args.sizes}
     for n, r in sizes.items():
         log(f"{n}: {r}")
-    emit({"benchmark": "context_latency", "builds_per_size": args.builds, "sizes": sizes,
-          "query_embedding_local_model": query_embedding_ms(),
-          "floor_p99_ms": 100, "max_p99_ms": max(r["project"]["p99_ms"] for r in sizes.values())})
+    emit(
+        {
+            "benchmark": "context_latency",
+            "builds_per_size": args.builds,
+            "sizes": sizes,
+            "query_embedding_local_model": query_embedding_ms(),
+            "floor_p99_ms": 100,
+            "max_p99_ms": max(r["project"]["p99_ms"] for r in sizes.values()),
+        }
+    )
 
 
 if __name__ == "__main__":

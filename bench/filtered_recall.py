@@ -22,14 +22,16 @@ from memory_pipelines.search import SearchFilters, search
 def exact(conn, owner: str, q) -> list[str]:
     with conn.transaction():
         conn.execute("SET LOCAL enable_indexscan = off")
-        rows = conn.execute("SELECT id::text FROM tasks WHERE owner_id = %s ORDER BY embedding <=> %s LIMIT 10",
-                            (owner, q)).fetchall()
+        rows = conn.execute(
+            "SELECT id::text FROM tasks WHERE owner_id = %s ORDER BY embedding <=> %s LIMIT 10", (owner, q)
+        ).fetchall()
     return [r[0] for r in rows]
 
 
 def plain(conn, owner: str, q) -> list[str]:
-    rows = conn.execute("SELECT id::text FROM tasks WHERE owner_id = %s ORDER BY embedding <=> %s LIMIT 10",
-                        (owner, q)).fetchall()
+    rows = conn.execute(
+        "SELECT id::text FROM tasks WHERE owner_id = %s ORDER BY embedding <=> %s LIMIT 10", (owner, q)
+    ).fetchall()
     return [r[0] for r in rows]
 
 
@@ -54,14 +56,21 @@ def main() -> None:
             log(f"HNSW built in {time.perf_counter() - t:.0f} s")
         results = {}
         queries = [embedder.embed_query(sentence(rng)) for _ in range(args.queries)]
-        for label, owner, reassign in [("100%", "all", False), ("10%", "s10", True), ("1%", "s1", False),
-                                       ("0.1%", "s01", False)]:
+        for label, owner, reassign in [
+            ("100%", "all", False),
+            ("10%", "s10", True),
+            ("1%", "s1", False),
+            ("0.1%", "s01", False),
+        ]:
             if reassign:
                 with pool.connection() as conn:
                     ids = [r[0] for r in conn.execute("SELECT id FROM tasks ORDER BY random()").fetchall()]
                     start = 0
                     for o, count in split:
-                        conn.execute("UPDATE tasks SET owner_id = %s WHERE id = ANY(%s)", (o, ids[start:start + count]))
+                        conn.execute(
+                            "UPDATE tasks SET owner_id = %s WHERE id = ANY(%s)",
+                            (o, ids[start : start + count]),
+                        )
                         start += count
                     conn.execute("ANALYZE tasks")
             ours_r, plain_r, ours_ms, plain_ms = [], [], [], []
@@ -72,8 +81,16 @@ def main() -> None:
                     base = plain(conn, owner, q)
                     plain_ms.append((time.perf_counter() - t) * 1000)
                 t = time.perf_counter()
-                hits = search(pool, embedder, owner, "q", mode="semantic", filters=SearchFilters(sources=("task",)),
-                              limit=10, query_vector=q).hits
+                hits = search(
+                    pool,
+                    embedder,
+                    owner,
+                    "q",
+                    mode="semantic",
+                    filters=SearchFilters(sources=("task",)),
+                    limit=10,
+                    query_vector=q,
+                ).hits
                 ours_ms.append((time.perf_counter() - t) * 1000)
                 ours_r.append(len(truth & {h.id for h in hits}) / max(1, min(10, len(truth))))
                 plain_r.append(len(truth & set(base)) / max(1, min(10, len(truth))))
@@ -84,9 +101,16 @@ def main() -> None:
                 "baseline_p50_ms": round(sorted(plain_ms)[len(plain_ms) // 2], 2),
             }
             log(f"{label}: {results[label]}")
-    emit({"benchmark": "filtered_recall", "rows": n, "queries": args.queries, "selectivity": results,
-          "min_recall": min(r["recall_at_10"] for r in results.values()),
-          "min_baseline_recall": min(r["baseline_recall_at_10"] for r in results.values())})
+    emit(
+        {
+            "benchmark": "filtered_recall",
+            "rows": n,
+            "queries": args.queries,
+            "selectivity": results,
+            "min_recall": min(r["recall_at_10"] for r in results.values()),
+            "min_baseline_recall": min(r["baseline_recall_at_10"] for r in results.values()),
+        }
+    )
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import logging
@@ -14,7 +15,7 @@ from .errors import UserError
 
 # Modules that add their own commands: each has `register(sub)` adding sub-parsers with
 # `set_defaults(func=...)`. Add a module here to add its commands.
-COMMAND_MODULES: list[str] = []
+COMMAND_MODULES: list[str] = ["cli_online"]
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 
@@ -50,13 +51,13 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     embedder = make_embedder(settings)
     url = database_url(settings)
     if args.reembed:
-        try:
+        with contextlib.suppress(UserError):  # the dimension mismatch is what --reembed fixes
             migrate(url, embedder.dimension, embedder.model_name)
-        except UserError:
-            pass  # the dimension mismatch is what --reembed fixes
         reembed(url, embedder.dimension, embedder.model_name)
-        print(f"switched {describe_url(url)} to {embedder.dimension}-d vectors of {embedder.model_name}; "
-              "run `memory-pipelines embed` (or `run`) to re-embed every row")
+        print(
+            f"switched {describe_url(url)} to {embedder.dimension}-d vectors of {embedder.model_name}; "
+            "run `memory-pipelines embed` (or `run`) to re-embed every row"
+        )
         return 0
     applied = migrate(url, embedder.dimension, embedder.model_name)
     print(f"database {describe_url(url)}: " + (f"applied {', '.join(applied)}" if applied else "up to date"))
@@ -92,8 +93,10 @@ def embed_with_bar(rt) -> list:
         results = embed_all(rt.pool, rt.embedder, progress=bar.update)
     failed = sum(r.failed for r in results)
     if failed:
-        print(f"warning: {failed} rows could not be embedded and stay pending: {results[0].errors[:1]}",
-              file=sys.stderr)
+        print(
+            f"warning: {failed} rows could not be embedded and stay pending: {results[0].errors[:1]}",
+            file=sys.stderr,
+        )
     return results
 
 
@@ -110,8 +113,15 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     rt = _runtime()
     filters = SearchFilters(sources=tuple(args.source) if args.source else SearchFilters().sources)
-    result = search(rt.pool, rt.embedder, args.owner or rt.settings.default_owner, args.query, mode=args.mode,
-                    filters=filters, limit=args.limit)
+    result = search(
+        rt.pool,
+        rt.embedder,
+        args.owner or rt.settings.default_owner,
+        args.query,
+        mode=args.mode,
+        filters=filters,
+        limit=args.limit,
+    )
     if result.degraded:
         print(f"[degraded] {result.degraded}", file=sys.stderr)
     for h in result.hits:
@@ -124,15 +134,24 @@ def cmd_context(args: argparse.Namespace) -> int:
     from .context.builder import build_memory_context
 
     rt = _runtime()
-    result = build_memory_context(rt.pool, rt.embedder, args.owner or rt.settings.default_owner, args.query,
-                                  mode=args.mode, token_budget=args.budget)
+    result = build_memory_context(
+        rt.pool,
+        rt.embedder,
+        args.owner or rt.settings.default_owner,
+        args.query,
+        mode=args.mode,
+        token_budget=args.budget,
+    )
     if args.json:
         print(json.dumps(result.as_dict(), ensure_ascii=False, indent=2, default=str))
     else:
         print(result.block)
-        print(f"\n[{result.token_used}/{result.token_budget} tokens, {len(result.items)} items of "
-              f"{result.candidates_count} candidates, retrieval {result.retrieval_id}"
-              f"{', degraded: ' + result.degraded if result.degraded else ''}]", file=sys.stderr)
+        print(
+            f"\n[{result.token_used}/{result.token_budget} tokens, {len(result.items)} items of "
+            f"{result.candidates_count} candidates, retrieval {result.retrieval_id}"
+            f"{', degraded: ' + result.degraded if result.degraded else ''}]",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -162,19 +181,28 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("run", help="the main job: start the database, migrate, load the demo corpus, embed "
-                       "and index everything, then print counts and sample searches")
+    p = sub.add_parser(
+        "run",
+        help="the main job: start the database, migrate, load the demo corpus, embed "
+        "and index everything, then print counts and sample searches",
+    )
     p.add_argument("--owner", default="team-alpha", help="owner whose memory the sample searches read")
 
-    p = sub.add_parser("migrate", help="apply pending schema migrations (also done on start of every surface)")
-    p.add_argument("--reembed", action="store_true",
-                   help="switch the database to the configured model's dimension, clearing embeddings")
+    p = sub.add_parser(
+        "migrate", help="apply pending schema migrations (also done on start of every surface)"
+    )
+    p.add_argument(
+        "--reembed",
+        action="store_true",
+        help="switch the database to the configured model's dimension, clearing embeddings",
+    )
 
     p = sub.add_parser("status", help="database, pgvector, model, and row / embedding counts per table")
     p.add_argument("--json", action="store_true", help="print JSON")
 
-    p = sub.add_parser("embed", help="embed every row that has no current-model embedding, then refresh "
-                       "the keyword table")
+    p = sub.add_parser(
+        "embed", help="embed every row that has no current-model embedding, then refresh the keyword table"
+    )
     p.add_argument("--full-keywords", action="store_true", help="re-index every row's keywords")
 
     p = sub.add_parser("search", help="search one owner's memory (hybrid by default)")
@@ -191,9 +219,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=int, default=800, help="token budget (default 800)")
     p.add_argument("--json", action="store_true", help="print the block, items and factors as JSON")
 
-    p = sub.add_parser("eval", help="evaluate retrieval on DIR (memories.jsonl + queries.jsonl): recall@5, "
-                       "recall@10 and nDCG@10 of keyword, semantic, hybrid and context ranking, in a throwaway "
-                       "database")
+    p = sub.add_parser(
+        "eval",
+        help="evaluate retrieval on DIR (memories.jsonl + queries.jsonl): recall@5, "
+        "recall@10 and nDCG@10 of keyword, semantic, hybrid and context ranking, in a throwaway "
+        "database",
+    )
     p.add_argument("dir")
     p.add_argument("--json", action="store_true", help="one JSON object keyed by method")
     p.add_argument("--limit", type=int, help="evaluate only the first N queries")
@@ -208,8 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: expected failures print one line (cause and fix) and exit 2, without a traceback."""
     warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     try:
         return args.func(args)
     except UserError as exc:

@@ -139,9 +139,8 @@ def close_pools() -> None:
 @contextmanager
 def transaction(pool: ConnectionPool) -> Iterator[psycopg.Connection]:
     """A pooled connection inside one transaction (committed on success, rolled back on error)."""
-    with pool.connection() as conn:
-        with conn.transaction():
-            yield conn
+    with pool.connection() as conn, conn.transaction():
+        yield conn
 
 
 def pgvector_version(conn: psycopg.Connection) -> tuple[int, ...]:

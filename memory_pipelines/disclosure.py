@@ -12,21 +12,21 @@ from psycopg_pool import ConnectionPool
 
 from .embeddings import Embedder
 from .embeddings.base import to_array
-from .errors import NotFoundError, ValidationError
+from .errors import NotFoundError, ValidationError, check_storable
 from .search import SearchFilters, SearchResult, search
 
 _DETAIL_SQL = {
     "task": "SELECT id::text, title, description, status, metadata || jsonb_build_object('task_type', task_type,"
-            " 'project_key', project_key), created_at, embedding FROM tasks WHERE id = %s AND owner_id = %s",
+    " 'project_key', project_key), created_at, embedding FROM tasks WHERE id = %s AND owner_id = %s",
     "learning": "SELECT id::text, title, content, NULL, metadata || jsonb_build_object('task_type', task_type,"
-                " 'failure_class', failure_class, 'trigger_event', trigger_event, 'category', category),"
-                " created_at, embedding FROM learnings WHERE id = %s AND owner_id = %s",
+    " 'failure_class', failure_class, 'trigger_event', trigger_event, 'category', category),"
+    " created_at, embedding FROM learnings WHERE id = %s AND owner_id = %s",
     "capability": "SELECT id::text, name, description, NULL, metadata, created_at, embedding FROM capabilities"
-                  " WHERE id = %s AND owner_id = %s",
+    " WHERE id = %s AND owner_id = %s",
     "memory": "SELECT m.id, coalesce(m.summary, left(m.content, 80)), m.content, NULL, m.metadata"
-              " || jsonb_build_object('content_type', m.content_type, 'project_key', p.project_key, 'tags', m.tags,"
-              " 'speaker', m.speaker), m.created_at, m.avg_embedding FROM memories m"
-              " JOIN projects p ON p.id = m.project_id WHERE m.id = %s AND m.owner_id = %s AND m.is_active",
+    " || jsonb_build_object('content_type', m.content_type, 'project_key', p.project_key, 'tags', m.tags,"
+    " 'speaker', m.speaker), m.created_at, m.avg_embedding FROM memories m"
+    " JOIN projects p ON p.id = m.project_id WHERE m.id = %s AND m.owner_id = %s AND m.is_active",
 }
 
 
@@ -41,6 +41,7 @@ def _is_uuid(value: str) -> bool:
 def _find(pool: ConnectionPool, owner: str, item_id: str) -> tuple[str, tuple]:
     if not isinstance(item_id, str) or not item_id:
         raise ValidationError("id", "must be a non-empty string")
+    check_storable("id", item_id)
     sources = ("task", "learning", "capability") if _is_uuid(item_id) else ("memory",)
     with pool.connection() as conn:
         for source in sources:
@@ -53,28 +54,56 @@ def _find(pool: ConnectionPool, owner: str, item_id: str) -> tuple[str, tuple]:
 def detail(pool: ConnectionPool, owner: str, item_id: str) -> dict[str, Any]:
     """The full record (seed 000's detail layer)."""
     source, (rid, title, body, status, metadata, created_at, _emb) = _find(pool, owner, item_id)
-    return {"id": rid, "level": source, "title": title, "description": body, "status": status,
-            "metadata": metadata or {}, "created_at": created_at.isoformat() if created_at else None}
+    return {
+        "id": rid,
+        "level": source,
+        "title": title,
+        "description": body,
+        "status": status,
+        "metadata": metadata or {},
+        "created_at": created_at.isoformat() if created_at else None,
+    }
 
 
 def _matches(result: SearchResult) -> dict[str, Any]:
-    out: dict[str, Any] = {"matches": [
-        {"id": h.id, "level": h.source, "title": h.title, "similarity": round(h.score, 4), "preview": h.preview}
-        for h in result.hits
-    ]}
+    out: dict[str, Any] = {
+        "matches": [
+            {
+                "id": h.id,
+                "level": h.source,
+                "title": h.title,
+                "similarity": round(h.score, 4),
+                "preview": h.preview,
+            }
+            for h in result.hits
+        ]
+    }
     if result.degraded:
         out["degraded"] = result.degraded
     return out
 
 
-def summary_search(pool: ConnectionPool, embedder: Embedder, owner: str, query: str, top_k: int = 5,
-                   mode: str = "hybrid", filters: SearchFilters | None = None) -> dict[str, Any]:
+def summary_search(
+    pool: ConnectionPool,
+    embedder: Embedder,
+    owner: str,
+    query: str,
+    top_k: int = 5,
+    mode: str = "hybrid",
+    filters: SearchFilters | None = None,
+) -> dict[str, Any]:
     """Summary layer: id, level (source), title, similarity, preview."""
     return _matches(search(pool, embedder, owner, query, mode=mode, limit=top_k, filters=filters))
 
 
-def related(pool: ConnectionPool, embedder: Embedder, owner: str, base_id: str, top_k: int = 5,
-            exclude_self: bool = True) -> dict[str, Any]:
+def related(
+    pool: ConnectionPool,
+    embedder: Embedder,
+    owner: str,
+    base_id: str,
+    top_k: int = 5,
+    exclude_self: bool = True,
+) -> dict[str, Any]:
     """Related layer: the neighbours of an item of this owner, by its stored vector and its words."""
     if not isinstance(top_k, int) or not 1 <= top_k <= 100:
         raise ValidationError("topK", "must be an integer from 1 to 100")

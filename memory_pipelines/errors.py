@@ -20,3 +20,14 @@ class ValidationError(UserError, ValueError):
 
 class NotFoundError(UserError, LookupError):
     """No such row for this owner (a row of another owner is reported the same way)."""
+
+
+def check_storable(field: str, value: str) -> str:
+    """Reject text PostgreSQL cannot store: NUL characters and lone surrogates."""
+    if "\x00" in value:
+        raise ValidationError(field, "must not contain NUL (\\u0000) characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError(field, "must be valid Unicode text (no lone surrogates)") from None
+    return value

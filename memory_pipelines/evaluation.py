@@ -57,16 +57,28 @@ def read_dataset(folder: Path) -> tuple[list[dict[str, Any]], list[Query]]:
     mem_path, q_path = folder / "memories.jsonl", folder / "queries.jsonl"
     for path in (mem_path, q_path):
         if not path.is_file():
-            raise ValidationError("DIR", f"{path} is missing; the folder needs memories.jsonl and queries.jsonl")
-    memories = [json.loads(line) for line in mem_path.read_text(encoding="utf-8").splitlines() if line.strip()]
+            raise ValidationError(
+                "DIR", f"{path} is missing; the folder needs memories.jsonl and queries.jsonl"
+            )
+    memories = [
+        json.loads(line) for line in mem_path.read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
     queries = []
     for line in q_path.read_text(encoding="utf-8").splitlines():
         if not line.strip():
             continue
         q = json.loads(line)
         if q.get("gold_ids"):
-            queries.append(Query(q["id"], q["owner"], q["query"], list(q["gold_ids"]), q.get("category", "all"),
-                                 _parse_time(q["asked_at"])))
+            queries.append(
+                Query(
+                    q["id"],
+                    q["owner"],
+                    q["query"],
+                    list(q["gold_ids"]),
+                    q.get("category", "all"),
+                    _parse_time(q["asked_at"]),
+                )
+            )
     return memories, queries
 
 
@@ -101,10 +113,19 @@ def load_memories(
             owner = m["owner"]
             if owner not in projects:
                 projects[owner] = ensure_project(conn, owner, "dataset", "dataset")
-            insert_memory(conn, memory_id=memory_id_for(m["id"]), owner_id=owner, project_id=projects[owner],
-                          content_type="insight", content=m["text"], created_at=_parse_time(m["created_at"]),
-                          speaker=m.get("speaker"), metadata={"eval_id": m["id"], "session": m.get("session")},
-                          summary=m["text"][:200], tags=[])
+            insert_memory(
+                conn,
+                memory_id=memory_id_for(m["id"]),
+                owner_id=owner,
+                project_id=projects[owner],
+                content_type="insight",
+                content=m["text"],
+                created_at=_parse_time(m["created_at"]),
+                speaker=m.get("speaker"),
+                metadata={"eval_id": m["id"], "session": m.get("session")},
+                summary=m["text"][:200],
+                tags=[],
+            )
             if progress:
                 progress(1)
 
@@ -127,20 +148,36 @@ def rankings(pool: ConnectionPool, embedder: Embedder, q: Query) -> dict[str, li
     qvec = embedder.embed_query(q.query)
     f = SearchFilters(sources=("memory",), as_of=q.asked_at)
     out: dict[str, list[str]] = {}
-    for method, mode, fusion in (("keyword", "keyword", "weighted"), ("semantic", "semantic", "weighted"),
-                                 ("hybrid", "hybrid", "weighted"), ("hybrid_rrf", "hybrid", "rrf")):
-        hits = search(pool, embedder, q.owner, q.query, mode=mode, filters=f, limit=10, fusion=fusion,
-                      query_vector=qvec).hits
+    for method, mode, fusion in (
+        ("keyword", "keyword", "weighted"),
+        ("semantic", "semantic", "weighted"),
+        ("hybrid", "hybrid", "weighted"),
+        ("hybrid_rrf", "hybrid", "rrf"),
+    ):
+        hits = search(
+            pool, embedder, q.owner, q.query, mode=mode, filters=f, limit=10, fusion=fusion, query_vector=qvec
+        ).hits
         out[method] = [h.id for h in hits]
-    ctx = build_memory_context(pool, embedder, q.owner, q.query, mode="chat", token_budget=32000, as_of=q.asked_at,
-                               query_vector=qvec, log_build=False)
+    ctx = build_memory_context(
+        pool,
+        embedder,
+        q.owner,
+        q.query,
+        mode="chat",
+        token_budget=32000,
+        as_of=q.asked_at,
+        query_vector=qvec,
+        log_build=False,
+    )
     out["context"] = [i.id for i in ctx.items if i.source == "memory"][:10]
     return out
 
 
 def summarise(per_query: list[tuple[Query, dict[str, list[str]]]]) -> dict[str, Any]:
     """recall@5, recall@10 and nDCG@10 per method, overall and per category."""
-    sums: dict[str, dict[str, dict[str, float]]] = {m: defaultdict(lambda: defaultdict(float)) for m in METHODS}
+    sums: dict[str, dict[str, dict[str, float]]] = {
+        m: defaultdict(lambda: defaultdict(float)) for m in METHODS
+    }
     counts: dict[str, int] = defaultdict(int)
     for q, ranks in per_query:
         gold = [memory_id_for(g) for g in q.gold]
@@ -153,14 +190,21 @@ def summarise(per_query: list[tuple[Query, dict[str, list[str]]]]) -> dict[str, 
         counts["overall"] += 1
         counts[q.category] += 1
     return {
-        method: {cat: {metric: round(v / counts[cat], 4) for metric, v in metrics.items()} | {"n": counts[cat]}
-                 for cat, metrics in by_cat.items()}
+        method: {
+            cat: {metric: round(v / counts[cat], 4) for metric, v in metrics.items()} | {"n": counts[cat]}
+            for cat, metrics in by_cat.items()
+        }
         for method, by_cat in sums.items()
     }
 
 
-def evaluate(server_url: str, embedder: Embedder, folder: Path, bar: Callable[[int, str], Any] | None = None,
-             limit: int | None = None) -> dict[str, Any]:
+def evaluate(
+    server_url: str,
+    embedder: Embedder,
+    folder: Path,
+    bar: Callable[[int, str], Any] | None = None,
+    limit: int | None = None,
+) -> dict[str, Any]:
     """Run the whole evaluation; returns {method: {category: {metric: value, n}}}."""
     memories, queries = read_dataset(folder)
     if limit:
@@ -181,7 +225,9 @@ def evaluate(server_url: str, embedder: Embedder, folder: Path, bar: Callable[[i
 
 
 @contextmanager
-def _progress(bar: Callable[[int, str], Any] | None, total: int, desc: str) -> Iterator[Callable[[int], None]]:
+def _progress(
+    bar: Callable[[int, str], Any] | None, total: int, desc: str
+) -> Iterator[Callable[[int], None]]:
     if bar is None:
         yield lambda n: None
         return
@@ -201,4 +247,3 @@ def format_table(results: dict[str, Any]) -> str:
             m = results[method][cat]
             lines.append(f"  {method:<12}{m['recall@5']:>10.3f}{m['recall@10']:>11.3f}{m['ndcg@10']:>10.3f}")
     return "\n".join(lines)
-

@@ -33,8 +33,10 @@ def print_contexts(rt, owner: str, query: str = CONTEXT_QUERY) -> None:
     """Print the context block of one query in every mode."""
     for mode in MODES:
         result = build_memory_context(rt.pool, rt.embedder, owner, query, mode=mode)
-        print(f"\n=== context [{owner}] mode={mode}: {result.token_used}/{result.token_budget} tokens, "
-              f"{len(result.items)} of {result.candidates_count} candidates, retrieval {result.retrieval_id}")
+        print(
+            f"\n=== context [{owner}] mode={mode}: {result.token_used}/{result.token_budget} tokens, "
+            f"{len(result.items)} of {result.candidates_count} candidates, retrieval {result.retrieval_id}"
+        )
         print(result.block)
 
 
@@ -44,14 +46,18 @@ def run_main_job(owner: str = "team-alpha") -> int:
 
     started = time.perf_counter()
     rt = open_runtime()
-    print(f"database ready ({rt.url.split('?')[0]}); migrations applied: {', '.join(rt.applied) or 'none pending'}")
+    print(
+        f"database ready ({rt.url.split('?')[0]}); migrations applied: {', '.join(rt.applied) or 'none pending'}"
+    )
     inserted = load_demo(rt.pool)
     print("demo corpus inserted: " + ", ".join(f"{k} {v}" for k, v in inserted.items()))
     results = embed_with_bar(rt)
     for r in results:
         if r.embedded or r.failed:
-            print(f"embedded {r.source}: {r.embedded} rows in {r.seconds:.1f} s "
-                  f"({r.rows_per_second:.0f} rows/s), {r.failed} failed")
+            print(
+                f"embedded {r.source}: {r.embedded} rows in {r.seconds:.1f} s "
+                f"({r.rows_per_second:.0f} rows/s), {r.failed} failed"
+            )
     kw = index_all(rt.pool)
     print("keyword index: " + ", ".join(f"{k.source} {k.indexed} rows / {k.terms} terms" for k in kw))
     print()

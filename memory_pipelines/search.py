@@ -20,7 +20,7 @@ from psycopg_pool import ConnectionPool
 from .db import pgvector_version
 from .embeddings import Embedder, EmbeddingError
 from .embeddings.base import to_array
-from .errors import ValidationError
+from .errors import ValidationError, check_storable
 from .fusion import FUSIONS, Ranked
 from .text.glossary import expand
 from .text.keywords import jaccard, terms
@@ -47,7 +47,9 @@ class SearchFilters:
     def validated(self) -> SearchFilters:
         bad = [s for s in self.sources if s not in SEARCH_SOURCES]
         if bad or not self.sources:
-            raise ValidationError("sources", f"must be a non-empty subset of {list(SEARCH_SOURCES)}, got {bad}")
+            raise ValidationError(
+                "sources", f"must be a non-empty subset of {list(SEARCH_SOURCES)}, got {bad}"
+            )
         if self.memory_types is not None:
             wrong = [t for t in self.memory_types if t not in MEMORY_TYPES]
             if wrong or not self.memory_types:
@@ -86,14 +88,25 @@ class SearchResult:
 
 # Per-source SQL pieces. `t` is the row (for memory: the memory, fragments joined as `f`).
 _SELECT = {
-    "task": ("t.title", "t.description", "jsonb_build_object('status', t.status, 'task_type', t.task_type,"
-             " 'project_key', t.project_key, 'metadata', t.metadata)"),
-    "learning": ("t.title", "t.content", "jsonb_build_object('task_type', t.task_type, 'failure_class',"
-                 " t.failure_class, 'trigger_event', t.trigger_event, 'category', t.category)"),
+    "task": (
+        "t.title",
+        "t.description",
+        "jsonb_build_object('status', t.status, 'task_type', t.task_type,"
+        " 'project_key', t.project_key, 'metadata', t.metadata)",
+    ),
+    "learning": (
+        "t.title",
+        "t.content",
+        "jsonb_build_object('task_type', t.task_type, 'failure_class',"
+        " t.failure_class, 'trigger_event', t.trigger_event, 'category', t.category)",
+    ),
     "capability": ("t.name", "t.description", "'{}'::jsonb"),
-    "memory": ("coalesce(t.summary, left(t.content, 80))", "t.content",
-               "jsonb_build_object('content_type', t.content_type, 'project_key', p.project_key,"
-               " 'speaker', t.speaker, 'tags', t.tags)"),
+    "memory": (
+        "coalesce(t.summary, left(t.content, 80))",
+        "t.content",
+        "jsonb_build_object('content_type', t.content_type, 'project_key', p.project_key,"
+        " 'speaker', t.speaker, 'tags', t.tags)",
+    ),
 }
 _TABLE = {"task": "tasks", "learning": "learnings", "capability": "capabilities", "memory": "memories"}
 
@@ -129,8 +142,11 @@ def _from(source: str) -> str:
 
 
 def _count_filtered(conn: psycopg.Connection, source: str, clauses: list[str], params: dict, cap: int) -> int:
-    table = "fragments f JOIN memories t ON t.id = f.memory_id JOIN projects p ON p.id = t.project_id" \
-        if source == "memory" else _from(source)
+    table = (
+        "fragments f JOIN memories t ON t.id = f.memory_id JOIN projects p ON p.id = t.project_id"
+        if source == "memory"
+        else _from(source)
+    )
     sql = f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {' AND '.join(clauses)} LIMIT {int(cap) + 1}) s"
     return int(conn.execute(sql, params).fetchone()[0])
 
@@ -142,7 +158,9 @@ def _plan_vector_scan(conn: psycopg.Connection, source: str, clauses: list[str],
         conn.execute("SET LOCAL enable_indexscan = off")
         return "exact"
     table = "fragments" if source == "memory" else _TABLE[source]
-    total = conn.execute("SELECT greatest(reltuples, 1) FROM pg_class WHERE relname = %s", (table,)).fetchone()
+    total = conn.execute(
+        "SELECT greatest(reltuples, 1) FROM pg_class WHERE relname = %s", (table,)
+    ).fetchone()
     total_rows = float(total[0]) if total else float(filtered)
     selectivity = min(1.0, filtered / max(total_rows, 1.0))
     ef = int(min(1000, max(64, 4 * k / selectivity)))
@@ -211,14 +229,21 @@ def _keyword_source(
     """
     if not qterms:
         return []
-    params: dict[str, Any] = {"terms": list(qterms), "weights": list(qterms.values()), "k": k,
-                              "k1": BM25_K1, "b": BM25_B}
+    params: dict[str, Any] = {
+        "terms": list(qterms),
+        "weights": list(qterms.values()),
+        "k": k,
+        "k1": BM25_K1,
+        "b": BM25_B,
+    }
     clauses = _where(source, owner, f, params)
     params["ksource"] = "fragment" if source == "memory" else source
     if source == "memory":
         item = "f.memory_id"
-        join = ("JOIN fragments f ON f.id = doc.item_id JOIN memories t ON t.id = f.memory_id"
-                " JOIN projects p ON p.id = t.project_id")
+        join = (
+            "JOIN fragments f ON f.id = doc.item_id JOIN memories t ON t.id = f.memory_id"
+            " JOIN projects p ON p.id = t.project_id"
+        )
     else:
         item = "t.id"
         join = f"JOIN {_TABLE[source]} t ON t.id = doc.item_id::uuid"
@@ -269,6 +294,7 @@ def _jaccard_source(
 def _validate(query: str, mode: str, limit: int, min_score: float | None) -> None:
     if not isinstance(query, str) or not query.strip():
         raise ValidationError("query", "must be a non-empty string")
+    check_storable("query", query)
     if mode not in MODES:
         raise ValidationError("mode", f"must be one of {list(MODES)}")
     if not isinstance(limit, int) or not 1 <= limit <= 100:
@@ -354,8 +380,11 @@ def search(
         ranked = FUSIONS[fusion](sem, _normalise_keyword(kw))
     if min_score is not None:
         ranked = [h for h in ranked if h.score >= min_score]
-    return SearchResult(hits=ranked[:limit], mode=mode if qvec is not None or mode == "keyword" else "keyword",
-                        degraded=degraded)
+    return SearchResult(
+        hits=ranked[:limit],
+        mode=mode if qvec is not None or mode == "keyword" else "keyword",
+        degraded=degraded,
+    )
 
 
 def _normalise_keyword(hits: list[Hit]) -> list[Hit]:

@@ -10,8 +10,18 @@ from .migrate import stored_dimension
 from .runtime import Runtime
 from .sources import EMBEDDED_SOURCES, SOURCES
 
-_PLAIN_TABLES = ("goals", "events", "projects", "memories", "memory_versions", "memory_arbitrations",
-                 "keyword_docs", "retrievals", "retrieval_candidates", "api_keys")
+_PLAIN_TABLES = (
+    "goals",
+    "events",
+    "projects",
+    "memories",
+    "memory_versions",
+    "memory_arbitrations",
+    "keyword_docs",
+    "retrievals",
+    "retrieval_candidates",
+    "api_keys",
+)
 
 
 def collect_status(rt: Runtime) -> dict[str, Any]:
@@ -33,7 +43,10 @@ def collect_status(rt: Runtime) -> dict[str, Any]:
         for name in EMBEDDED_SOURCES:
             pending, active = count_pending(conn, name, rt.embedder.model_name)
             info["embedded_sources"][SOURCES[name].table] = {
-                "active": active, "embedded": active - pending, "pending": pending}
+                "active": active,
+                "embedded": active - pending,
+                "pending": pending,
+            }
         for table in _PLAIN_TABLES:
             info["tables"][table] = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
     return info

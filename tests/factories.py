@@ -14,8 +14,18 @@ def ago(days: float = 0.0, hours: float = 0.0) -> datetime:
     return datetime.now(UTC) - timedelta(days=days, hours=hours)
 
 
-def add_task(conn, owner: str, title: str, description: str = "", *, days: float = 1.0, task_type: str = "dev",
-             status: str = "completed", project_key: str | None = None, metadata: dict | None = None) -> str:
+def add_task(
+    conn,
+    owner: str,
+    title: str,
+    description: str = "",
+    *,
+    days: float = 1.0,
+    task_type: str = "dev",
+    status: str = "completed",
+    project_key: str | None = None,
+    metadata: dict | None = None,
+) -> str:
     row = conn.execute(
         "INSERT INTO tasks (owner_id, title, description, task_type, status, project_key, metadata, created_at)"
         " VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING id::text",
@@ -24,9 +34,18 @@ def add_task(conn, owner: str, title: str, description: str = "", *, days: float
     return row[0]
 
 
-def add_learning(conn, owner: str, title: str, content: str = "", *, days: float = 1.0, task_type: str | None = "dev",
-                 failure_class: str | None = None, trigger_event: str | None = None,
-                 category: str | None = "insight") -> str:
+def add_learning(
+    conn,
+    owner: str,
+    title: str,
+    content: str = "",
+    *,
+    days: float = 1.0,
+    task_type: str | None = "dev",
+    failure_class: str | None = None,
+    trigger_event: str | None = None,
+    category: str | None = "insight",
+) -> str:
     row = conn.execute(
         "INSERT INTO learnings (owner_id, title, content, task_type, failure_class, trigger_event, category,"
         " created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING id::text",
@@ -44,8 +63,9 @@ def add_capability(conn, owner: str, name: str, description: str = "", *, days: 
     return row[0]
 
 
-def add_goal(conn, owner: str, title: str, *, status: str = "in_progress", priority: int = 1,
-             progress: int = 40) -> str:
+def add_goal(
+    conn, owner: str, title: str, *, status: str = "in_progress", priority: int = 1, progress: int = 40
+) -> str:
     row = conn.execute(
         "INSERT INTO goals (owner_id, title, status, priority, progress) VALUES (%s, %s, %s, %s, %s)"
         " RETURNING id::text",
@@ -62,10 +82,26 @@ def add_event(conn, owner: str, type_: str, payload: dict, *, hours: float = 1.0
     return row[0]
 
 
-def add_memory(conn, owner: str, content: str, *, project: str = "demo", content_type: str = "insight",
-               days: float = 1.0, speaker: str | None = None) -> str:
+def add_memory(
+    conn,
+    owner: str,
+    content: str,
+    *,
+    project: str = "demo",
+    content_type: str = "insight",
+    days: float = 1.0,
+    speaker: str | None = None,
+) -> str:
     project_id = ensure_project(conn, owner, project, project)
     memory_id = new_memory_id()
-    insert_memory(conn, memory_id=memory_id, owner_id=owner, project_id=project_id, content_type=content_type,
-                  content=content, created_at=ago(days), speaker=speaker)
+    insert_memory(
+        conn,
+        memory_id=memory_id,
+        owner_id=owner,
+        project_id=project_id,
+        content_type=content_type,
+        content=content,
+        created_at=ago(days),
+        speaker=speaker,
+    )
     return memory_id

@@ -9,8 +9,13 @@ import sys
 
 def _run(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "memory_pipelines.cli", *args], capture_output=True, text=True,
-                          env=full_env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "memory_pipelines.cli", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=120,
+    )
 
 
 def test_help_explains_each_command():
@@ -21,8 +26,10 @@ def test_help_explains_each_command():
 
 
 def test_unreachable_database_is_one_clear_line():
-    proc = _run(["status"], {"DATABASE_URL": "postgresql://nobody:pw@127.0.0.1:1/nothing",
-                             "MEMORY_PIPELINES_EMBEDDER": "fake"})
+    proc = _run(
+        ["status"],
+        {"DATABASE_URL": "postgresql://nobody:pw@127.0.0.1:1/nothing", "MEMORY_PIPELINES_EMBEDDER": "fake"},
+    )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]

@@ -25,15 +25,29 @@ def team(pool, fake_embedder):
         add_goal(conn, "alice", "Ship the billing dashboard", priority=1, progress=70, status="pending")
         add_goal(conn, "alice", "Old finished goal", status="completed")
         for i in range(4):  # near-duplicates
-            add_task(conn, "alice", "fix login auth error token expired", f"the oauth token expired again {i}",
-                     days=1 + i)
+            add_task(
+                conn,
+                "alice",
+                "fix login auth error token expired",
+                f"the oauth token expired again {i}",
+                days=1 + i,
+            )
         add_task(conn, "alice", "fix login auth error in mobile app", "refresh token rotation", days=31)
         add_task(conn, "alice", "fix login auth error in mobile app (old)", "refresh token rotation", days=91)
-        add_learning(conn, "alice", "auth error: expired token", "refresh the oauth token before expiry",
-                     failure_class="AUTH", category="failure_pattern", days=10)
+        add_learning(
+            conn,
+            "alice",
+            "auth error: expired token",
+            "refresh the oauth token before expiry",
+            failure_class="AUTH",
+            category="failure_pattern",
+            days=10,
+        )
         add_capability(conn, "alice", "login auth error triage", "diagnose auth error and token expiry")
         for i in range(40):
-            add_task(conn, "alice", f"login auth error report {i}", "long text " * 80 + f"variant {i}", days=i)
+            add_task(
+                conn, "alice", f"login auth error report {i}", "long text " * 80 + f"variant {i}", days=i
+            )
         add_event(conn, "alice", "task_failed", {"task": "login", "error": "auth error 401"}, hours=2)
         add_event(conn, "alice", "alert", {"service": "auth", "message": "token expired spike"}, hours=40)
         add_event(conn, "alice", "deploy_note", {"message": "not a seed type"}, hours=1)
@@ -97,18 +111,33 @@ def test_events_window_by_mode(pool, fake_embedder, team):
 def test_retrieval_log_and_feedback(pool, fake_embedder, team):
     result = _build(pool, fake_embedder)
     with pool.connection() as conn:
-        build = conn.execute("SELECT candidates_count, injected_count, token_used, token_budget, mode"
-                             " FROM retrievals WHERE id = %s", (result.retrieval_id,)).fetchone()
-        logged = conn.execute("SELECT count(*), count(*) FILTER (WHERE injected) FROM retrieval_candidates"
-                              " WHERE retrieval_id = %s", (result.retrieval_id,)).fetchone()
-        event = conn.execute("SELECT payload FROM events WHERE type = 'memory_retrieval'"
-                             " AND payload->>'retrieval_id' = %s", (result.retrieval_id,)).fetchone()
+        build = conn.execute(
+            "SELECT candidates_count, injected_count, token_used, token_budget, mode"
+            " FROM retrievals WHERE id = %s",
+            (result.retrieval_id,),
+        ).fetchone()
+        logged = conn.execute(
+            "SELECT count(*), count(*) FILTER (WHERE injected) FROM retrieval_candidates"
+            " WHERE retrieval_id = %s",
+            (result.retrieval_id,),
+        ).fetchone()
+        event = conn.execute(
+            "SELECT payload FROM events WHERE type = 'memory_retrieval' AND payload->>'retrieval_id' = %s",
+            (result.retrieval_id,),
+        ).fetchone()
     assert build == (result.candidates_count, build[1], result.token_used, 800, "execute")
     assert build[1] == len(result.items)
     assert logged[0] >= result.candidates_count and logged[1] >= len(result.items)
     payload = event[0]
-    for key in ("query", "mode", "candidates_count", "injected_count", "injected_sources", "token_used",
-                "token_budget"):
+    for key in (
+        "query",
+        "mode",
+        "candidates_count",
+        "injected_count",
+        "injected_sources",
+        "token_used",
+        "token_budget",
+    ):
         assert key in payload
     used = [result.items[0].id]
     assert record_feedback(pool, "alice", result.retrieval_id, used) == 1
@@ -125,13 +154,19 @@ def test_provider_outage_degrades_never_errors(pool, team):
     assert result.degraded and result.items
     assert count_tokens(result.block) <= 800
     with pool.connection() as conn:
-        degraded = conn.execute("SELECT degraded FROM retrievals WHERE id = %s", (result.retrieval_id,)).fetchone()
+        degraded = conn.execute(
+            "SELECT degraded FROM retrievals WHERE id = %s", (result.retrieval_id,)
+        ).fetchone()
     assert degraded[0]
 
 
 def test_active_config_is_used_from_the_next_build(pool, fake_embedder, team):
-    config = ScoringConfig(mode_weights={**ScoringConfig().mode_weights, "capability": {m: 0.01 for m in
-                                         ("plan", "execute", "debug", "chat")}})
+    config = ScoringConfig(
+        mode_weights={
+            **ScoringConfig().mode_weights,
+            "capability": {m: 0.01 for m in ("plan", "execute", "debug", "chat")},
+        }
+    )
     version = add_config(pool, config, note="test")
     activate(pool, version)
     result = _build(pool, fake_embedder, token_budget=4000)
@@ -140,7 +175,11 @@ def test_active_config_is_used_from_the_next_build(pool, fake_embedder, team):
 
 
 def test_bad_input_names_the_field(pool, fake_embedder, team):
-    for kw, field in [({"query": ""}, "query"), ({"mode": "yolo"}, "mode"), ({"token_budget": 10}, "token_budget")]:
+    for kw, field in [
+        ({"query": ""}, "query"),
+        ({"mode": "yolo"}, "mode"),
+        ({"token_budget": 10}, "token_budget"),
+    ]:
         with pytest.raises(ValidationError) as err:
             _build(pool, fake_embedder, **kw)
         assert err.value.field == field
@@ -148,16 +187,21 @@ def test_bad_input_names_the_field(pool, fake_embedder, team):
 
 def test_chinese_query_finds_english_learning_with_local_model(pool, local_embedder):
     with pool.connection() as conn:
-        target = add_learning(conn, "alice", "Auth error: expired token causes 401",
-                              "Calls fail with an auth error when the OAuth token expires; refresh it first.",
-                              failure_class="AUTH")
+        target = add_learning(
+            conn,
+            "alice",
+            "Auth error: expired token causes 401",
+            "Calls fail with an auth error when the OAuth token expires; refresh it first.",
+            failure_class="AUTH",
+        )
         add_learning(conn, "alice", "Database connection pool exhausted", "Raise max connections carefully.")
         add_learning(conn, "alice", "Flaky UI test on Safari", "Retry the selector wait.")
         add_learning(conn, "alice", "Billing cap reached", "The monthly spend cap stops the API calls.")
     embed_all(pool, local_embedder)
     index_all(pool)
-    hits = search(pool, local_embedder, "alice", "认证失败", filters=SearchFilters(sources=("learning",)),
-                  limit=4).hits  # hybrid: the local model plus the bilingual glossary of the keyword channel
+    hits = search(
+        pool, local_embedder, "alice", "认证失败", filters=SearchFilters(sources=("learning",)), limit=4
+    ).hits  # hybrid: the local model plus the bilingual glossary of the keyword channel
     assert hits[0].id == target
     context = build_memory_context(pool, local_embedder, "alice", "认证失败", mode="debug")
     assert any(i.id == target for i in context.items)

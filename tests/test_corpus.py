@@ -16,9 +16,16 @@ def test_corpus_meets_the_floors():
     assert sum(1 for e in corpus["events"] if e["age_hours"] < 72) >= 100
     projects = {(m["owner"], m["project_key"]) for m in corpus["memories"]}
     assert max(Counter(o for o, _ in projects).values()) >= 3
-    assert {m["content_type"] for m in corpus["memories"]} == {"requirement", "plan", "development", "testing",
-                                                               "insight"}
-    pairs = Counter(lrn["metadata"]["pair"] for lrn in corpus["learnings"] if lrn.get("metadata", {}).get("pair"))
+    assert {m["content_type"] for m in corpus["memories"]} == {
+        "requirement",
+        "plan",
+        "development",
+        "testing",
+        "insight",
+    }
+    pairs = Counter(
+        lrn["metadata"]["pair"] for lrn in corpus["learnings"] if lrn.get("metadata", {}).get("pair")
+    )
     assert len(pairs) >= 10 and set(pairs.values()) == {2}
     ages = [t["age_days"] for t in corpus["tasks"]]
     assert max(ages) - min(ages) > 150
@@ -29,9 +36,19 @@ def test_loading_is_idempotent(pool):
     corpus = read_demo()
     assert first["tasks"] == len(corpus["tasks"]) and first["memories"] == len(corpus["memories"])
     with pool.connection() as conn:
-        before = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
-                  for t in ("tasks", "learnings", "capabilities", "goals", "events", "memories", "fragments",
-                            "projects")}
+        before = {
+            t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+            for t in (
+                "tasks",
+                "learnings",
+                "capabilities",
+                "goals",
+                "events",
+                "memories",
+                "fragments",
+                "projects",
+            )
+        }
     second = load_demo(pool)
     assert set(second.values()) == {0}
     with pool.connection() as conn:

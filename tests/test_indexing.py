@@ -7,7 +7,9 @@ from memory_pipelines.indexing import embed_all, embed_source, pending_total
 from memory_pipelines.keyword_index import index_all, index_source
 from tests.factories import add_learning, add_memory, add_task
 
-LONG = " ".join(f"Sentence number {i} explains one more detail of the deployment pipeline." for i in range(150))
+LONG = " ".join(
+    f"Sentence number {i} explains one more detail of the deployment pipeline." for i in range(150)
+)
 
 
 def _seed(pool, n: int = 30) -> None:
@@ -21,7 +23,9 @@ def _seed(pool, n: int = 30) -> None:
 def _model_counts(pool, model: str) -> dict[str, int]:
     with pool.connection() as conn:
         return {
-            table: conn.execute(f"SELECT count(*) FROM {table} WHERE embedding_model = %s", (model,)).fetchone()[0]
+            table: conn.execute(
+                f"SELECT count(*) FROM {table} WHERE embedding_model = %s", (model,)
+            ).fetchone()[0]
             for table in ("tasks", "learnings", "fragments", "memories")
         }
 
@@ -70,12 +74,16 @@ def test_keyword_index_is_incremental(pool):
     assert {r.source: r.indexed for r in first}["task"] == 5
     assert sum(r.indexed for r in index_all(pool)) == 0
     with pool.connection() as conn:
-        conn.execute("UPDATE tasks SET description = 'kubernetes rollout' WHERE title = 'task 1 about deployment'")
+        conn.execute(
+            "UPDATE tasks SET description = 'kubernetes rollout' WHERE title = 'task 1 about deployment'"
+        )
         conn.execute("UPDATE tasks SET is_active = false WHERE title = 'task 2 about deployment'")
     again = index_source(pool, "task")
     assert again.indexed == 1 and again.removed == 1
     with pool.connection() as conn:
-        hits = conn.execute("SELECT count(*) FROM keywords WHERE source = 'task' AND keyword = 'kubernete'"
-                            " OR keyword = 'kubernetes'").fetchone()[0]
+        hits = conn.execute(
+            "SELECT count(*) FROM keywords WHERE source = 'task' AND keyword = 'kubernete'"
+            " OR keyword = 'kubernetes'"
+        ).fetchone()[0]
     assert hits == 1
     assert index_source(pool, "task", full=True).indexed == 4

@@ -12,9 +12,24 @@ from memory_pipelines.errors import ConfigError
 from memory_pipelines.migrate import load_migrations, migrate, reembed
 
 TABLES = {
-    "tasks", "learnings", "capabilities", "goals", "events", "projects", "memories", "fragments",
-    "memory_versions", "memory_arbitrations", "keywords", "keyword_docs", "retrievals",
-    "retrieval_candidates", "scoring_configs", "api_keys", "schema_migrations", "meta",
+    "tasks",
+    "learnings",
+    "capabilities",
+    "goals",
+    "events",
+    "projects",
+    "memories",
+    "fragments",
+    "memory_versions",
+    "memory_arbitrations",
+    "keywords",
+    "keyword_docs",
+    "retrievals",
+    "retrieval_candidates",
+    "scoring_configs",
+    "api_keys",
+    "schema_migrations",
+    "meta",
 }
 
 
@@ -27,10 +42,14 @@ def _tables(url: str) -> set[str]:
 def test_fresh_database_gets_whole_schema(empty_db_url):
     applied = migrate(empty_db_url, 384, "fake")
     assert applied == [f"{m.version:03d}_{m.name}" for m in load_migrations()]
-    assert TABLES <= _tables(empty_db_url)
+    assert _tables(empty_db_url) >= TABLES
     with psycopg.connect(empty_db_url) as conn:
-        active = conn.execute("SELECT version, half_lives, mode_weights FROM scoring_configs WHERE is_active").fetchall()
-        hnsw = conn.execute("SELECT count(*) FROM pg_indexes WHERE indexdef LIKE '%%USING hnsw%%'").fetchone()[0]
+        active = conn.execute(
+            "SELECT version, half_lives, mode_weights FROM scoring_configs WHERE is_active"
+        ).fetchall()
+        hnsw = conn.execute(
+            "SELECT count(*) FROM pg_indexes WHERE indexdef LIKE '%%USING hnsw%%'"
+        ).fetchone()[0]
         typmod = conn.execute(
             "SELECT atttypmod FROM pg_attribute WHERE attrelid = 'tasks'::regclass AND attname = 'embedding'"
         ).fetchone()[0]
@@ -54,8 +73,10 @@ def test_two_processes_migrating_at_once(empty_db_url):
         "import sys; from memory_pipelines.migrate import migrate; "
         "print(len(migrate(sys.argv[1], 384, 'fake')))"
     )
-    procs = [subprocess.Popen([sys.executable, "-c", code, empty_db_url], stdout=subprocess.PIPE, text=True)
-             for _ in range(3)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, empty_db_url], stdout=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]
     outs = [p.communicate(timeout=120)[0].strip() for p in procs]
     assert all(p.returncode == 0 for p in procs)
     assert sorted(int(o) for o in outs) == [0, 0, len(load_migrations())]

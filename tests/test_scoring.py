@@ -67,7 +67,9 @@ def test_mmr_prefers_diverse_items_by_embedding():
 
 def test_budget_is_never_exceeded_and_profile_comes_first():
     profile = "## 当前 OKR 焦点\n- 把记忆检索延迟降到 100 ms 以下 (in_progress, 40%)"
-    lines = [f"- [task · 2026-10-0{i % 9 + 1}] 修复认证失败问题 number {i}: " + "细节 " * 60 for i in range(40)]
+    lines = [
+        f"- [task · 2026-10-0{i % 9 + 1}] 修复认证失败问题 number {i}: " + "细节 " * 60 for i in range(40)
+    ]
     for budget in (60, 200, 800):
         fitted = fit_to_budget(profile, lines, budget)
         assert count_tokens(fitted.block) == fitted.tokens <= budget

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from memory_pipelines.disclosure import detail, related, summary_search
 from memory_pipelines.embeddings import FakeEmbedder
 from memory_pipelines.errors import NotFoundError, ValidationError
 from memory_pipelines.indexing import embed_all
 from memory_pipelines.keyword_index import index_all
 from memory_pipelines.search import SearchFilters, search
-from memory_pipelines.disclosure import detail, related, summary_search
 from tests.factories import add_capability, add_learning, add_memory, add_task
 
 
@@ -17,18 +17,29 @@ from tests.factories import add_capability, add_learning, add_memory, add_task
 def corpus(pool, fake_embedder):
     ids = {}
     with pool.connection() as conn:
-        ids["t_deploy"] = add_task(conn, "alice", "deploy payment service", "canary rollout to production",
-                                   project_key="pay", days=2)
-        ids["t_old"] = add_task(conn, "alice", "deploy payment service v1", "first rollout", days=200,
-                                project_key="pay")
-        ids["t_db"] = add_task(conn, "alice", "tune postgres connection pool", "pool exhausted under load", days=5)
-        ids["l_auth"] = add_learning(conn, "alice", "auth error: expired token", "refresh the oauth token",
-                                     failure_class="AUTH")
+        ids["t_deploy"] = add_task(
+            conn, "alice", "deploy payment service", "canary rollout to production", project_key="pay", days=2
+        )
+        ids["t_old"] = add_task(
+            conn, "alice", "deploy payment service v1", "first rollout", days=200, project_key="pay"
+        )
+        ids["t_db"] = add_task(
+            conn, "alice", "tune postgres connection pool", "pool exhausted under load", days=5
+        )
+        ids["l_auth"] = add_learning(
+            conn, "alice", "auth error: expired token", "refresh the oauth token", failure_class="AUTH"
+        )
         ids["c_search"] = add_capability(conn, "alice", "vector search", "pgvector hnsw cosine search")
-        ids["m_plan"] = add_memory(conn, "alice", "plan: deploy payment service in three waves",
-                                   content_type="plan", project="pay")
-        ids["m_test"] = add_memory(conn, "alice", "testing: payment service deploy regression suite",
-                                   content_type="testing", project="pay")
+        ids["m_plan"] = add_memory(
+            conn, "alice", "plan: deploy payment service in three waves", content_type="plan", project="pay"
+        )
+        ids["m_test"] = add_memory(
+            conn,
+            "alice",
+            "testing: payment service deploy regression suite",
+            content_type="testing",
+            project="pay",
+        )
         for i in range(20):
             add_task(conn, "alice", f"filler task {i}", "unrelated chores and paperwork", days=3)
         ids["bob_deploy"] = add_task(conn, "bob", "deploy payment service", "bob's secret rollout", days=1)
@@ -52,7 +63,9 @@ def test_filters_apply_before_the_limit(pool, fake_embedder, corpus):
     hits = search(pool, fake_embedder, "alice", "deploy payment service", filters=f, limit=1).hits
     assert [h.id for h in hits] == [corpus["m_test"]]  # the filter did not starve the limit
     recent = SearchFilters(sources=("task",), time_range_days=30)
-    ids = [h.id for h in search(pool, fake_embedder, "alice", "deploy payment service v1", filters=recent).hits]
+    ids = [
+        h.id for h in search(pool, fake_embedder, "alice", "deploy payment service v1", filters=recent).hits
+    ]
     assert corpus["t_old"] not in ids and corpus["t_deploy"] in ids
     proj = SearchFilters(sources=("task", "memory"), project="pay")
     hits = search(pool, fake_embedder, "alice", "deploy", filters=proj, limit=20).hits
@@ -68,8 +81,12 @@ def test_min_score_and_limit(pool, fake_embedder, corpus):
 
 
 def test_bad_input_names_the_field(pool, fake_embedder, corpus):
-    for kwargs, field in [({"query": " "}, "query"), ({"mode": "magic"}, "mode"), ({"limit": 0}, "limit"),
-                          ({"min_score": 2.0}, "min_score")]:
+    for kwargs, field in [
+        ({"query": " "}, "query"),
+        ({"mode": "magic"}, "mode"),
+        ({"limit": 0}, "limit"),
+        ({"min_score": 2.0}, "min_score"),
+    ]:
         args = {"query": "deploy", **kwargs}
         with pytest.raises(ValidationError) as err:
             search(pool, fake_embedder, "alice", **args)
@@ -105,5 +122,18 @@ def test_progressive_disclosure(pool, fake_embedder, corpus):
     assert full["id"] == matches[0]["id"] and "created_at" in full
     near = related(pool, fake_embedder, "alice", corpus["t_deploy"], top_k=3)["matches"]
     assert corpus["t_deploy"] not in [m["id"] for m in near] and near
-    with_self = related(pool, fake_embedder, "alice", corpus["t_deploy"], top_k=3, exclude_self=False)["matches"]
+    with_self = related(pool, fake_embedder, "alice", corpus["t_deploy"], top_k=3, exclude_self=False)[
+        "matches"
+    ]
     assert with_self[0]["id"] == corpus["t_deploy"]
+
+
+def test_text_postgres_cannot_store_is_a_validation_error(pool, fake_embedder, corpus):
+    with pytest.raises(ValidationError) as err:
+        search(pool, fake_embedder, "alice", "deploy\x00payment")
+    assert err.value.field == "query"
+    with pytest.raises(ValidationError) as err:
+        detail(pool, "alice", "mem_\x00")
+    assert err.value.field == "id"
+    with pytest.raises(ValidationError):
+        search(pool, fake_embedder, "alice", "lone \ud800 surrogate")

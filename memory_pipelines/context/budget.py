@@ -44,4 +44,6 @@ def fit_to_budget(profile: str, lines: Sequence[str], budget: int) -> Fitted:
             header_added = True
             included.append(i)
     block = "\n".join(parts)
-    return Fitted(block=block, tokens=count_tokens(block), included=included, profile_included=profile_included)
+    return Fitted(
+        block=block, tokens=count_tokens(block), included=included, profile_included=profile_included
+    )

@@ -13,7 +13,7 @@ import numpy as np
 from psycopg_pool import ConnectionPool
 
 from ..embeddings import Embedder
-from ..errors import ValidationError
+from ..errors import ValidationError, check_storable
 from ..search import embed_query
 from ..text.tokens import count_tokens
 from .budget import fit_to_budget
@@ -65,10 +65,16 @@ class ContextResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "block": self.block, "items": [i.as_dict() for i in self.items], "token_used": self.token_used,
-            "token_budget": self.token_budget, "retrieval_id": self.retrieval_id, "mode": self.mode,
-            "candidates_count": self.candidates_count, "config_version": self.config_version,
-            "degraded": self.degraded, "timings_ms": self.timings_ms,
+            "block": self.block,
+            "items": [i.as_dict() for i in self.items],
+            "token_used": self.token_used,
+            "token_budget": self.token_budget,
+            "retrieval_id": self.retrieval_id,
+            "mode": self.mode,
+            "candidates_count": self.candidates_count,
+            "config_version": self.config_version,
+            "degraded": self.degraded,
+            "timings_ms": self.timings_ms,
         }
 
 
@@ -77,7 +83,7 @@ def format_line(c: Candidate) -> str:
     date = c.created_at.strftime("%Y-%m-%d") if c.created_at else "-"
     body = " ".join(c.text.split())
     if body.startswith(c.title):
-        body = body[len(c.title):].strip()
+        body = body[len(c.title) :].strip()
     head = f"- [{c.source} · {date}] {c.title}"
     return f"{head}: {body[:240]}" if body else head
 
@@ -85,6 +91,7 @@ def format_line(c: Candidate) -> str:
 def _validate(query: str, mode: str, budget: int) -> None:
     if not isinstance(query, str) or not query.strip():
         raise ValidationError("query", "must be a non-empty string")
+    check_storable("query", query)
     if mode not in MODES:
         raise ValidationError("mode", f"must be one of {list(MODES)}")
     if not isinstance(budget, int) or isinstance(budget, bool) or not 50 <= budget <= 32000:
@@ -133,9 +140,18 @@ def build_memory_context(
     lines = [format_line(c) for c in chosen]
     fitted = fit_to_budget(prof.snippet, lines, token_budget)
     items = [
-        ContextItem(source=c.source, id=c.id, title=c.title, relevance=c.relevance, age_days=c.age_days,
-                    decay=c.decay, mode_weight=c.mode_weight, score=c.score, tokens=count_tokens(lines[i]),
-                    line=lines[i])
+        ContextItem(
+            source=c.source,
+            id=c.id,
+            title=c.title,
+            relevance=c.relevance,
+            age_days=c.age_days,
+            decay=c.decay,
+            mode_weight=c.mode_weight,
+            score=c.score,
+            tokens=count_tokens(lines[i]),
+            line=lines[i],
+        )
         for i, c in ((i, chosen[i]) for i in fitted.included)
     ]
     injected = {(it.source, it.id): (rank, it.tokens) for rank, it in enumerate(items, start=1)}
@@ -147,18 +163,36 @@ def build_memory_context(
     if log_build:
         with pool.connection() as conn, conn.transaction():
             retrieval_id = write_log(
-                conn, owner=owner, query=query, mode=mode, budget=token_budget, tokens_used=fitted.tokens,
-                config_version=config.version, degraded=degraded, as_of=now, ranked=[*prof.goals, *ranked],
-                injected=injected, injected_sources=[it.source for it in items],
+                conn,
+                owner=owner,
+                query=query,
+                mode=mode,
+                budget=token_budget,
+                tokens_used=fitted.tokens,
+                config_version=config.version,
+                degraded=degraded,
+                as_of=now,
+                ranked=[*prof.goals, *ranked],
+                injected=injected,
+                injected_sources=[it.source for it in items],
             )
     t_end = time.perf_counter()
     return ContextResult(
-        block=fitted.block, items=items, token_used=fitted.tokens, token_budget=token_budget,
-        retrieval_id=retrieval_id, mode=mode, candidates_count=len(candidates), config_version=config.version,
-        degraded=degraded, profile=prof.snippet if fitted.profile_included else "",
+        block=fitted.block,
+        items=items,
+        token_used=fitted.tokens,
+        token_budget=token_budget,
+        retrieval_id=retrieval_id,
+        mode=mode,
+        candidates_count=len(candidates),
+        config_version=config.version,
+        degraded=degraded,
+        profile=prof.snippet if fitted.profile_included else "",
         timings_ms={
-            "embed": (t_embed - t0) * 1000, "retrieve": (t_retrieve - t_embed) * 1000,
-            "score_mmr_budget": (t_score - t_retrieve) * 1000, "log": (t_end - t_score) * 1000,
+            "embed": (t_embed - t0) * 1000,
+            "retrieve": (t_retrieve - t_embed) * 1000,
+            "score_mmr_budget": (t_score - t_retrieve) * 1000,
+            "log": (t_end - t_score) * 1000,
             "total_excluding_embed": (t_end - t_embed) * 1000,
         },
     )

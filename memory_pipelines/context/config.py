@@ -20,15 +20,26 @@ def active_config(pool: ConnectionPool) -> ScoringConfig:
     return ScoringConfig.from_row(*row) if row else ScoringConfig()
 
 
-def add_config(pool: ConnectionPool, config: ScoringConfig, *, fitted_on: dict[str, Any] | None = None,
-               evaluation: dict[str, Any] | None = None, note: str | None = None) -> int:
+def add_config(
+    pool: ConnectionPool,
+    config: ScoringConfig,
+    *,
+    fitted_on: dict[str, Any] | None = None,
+    evaluation: dict[str, Any] | None = None,
+    note: str | None = None,
+) -> int:
     """Store a new (inactive) version; returns its number."""
     with pool.connection() as conn:
         row = conn.execute(
             "INSERT INTO scoring_configs (half_lives, mode_weights, fitted_on, evaluation, note)"
             " VALUES (%s, %s, %s, %s, %s) RETURNING version",
-            (Jsonb(config.half_lives), Jsonb(config.mode_weights), Jsonb(fitted_on or {}),
-             Jsonb(evaluation or {}), note),
+            (
+                Jsonb(config.half_lives),
+                Jsonb(config.mode_weights),
+                Jsonb(fitted_on or {}),
+                Jsonb(evaluation or {}),
+                note,
+            ),
         ).fetchone()
     return int(row[0])
 
@@ -38,9 +49,12 @@ def activate(pool: ConnectionPool, version: int) -> None:
     with pool.connection() as conn, conn.transaction():
         if conn.execute("SELECT 1 FROM scoring_configs WHERE version = %s", (version,)).fetchone() is None:
             raise NotFoundError(f"scoring config version {version} does not exist")
-        conn.execute("UPDATE scoring_configs SET is_active = false WHERE is_active AND version <> %s", (version,))
-        conn.execute("UPDATE scoring_configs SET is_active = true, activated_at = now() WHERE version = %s",
-                     (version,))
+        conn.execute(
+            "UPDATE scoring_configs SET is_active = false WHERE is_active AND version <> %s", (version,)
+        )
+        conn.execute(
+            "UPDATE scoring_configs SET is_active = true, activated_at = now() WHERE version = %s", (version,)
+        )
 
 
 def list_configs(pool: ConnectionPool) -> list[dict[str, Any]]:

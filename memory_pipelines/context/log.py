@@ -43,29 +43,71 @@ def write_log(
         "INSERT INTO retrievals (owner_id, query, mode, token_budget, token_used, candidates_count,"
         " injected_count, injected_sources, config_version, degraded, randomized, as_of)"
         " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id::text",
-        (owner, query, mode, budget, tokens_used, candidates_count, injected_count, Jsonb(sources), config_version,
-         degraded, randomized, as_of),
+        (
+            owner,
+            query,
+            mode,
+            budget,
+            tokens_used,
+            candidates_count,
+            injected_count,
+            Jsonb(sources),
+            config_version,
+            degraded,
+            randomized,
+            as_of,
+        ),
     ).fetchone()
     retrieval_id = row[0]
-    with conn.cursor() as cur, cur.copy(
-        "COPY retrieval_candidates (retrieval_id, owner_id, source, item_id, relevance, age_days, mode, decay,"
-        " mode_weight, score, rank, mmr_rank, tokens, injected) FROM STDIN"
-    ) as copy:
+    with (
+        conn.cursor() as cur,
+        cur.copy(
+            "COPY retrieval_candidates (retrieval_id, owner_id, source, item_id, relevance, age_days, mode, decay,"
+            " mode_weight, score, rank, mmr_rank, tokens, injected) FROM STDIN"
+        ) as copy,
+    ):
         seen = set()
         for rank, c in enumerate(ranked, start=1):
             if (c.source, c.id) in seen:
                 continue
             seen.add((c.source, c.id))
             mmr_rank, tokens = injected.get((c.source, c.id), (None, None))
-            copy.write_row((retrieval_id, owner, c.source, c.id, c.relevance, c.age_days, mode, c.decay,
-                            c.mode_weight, c.score, rank, mmr_rank, tokens, (c.source, c.id) in injected))
+            copy.write_row(
+                (
+                    retrieval_id,
+                    owner,
+                    c.source,
+                    c.id,
+                    c.relevance,
+                    c.age_days,
+                    mode,
+                    c.decay,
+                    c.mode_weight,
+                    c.score,
+                    rank,
+                    mmr_rank,
+                    tokens,
+                    (c.source, c.id) in injected,
+                )
+            )
     conn.execute(
         "INSERT INTO events (owner_id, type, payload) VALUES (%s, 'memory_retrieval', %s)",
-        (owner, Jsonb({
-            "retrieval_id": retrieval_id, "query": query[:200], "mode": mode, "candidates_count": candidates_count,
-            "injected_count": injected_count, "injected_sources": sources, "token_used": tokens_used,
-            "token_budget": budget, "degraded": degraded,
-        })),
+        (
+            owner,
+            Jsonb(
+                {
+                    "retrieval_id": retrieval_id,
+                    "query": query[:200],
+                    "mode": mode,
+                    "candidates_count": candidates_count,
+                    "injected_count": injected_count,
+                    "injected_sources": sources,
+                    "token_used": tokens_used,
+                    "token_budget": budget,
+                    "degraded": degraded,
+                }
+            ),
+        ),
     )
     return retrieval_id
 

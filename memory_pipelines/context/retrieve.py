@@ -48,12 +48,26 @@ def semantic_candidates(
 ) -> list[Candidate]:
     """Hybrid search over tasks, learnings, capabilities and memories (keywords only without a vector)."""
     result = search(
-        pool, embedder, owner, query, mode="hybrid" if qvec is not None else "keyword",
-        filters=SearchFilters(sources=SEMANTIC_SOURCES, as_of=as_of), limit=depth, query_vector=qvec,
+        pool,
+        embedder,
+        owner,
+        query,
+        mode="hybrid" if qvec is not None else "keyword",
+        filters=SearchFilters(sources=SEMANTIC_SOURCES, as_of=as_of),
+        limit=depth,
+        query_vector=qvec,
     )
     return [
-        Candidate(source=h.source, id=h.id, title=h.title, text=h.text, created_at=h.created_at,
-                  relevance=float(h.score), embedding=h.embedding, extra=h.extra)
+        Candidate(
+            source=h.source,
+            id=h.id,
+            title=h.title,
+            text=h.text,
+            created_at=h.created_at,
+            relevance=float(h.score),
+            embedding=h.embedding,
+            extra=h.extra,
+        )
         for h in result.hits
     ]
 
@@ -64,8 +78,9 @@ def _event_text(event_type: str, payload: dict[str, Any]) -> str:
     return f"[{event_type}] {json.dumps(payload, ensure_ascii=False)[:200]}"
 
 
-def event_candidates(pool: ConnectionPool, owner: str, query: str, mode: str, now: datetime,
-                     limit: int = 10) -> list[Candidate]:
+def event_candidates(
+    pool: ConnectionPool, owner: str, query: str, mode: str, now: datetime, limit: int = 10
+) -> list[Candidate]:
     """Recent events of the seed's types: 24 h (72 h in debug), newest first, window as a parameter."""
     hours = 72 if mode == "debug" else 24
     with pool.connection() as conn:
@@ -73,16 +88,29 @@ def event_candidates(pool: ConnectionPool, owner: str, query: str, mode: str, no
             "SELECT id::text, type, payload, created_at FROM events"
             " WHERE owner_id = %(owner)s AND type = ANY(%(types)s)"
             " AND created_at > %(since)s AND created_at <= %(now)s ORDER BY created_at DESC LIMIT %(limit)s",
-            {"owner": owner, "types": list(EVENT_TYPES), "since": now - timedelta(hours=hours), "now": now,
-             "limit": limit},
+            {
+                "owner": owner,
+                "types": list(EVENT_TYPES),
+                "since": now - timedelta(hours=hours),
+                "now": now,
+                "limit": limit,
+            },
         ).fetchall()
     qterms = set(terms(query))
     out = []
     for item_id, event_type, payload, created_at in rows:
         text = _event_text(event_type, payload)
         overlap = len(qterms & set(terms(text))) / len(qterms) if qterms else 0.0
-        out.append(Candidate(source="event", id=item_id, title=f"[{event_type}]", text=text,
-                             created_at=created_at, relevance=EVENT_BASE_RELEVANCE * (1 + overlap)))
+        out.append(
+            Candidate(
+                source="event",
+                id=item_id,
+                title=f"[{event_type}]",
+                text=text,
+                created_at=created_at,
+                relevance=EVENT_BASE_RELEVANCE * (1 + overlap),
+            )
+        )
     return out
 
 
@@ -110,8 +138,9 @@ def load_profile(pool: ConnectionPool, owner: str, mode: str, limit: int = 3) ->
     for item_id, title, status, progress, created_at in rows:
         line = f"- {title} ({status}, {progress}%)"
         lines.append(line)
-        goals.append(Candidate(source="okr", id=item_id, title=title, text=line, created_at=created_at,
-                               relevance=1.0))
+        goals.append(
+            Candidate(source="okr", id=item_id, title=title, text=line, created_at=created_at, relevance=1.0)
+        )
     return Profile("\n".join(lines), goals)
 
 

@@ -13,7 +13,12 @@ MODES = ("plan", "execute", "debug", "chat")
 SOURCES = ("task", "learning", "capability", "memory", "event", "okr")
 
 SEED_HALF_LIVES: dict[str, float | None] = {
-    "task": 30, "learning": 90, "event": 1, "okr": None, "capability": None, "memory": None,
+    "task": 30,
+    "learning": 90,
+    "event": 1,
+    "okr": None,
+    "capability": None,
+    "memory": None,
 }
 SEED_MODE_WEIGHTS: dict[str, dict[str, float]] = {
     "task": {"plan": 1.0, "execute": 1.2, "debug": 1.0, "chat": 0.8},
@@ -49,8 +54,14 @@ class ScoringConfig:
         return float(self.mode_weights.get(source, {}).get(mode, 1.0))
 
     @classmethod
-    def from_row(cls, version: int, half_lives: dict[str, Any], mode_weights: dict[str, Any]) -> ScoringConfig:
-        return cls(version=version, half_lives=dict(half_lives), mode_weights={k: dict(v) for k, v in mode_weights.items()})
+    def from_row(
+        cls, version: int, half_lives: dict[str, Any], mode_weights: dict[str, Any]
+    ) -> ScoringConfig:
+        return cls(
+            version=version,
+            half_lives=dict(half_lives),
+            mode_weights={k: dict(v) for k, v in mode_weights.items()},
+        )
 
 
 @dataclass(frozen=True)
@@ -66,6 +77,10 @@ class Factors:
         return self.relevance * self.decay * self.mode_weight
 
 
-def factors(config: ScoringConfig, source: str, mode: str, relevance: float, age_days: float | None) -> Factors:
+def factors(
+    config: ScoringConfig, source: str, mode: str, relevance: float, age_days: float | None
+) -> Factors:
     """The score factors of one candidate under one config."""
-    return Factors(relevance=relevance, decay=config.decay(source, age_days), mode_weight=config.weight(source, mode))
+    return Factors(
+        relevance=relevance, decay=config.decay(source, age_days), mode_weight=config.weight(source, mode)
+    )

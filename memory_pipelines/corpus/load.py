@@ -42,15 +42,32 @@ _ROWS = {
     "tasks": (
         "INSERT INTO tasks (id, owner_id, title, description, task_type, status, project_key, metadata,"
         " created_at, updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
-        lambda i, at: (i["title"], i.get("description", ""), i.get("task_type"), i.get("status", "pending"),
-                       i.get("project_key"), Jsonb(i.get("metadata") or {}), at, at),
+        lambda i, at: (
+            i["title"],
+            i.get("description", ""),
+            i.get("task_type"),
+            i.get("status", "pending"),
+            i.get("project_key"),
+            Jsonb(i.get("metadata") or {}),
+            at,
+            at,
+        ),
     ),
     "learnings": (
         "INSERT INTO learnings (id, owner_id, title, content, task_type, failure_class, trigger_event, category,"
         " metadata, created_at, updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
         " ON CONFLICT (id) DO NOTHING",
-        lambda i, at: (i["title"], i.get("content", ""), i.get("task_type"), i.get("failure_class"),
-                       i.get("trigger_event"), i.get("category"), Jsonb(i.get("metadata") or {}), at, at),
+        lambda i, at: (
+            i["title"],
+            i.get("content", ""),
+            i.get("task_type"),
+            i.get("failure_class"),
+            i.get("trigger_event"),
+            i.get("category"),
+            Jsonb(i.get("metadata") or {}),
+            at,
+            at,
+        ),
     ),
     "capabilities": (
         "INSERT INTO capabilities (id, owner_id, name, description, created_at, updated_at)"
@@ -60,8 +77,15 @@ _ROWS = {
     "goals": (
         "INSERT INTO goals (id, owner_id, title, description, status, priority, progress, created_at, updated_at)"
         " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
-        lambda i, at: (i["title"], i.get("description", ""), i.get("status", "pending"), i.get("priority", 2),
-                       i.get("progress", 0), at, at),
+        lambda i, at: (
+            i["title"],
+            i.get("description", ""),
+            i.get("status", "pending"),
+            i.get("priority", 2),
+            i.get("progress", 0),
+            at,
+            at,
+        ),
     ),
     "events": (
         "INSERT INTO events (id, owner_id, type, payload, created_at) VALUES (%s, %s, %s, %s, %s)"
@@ -71,7 +95,9 @@ _ROWS = {
 }
 
 
-def load_demo(pool: ConnectionPool, now: datetime | None = None, corpus: dict | None = None) -> dict[str, int]:
+def load_demo(
+    pool: ConnectionPool, now: datetime | None = None, corpus: dict | None = None
+) -> dict[str, int]:
     """Insert the demo corpus; returns rows inserted per section (all zero on a second load)."""
     now = now or datetime.now(UTC)
     corpus = corpus or read_demo()

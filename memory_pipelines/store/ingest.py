@@ -37,7 +37,7 @@ from psycopg_pool import ConnectionPool
 from ..db import transaction
 from ..embeddings import Embedder, EmbeddingError, normalise
 from ..embeddings.base import to_array
-from ..errors import ValidationError
+from ..errors import ValidationError, check_storable
 from ..indexing import embed_source, finish_memories
 from ..keyword_index import index_rows
 from ..llm import ChatLLM
@@ -132,7 +132,7 @@ def _opt_str(name: str, value: object, limit: int) -> str | None:
         raise ValidationError(name, "must be a non-empty string when given")
     if len(value.strip()) > limit:
         raise ValidationError(name, f"must be at most {limit} characters")
-    return value.strip()
+    return check_storable(name, value.strip())
 
 
 def validate_owner(owner: object) -> str:
@@ -164,6 +164,7 @@ def validate_input(
         raise ValidationError(
             "content", f"must be at most {MAX_CONTENT_CHARS} characters, got {len(content)}"
         )
+    check_storable("content", content)
     if content_type not in MEMORY_TYPES:
         raise ValidationError("content_type", f"must be one of {list(MEMORY_TYPES)}, got {content_type!r}")
     name = _opt_str("project_name", project_name, MAX_NAME_CHARS)

@@ -10,7 +10,8 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from ..text.chunks import chunk_text
-from ..text.summary import extractive_summary, tags as extract_tags
+from ..text.summary import extractive_summary
+from ..text.summary import tags as extract_tags
 
 
 def new_memory_id() -> str:
@@ -23,7 +24,9 @@ def content_hash(content: str) -> str:
     return hashlib.sha256(content.encode("utf-8")).hexdigest()
 
 
-def write_fragments(conn: psycopg.Connection, memory_id: str, owner_id: str, chunks: list[str], ts: datetime) -> None:
+def write_fragments(
+    conn: psycopg.Connection, memory_id: str, owner_id: str, chunks: list[str], ts: datetime
+) -> None:
     """Replace the fragments of a memory with these chunks (embeddings pending)."""
     conn.execute("DELETE FROM fragments WHERE memory_id = %s", (memory_id,))
     with conn.cursor() as cur:

@@ -13,7 +13,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from ..embeddings import Embedder
-from ..errors import NotFoundError, ValidationError
+from ..errors import NotFoundError, ValidationError, check_storable
 from ..search import MEMORY_TYPES, SearchFilters, embed_query, search
 from ..text.keywords import terms
 from .ingest import validate_owner
@@ -212,7 +212,7 @@ def _validate_ids(ids: object) -> list[str]:
         raise ValidationError("ids", f"at most {MAX_GET_IDS} ids per call, got {len(ids)}")
     if not all(isinstance(i, str) and i.strip() and len(i) <= 200 for i in ids):
         raise ValidationError("ids", "every id must be a non-empty string")
-    return list(dict.fromkeys(i.strip() for i in ids))
+    return list(dict.fromkeys(check_storable("ids", i.strip()) for i in ids))
 
 
 def get_memories(pool: ConnectionPool, owner: str, ids: list[str]) -> dict[str, Any]:
@@ -285,6 +285,7 @@ def memory_versions(pool: ConnectionPool, owner: str, memory_id: str) -> list[di
     owner = validate_owner(owner)
     if not isinstance(memory_id, str) or not memory_id.strip():
         raise ValidationError("memory_id", "must be a non-empty string")
+    check_storable("memory_id", memory_id)
     with pool.connection() as conn:
         if (
             conn.execute(

@@ -1,0 +1,130 @@
+"""CLI commands of the online module: `serve` (HTTP API), `mcp` (MCP server), `keys` (API keys)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from .errors import UserError
+
+_EXTRA_HINT = "Fix: pip install 'memory-pipelines[api]' (FastAPI, uvicorn and the mcp SDK)."
+
+
+def _runtime() -> Any:
+    from .runtime import open_runtime
+
+    return open_runtime()
+
+
+def _need(module: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise UserError(f"the `{module}` package is missing. {_EXTRA_HINT}")
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    _need("fastapi")
+    _need("uvicorn")
+    import uvicorn
+
+    from .api import create_app
+
+    rt = _runtime()
+    print(f"memory_pipelines API on http://{args.host}:{args.port} (docs at /docs); "
+          "every endpoint but /health needs `Authorization: Bearer <key>`", file=sys.stderr)
+    uvicorn.run(create_app(rt), host=args.host, port=args.port, log_level="info")
+    return 0
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    _need("mcp")
+    from .mcp_server import run_http, run_stdio
+
+    rt = _runtime()
+    if args.transport == "stdio":
+        run_stdio(rt, rt.settings.default_owner)  # stdout carries the protocol: print nothing
+    else:
+        _need("uvicorn")
+        print(f"MCP streamable HTTP on http://{args.host}:{args.port}/mcp (bearer key required)",
+              file=sys.stderr)
+        run_http(rt, host=args.host, port=args.port)
+    return 0
+
+
+def cmd_keys_create(args: argparse.Namespace) -> int:
+    from .auth import create_key
+
+    rt = _runtime()
+    key_id, key = create_key(rt.pool, args.owner, name=args.name)
+    print(key)
+    print(f"created key {key_id} for owner {args.owner!r}. Store it now: it will not be shown again.",
+          file=sys.stderr)
+    return 0
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    return value.strftime("%Y-%m-%d %H:%M") if hasattr(value, "strftime") else str(value)
+
+
+def cmd_keys_list(args: argparse.Namespace) -> int:
+    from .auth import list_keys
+
+    rt = _runtime()
+    keys = list_keys(rt.pool, owner=args.owner)
+    if args.json:
+        print(json.dumps(keys, indent=2, default=str))
+        return 0
+    if not keys:
+        print("no keys" + (f" for owner {args.owner!r}" if args.owner else ""))
+        return 0
+    cols = ("id", "prefix", "owner", "name", "created_at", "last_used_at", "revoked_at")
+    rows = [[_fmt(k.get(c)) for c in cols] for k in keys]
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
+    print("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)))
+    for r in rows:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
+    return 0
+
+
+def cmd_keys_revoke(args: argparse.Namespace) -> int:
+    from .auth import revoke_key
+
+    rt = _runtime()
+    if not revoke_key(rt.pool, args.key):
+        raise UserError(f"no active key matches {args.key!r}. Fix: pass a key id or prefix from `keys list`.")
+    print(f"revoked {args.key}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add `serve`, `mcp` and `keys` to the CLI."""
+    p = sub.add_parser("serve", help="run the HTTP API (FastAPI + uvicorn); OpenAPI docs at /docs")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("mcp", help="run the MCP server (mem.* tools): stdio for one configured owner "
+                       "(MEMORY_PIPELINES_OWNER), or streamable HTTP with bearer API keys")
+    p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind for http (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8001, help="port for http (default 8001); endpoint /mcp")
+    p.set_defaults(func=cmd_mcp)
+
+    keys = sub.add_parser("keys", help="create, list and revoke API keys (each key belongs to one owner)")
+    ksub = keys.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
+    p = ksub.add_parser("create", help="create a key for an owner and print it once")
+    p.add_argument("--owner", required=True, help="owner id whose memory the key reads and writes")
+    p.add_argument("--name", help="a label, e.g. the machine or agent using it")
+    p.set_defaults(func=cmd_keys_create)
+    p = ksub.add_parser("list", help="list keys (id, prefix, owner, name, dates); never the keys themselves")
+    p.add_argument("--owner", help="only this owner's keys")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_keys_list)
+    p = ksub.add_parser("revoke", help="revoke a key by its id or prefix")
+    p.add_argument("key", metavar="KEY_ID_OR_PREFIX")
+    p.set_defaults(func=cmd_keys_revoke)

@@ -1,0 +1,296 @@
+"""The MCP surface (seed 004's `mem.*` tools, plus `mem.context`) on the official `mcp` SDK 2.x (`MCPServer`).
+
+Tools validate and shape arguments and call the library. The owner is never an argument: `owner_resolver`
+gets the request's HTTP headers (None over stdio) and returns the owner, or raises `PermissionError`.
+Over stdio the owner comes from configuration (MEMORY_PIPELINES_OWNER); over streamable HTTP from the
+`Authorization: Bearer <key>` of each request, checked twice: by `BearerKeyMiddleware` before the MCP app
+(401 for a missing, unknown or revoked key) and again when a tool runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import AfterValidator, Field
+
+from .api.encode import jsonable
+from .api.models import MAX_CONTENT, MAX_ID, MAX_IDS, MAX_QUERY, storable
+from .errors import NotFoundError, UserError, ValidationError
+from .runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+OwnerResolver = Callable[[Mapping[str, str] | None], str]
+_UNSET: Any = object()
+
+CONTENT_TYPES_TEXT = (
+    "content_type is exactly one of five: 'requirement' (requirements and constraints), 'plan' (plans, "
+    "schedules, milestones), 'development' (implementation, code details, architecture), 'testing' "
+    "(tests, verification, regressions), 'insight' (lessons, patterns, decisions)."
+)
+
+INSTRUCTIONS = (
+    "Long-term memory shared by all your sessions and machines. To recall, ALWAYS search first and get "
+    "second: mem.search returns short snippets with ids; then call mem.get with the ids you need for the "
+    "full content. Answer from the full content. Save durable facts, decisions and lessons with "
+    "mem.ingest_memory. For one ready-to-use context block within a token budget, call mem.context. "
+    "The owner is fixed by the server (configuration or your API key); never pass owner_id. "
+    + CONTENT_TYPES_TEXT
+)
+
+ContentType = Literal["requirement", "plan", "development", "testing", "insight"]
+Scope = Literal["all", "requirement", "plan", "development", "testing", "insight"]
+Text = AfterValidator(storable)
+
+QueryArg = Annotated[str, Field(min_length=1, max_length=MAX_QUERY, description="What to look for."), Text]
+ProjectKeyArg = Annotated[str | None, Field(max_length=200, description="Only this project."), Text]
+ProjectNameArg = Annotated[str | None, Field(max_length=200, description="Project, by name."), Text]
+OptText200 = Annotated[str | None, Field(max_length=200), Text]
+
+
+def config_owner(owner: str) -> OwnerResolver:
+    """The resolver for stdio: one owner from configuration."""
+    return lambda _headers: owner
+
+
+def bearer_key(headers: Mapping[str, str] | None) -> str | None:
+    """The key of an `Authorization: Bearer <key>` header, if any."""
+    value = (headers or {}).get("authorization") or ""
+    scheme, _, key = value.partition(" ")
+    key = key.strip()
+    if scheme.lower() != "bearer" or not key or len(key) > 512 or "\x00" in key:
+        return None
+    return key
+
+
+def key_owner(pool: Any) -> OwnerResolver:
+    """The resolver for HTTP: the owner of the request's bearer key."""
+    from .auth import resolve_key
+
+    def resolve(headers: Mapping[str, str] | None) -> str:
+        key = bearer_key(headers)
+        owner = resolve_key(pool, key) if key else None
+        if owner is None:
+            raise PermissionError("missing, unknown or revoked API key: send `Authorization: Bearer <key>`")
+        return owner
+
+    return resolve
+
+
+def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """Run a library call; expected failures become tool errors that say what to change."""
+    try:
+        return jsonable(fn(*args, **kwargs))
+    except ValidationError as exc:
+        msg = f"invalid `{exc.field}`: {exc.message}. Change `{exc.field}` and call again."
+        raise ToolError(msg) from None
+    except NotFoundError as exc:
+        raise ToolError(f"{exc}. Use ids returned by mem.search (for your own memories).") from None
+    except UserError as exc:
+        raise ToolError(str(exc)) from None
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+
+
+def build_server(runtime: Runtime, owner_resolver: OwnerResolver, llm: Any = _UNSET) -> MCPServer:
+    """An MCP server with the `mem.*` tools over one runtime."""
+    from .context.builder import build_memory_context
+    from .llm import ChatLLM
+    from .store.ingest import ingest_memory
+    from .store.read import get_memories, list_projects, search_memories, timeline
+
+    if llm is _UNSET:
+        llm = ChatLLM.from_settings(runtime.settings)
+    pool, embedder = runtime.pool, runtime.embedder
+    server = MCPServer("memory-pipelines", instructions=INSTRUCTIONS, version="0.1.0")
+
+    def owner_of(ctx: Context) -> str:
+        try:
+            return owner_resolver(ctx.headers)
+        except PermissionError as exc:
+            raise ToolError(str(exc)) from None
+
+    @server.tool(
+        name="mem.ingest_memory",
+        description=(
+            "Save one memory (a fact, decision, plan, result or lesson worth keeping across sessions). Give "
+            "the content, its content_type and project_name (or project_key). The server chunks, embeds, "
+            "summarises and tags it and checks for an older memory on the same topic. " + CONTENT_TYPES_TEXT
+            + " Returns status: 'created' (new id), 'updated' (an older memory on the same topic was "
+            "replaced; its old version is kept) or 'skipped' (already known; id of the existing memory)."
+        ),
+    )
+    def ingest_tool(
+        ctx: Context,
+        content: Annotated[str, Field(min_length=1, max_length=MAX_CONTENT,
+                                      description="The memory text, any language, Markdown welcome."), Text],
+        content_type: Annotated[ContentType, Field(description="One of the five content types.")],
+        project_name: Annotated[str | None, Field(max_length=200, description=(
+            "Human project name, e.g. 'agent-mem'. Required unless project_key is given.")), Text] = None,
+        project_key: Annotated[str | None, Field(max_length=200, description=(
+            "Stable project id across machines; default derived from project_name.")), Text] = None,
+        machine_name: Annotated[str | None, Field(max_length=1000, description="Where it was written."),
+                                Text] = None,
+        project_path: Annotated[str | None, Field(max_length=1000, description="Local path (source only)."),
+                                Text] = None,
+        ts: Annotated[int | None, Field(ge=0, le=32_503_680_000, description="Unix seconds; default now.")]
+        = None,
+        speaker: Annotated[OptText200, Field(description="Who said or wrote it.")] = None,
+    ) -> dict[str, Any]:
+        owner = owner_of(ctx)
+        if not project_name and not project_key:
+            raise ToolError("invalid `project_name`: give project_name or project_key. Add one, call again.")
+        return _call(lambda: ingest_memory(
+            pool, embedder, llm, owner, content=content, content_type=content_type,
+            project_name=project_name, project_key=project_key, machine_name=machine_name,
+            project_path=project_path, ts=ts, speaker=speaker,
+        ).as_dict())
+
+    @server.tool(
+        name="mem.search",
+        description=(
+            "STEP 1 of recall: search long-term memory. Returns matches with id, snippet (at most 200 "
+            "characters), content_type, project and score - NOT the full content. Then call mem.get with the "
+            "ids you need. query: what you are looking for, any language (Chinese and English find each "
+            "other). project_key / project_name: only that project (omit to search all projects). scope: "
+            "'all' or one content type (requirement | plan | development | testing | insight). limit: 1-100."
+        ),
+    )
+    def search_tool(
+        ctx: Context,
+        query: QueryArg,
+        project_key: ProjectKeyArg = None,
+        project_name: ProjectNameArg = None,
+        scope: Annotated[Scope, Field(description="'all' or one content type.")] = "all",
+        limit: Annotated[int, Field(ge=1, le=100, description="How many matches.")] = 20,
+    ) -> dict[str, Any]:
+        owner = owner_of(ctx)
+        return _call(search_memories, pool, embedder, owner, query, project_key=project_key,
+                     project_name=project_name, scope=scope, limit=limit)
+
+    @server.tool(
+        name="mem.get",
+        description=(
+            "STEP 2 of recall: the full content of memories by id. ids: the ids from mem.search (1-100). Ids "
+            "that do not exist (or are not yours) are reported as not found."
+        ),
+    )
+    def get_tool(
+        ctx: Context,
+        ids: Annotated[list[Annotated[str, Field(min_length=1, max_length=MAX_ID), Text]],
+                       Field(min_length=1, max_length=MAX_IDS, description="Memory ids from mem.search.")],
+    ) -> dict[str, Any]:
+        owner = owner_of(ctx)
+        return _call(get_memories, pool, owner, list(dict.fromkeys(ids)))
+
+    @server.tool(
+        name="mem.timeline",
+        description=(
+            "Memories in time order (oldest first), a page at a time: what happened in a project and "
+            "when. project_key or project_name: one project (omit for all). since / until: ISO 8601 times "
+            "(UTC if no zone). content_type: one of the five types. limit: 1-200. cursor: the next_cursor "
+            "of the previous page."
+        ),
+    )
+    def timeline_tool(
+        ctx: Context,
+        project_key: ProjectKeyArg = None,
+        project_name: ProjectNameArg = None,
+        since: Annotated[datetime | None, Field(description="Only memories at or after this time.")] = None,
+        until: Annotated[datetime | None, Field(description="Only memories before this time.")] = None,
+        content_type: Annotated[ContentType | None, Field(description="Only this content type.")] = None,
+        limit: Annotated[int, Field(ge=1, le=200, description="Page size.")] = 50,
+        cursor: Annotated[str | None, Field(max_length=500, description="next_cursor of the previous page."),
+                          Text] = None,
+    ) -> dict[str, Any]:
+        owner = owner_of(ctx)
+        return _call(timeline, pool, owner, project_key=project_key, project_name=project_name,
+                     since=_utc(since), until=_utc(until), content_type=content_type, limit=limit,
+                     cursor=cursor)
+
+    @server.tool(
+        name="mem.list_projects",
+        description="Your projects (project_key, project_name, machine, path, memory count, last update).",
+    )
+    def list_projects_tool(ctx: Context) -> dict[str, Any]:
+        owner = owner_of(ctx)
+        return _call(lambda: {"projects": list_projects(pool, owner)})
+
+    @server.tool(
+        name="mem.context",
+        description=(
+            "One ready-to-use memory context block for a task, within token_budget tokens: relevant tasks, "
+            "learnings, capabilities and memories, recent events and active goals, scored and de-duplicated. "
+            "query: the task or question. mode: plan | execute | debug | chat (what the context is for). "
+            "token_budget: 50-32000 (default 800). Returns block (the text to use), items (what was "
+            "included and why) and retrieval_id."
+        ),
+    )
+    def context_tool(
+        ctx: Context,
+        query: Annotated[str, Field(min_length=1, max_length=MAX_QUERY, description="The task or question."),
+                         Text],
+        mode: Annotated[Literal["plan", "execute", "debug", "chat"], Field(description="What it is for.")]
+        = "execute",
+        token_budget: Annotated[int, Field(ge=50, le=32000, description="Token budget of the block.")] = 800,
+    ) -> dict[str, Any]:
+        owner = owner_of(ctx)
+        return _call(lambda: build_memory_context(pool, embedder, owner, query, mode=mode,
+                                                  token_budget=token_budget).as_dict())
+
+    return server
+
+
+class BearerKeyMiddleware:
+    """ASGI middleware: HTTP requests without a valid (known, unrevoked) bearer key get 401."""
+
+    def __init__(self, app: Any, pool: Any) -> None:
+        self.app = app
+        self.pool = pool
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        import anyio.to_thread
+        from starlette.datastructures import Headers
+        from starlette.responses import JSONResponse
+
+        from .auth import resolve_key
+
+        key = bearer_key(Headers(scope=scope))
+        owner = await anyio.to_thread.run_sync(resolve_key, self.pool, key) if key else None
+        if owner is None:
+            response = JSONResponse(
+                {"error": "missing, unknown or revoked API key: send `Authorization: Bearer <key>` "
+                          "(create one with `memory-pipelines keys create --owner <owner>`)"},
+                status_code=401, headers={"WWW-Authenticate": "Bearer"})
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def build_http_app(runtime: Runtime, host: str = "127.0.0.1", path: str = "/mcp", llm: Any = _UNSET) -> Any:
+    """The streamable-HTTP ASGI app (MCP endpoint at `path`), behind bearer-key authentication."""
+    server = build_server(runtime, key_owner(runtime.pool), llm=llm)
+    app = server.streamable_http_app(streamable_http_path=path, host=host)
+    return BearerKeyMiddleware(app, runtime.pool)
+
+
+def run_stdio(runtime: Runtime, owner: str) -> None:
+    """Serve over stdin/stdout for one configured owner."""
+    build_server(runtime, config_owner(owner)).run("stdio")
+
+
+def run_http(runtime: Runtime, host: str = "127.0.0.1", port: int = 8001) -> None:
+    """Serve streamable HTTP at http://host:port/mcp."""
+    import uvicorn
+
+    uvicorn.run(build_http_app(runtime, host=host), host=host, port=port, log_level="info")

@@ -1,0 +1,220 @@
+"""The MCP server through real MCP client sessions: stdio (a spawned `memory-pipelines mcp` process) and
+streamable HTTP (uvicorn on loopback, bearer keys)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from memory_pipelines.auth import create_key, revoke_key
+from memory_pipelines.mcp_server import build_http_app
+from tests.test_api import EN, ZH, LiveServer
+
+ROOT = Path(__file__).resolve().parents[1]
+TOOLS = {"mem.ingest_memory", "mem.search", "mem.get", "mem.timeline", "mem.list_projects", "mem.context"}
+
+
+def data(result) -> dict[str, Any]:
+    """The JSON a successful tool call returned."""
+    assert not result.is_error, result.content
+    if result.structured_content is not None:
+        return result.structured_content
+    return json.loads(result.content[0].text)
+
+
+def error_text(result) -> str:
+    assert result.is_error, result
+    return " ".join(getattr(c, "text", "") for c in result.content)
+
+
+async def _flow(client: Client) -> dict[str, Any]:
+    """list tools, ingest (zh + en), search -> get, timeline, list_projects, context, bad input."""
+    tools = {t.name: t for t in (await client.list_tools()).tools}
+    assert set(tools) >= TOOLS
+    assert "mem.get" in tools["mem.search"].description and "snippet" in tools["mem.search"].description
+    for ctype in ("requirement", "plan", "development", "testing", "insight"):
+        assert ctype in tools["mem.ingest_memory"].description
+    assert set(tools["mem.search"].input_schema["properties"]) >= {"query", "project_key", "scope", "limit"}
+    assert "owner_id" not in tools["mem.search"].input_schema["properties"]
+
+    zh = data(await client.call_tool("mem.ingest_memory", {
+        "project_name": "agent-mem", "content_type": "development", "content": ZH, "speaker": "李雷"}))
+    en = data(await client.call_tool("mem.ingest_memory", {
+        "project_name": "web-app", "content_type": "requirement", "content": EN}))
+    assert zh["status"] == en["status"] == "created"
+
+    found = data(await client.call_tool("mem.search", {"query": "为什么用 pgvector 存储向量", "limit": 5}))
+    assert found["next_action"] == "use_ids_to_call_mem_get"
+    assert zh["id"] in [r["id"] for r in found["results"]]
+    assert all(len(r["snippet"]) <= 200 for r in found["results"])
+    scoped = data(await client.call_tool("mem.search", {"query": "cookie", "project_key": "web-app",
+                                                        "scope": "requirement"}))
+    assert [r["id"] for r in scoped["results"]] == [en["id"]]
+
+    got = data(await client.call_tool("mem.get", {"ids": [zh["id"], en["id"]]}))
+    assert {m["id"]: m["content"] for m in got["memories"]} == {zh["id"]: ZH, en["id"]: EN}
+
+    tl = data(await client.call_tool("mem.timeline", {"project_key": "agent-mem"}))
+    assert [i["id"] for i in tl["items"]] == [zh["id"]]
+    projects = data(await client.call_tool("mem.list_projects", {}))["projects"]
+    assert {p["project_key"] for p in projects} == {"agent-mem", "web-app"}
+
+    ctx = data(await client.call_tool("mem.context", {"query": "pgvector 向量", "token_budget": 300}))
+    assert ctx["token_used"] <= 300 and ctx["retrieval_id"] and "pgvector" in ctx["block"]
+
+    bad = error_text(await client.call_tool("mem.ingest_memory", {
+        "project_name": "agent-mem", "content_type": "notes", "content": "x"}))
+    assert "content_type" in bad
+    bad = error_text(await client.call_tool("mem.search", {"query": "x", "limit": 0}))
+    assert "limit" in bad
+    bad = error_text(await client.call_tool("mem.ingest_memory", {"content_type": "plan", "content": "x"}))
+    assert "project_name" in bad
+    bad = error_text(await client.call_tool("mem.ingest_memory", {
+        "project_name": "p", "content_type": "plan", "content": "x", "ts": 5}))
+    assert "ts" in bad
+    bad = error_text(await client.call_tool("mem.timeline", {"cursor": "not-a-cursor"}))
+    assert "cursor" in bad
+    missing = data(await client.call_tool("mem.get", {"ids": ["mem_ffffffffffffffffffff"]}))
+    assert missing["memories"] == [] and missing["missing"] == ["mem_ffffffffffffffffffff"]
+    return {"zh": zh["id"], "en": en["id"]}
+
+
+def _rows(pool) -> dict[str, int]:
+    with pool.connection() as conn:
+        return dict(conn.execute("SELECT owner_id, count(*) FROM memories GROUP BY owner_id").fetchall())
+
+
+def test_stdio_session_full_flow_for_the_configured_owner(db_url, runtime, tmp_path):
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "memory_pipelines.cli", "mcp", "--transport", "stdio"],
+        cwd=str(ROOT),
+        env={"DATABASE_URL": db_url, "MEMORY_PIPELINES_EMBEDDER": "fake", "MEMORY_PIPELINES_OWNER": "carol",
+             "MEMORY_PIPELINES_HOME": str(tmp_path), "PYTHONPATH": str(ROOT)},
+    )
+
+    async def main() -> dict[str, Any]:
+        async with Client(params, read_timeout_seconds=120) as client:
+            return await _flow(client)
+
+    ids = anyio.run(main)
+    assert _rows(runtime.pool) == {"carol": 2}
+    with runtime.pool.connection() as conn:
+        owners = conn.execute("SELECT DISTINCT owner_id FROM memories WHERE id = ANY(%s)",
+                              (list(ids.values()),)).fetchall()
+    assert owners == [("carol",)]
+
+
+@pytest.fixture
+def mcp_http(runtime):
+    with LiveServer(build_http_app(runtime, llm=None)) as srv:
+        yield f"{srv.url}/mcp"
+
+
+def _client(url: str, key: str) -> Client:
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {key}"})
+    return Client(streamable_http_client(url, http_client=http), read_timeout_seconds=60)
+
+
+def test_http_session_full_flow_with_a_bearer_key(mcp_http, runtime):
+    _kid, key = create_key(runtime.pool, "dave")
+
+    async def main() -> None:
+        async with _client(mcp_http, key) as client:
+            await _flow(client)
+
+    anyio.run(main)
+    assert _rows(runtime.pool) == {"dave": 2}
+
+
+def test_http_without_a_valid_key_is_401(mcp_http, runtime):
+    key_id, revoked = create_key(runtime.pool, "dave")
+    assert revoke_key(runtime.pool, key_id)
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
+    headers = {"Accept": "application/json, text/event-stream"}
+    for auth in (None, "Bearer mp_unknown", f"Bearer {revoked}", f"Basic {revoked}"):
+        h = {**headers, **({"Authorization": auth} if auth else {})}
+        r = httpx.post(mcp_http, json=init, headers=h)
+        assert r.status_code == 401, (auth, r.status_code, r.text)
+        assert r.headers["www-authenticate"].lower().startswith("bearer")
+
+
+def test_http_two_keys_two_owners_isolated(mcp_http, runtime):
+    _a, alice = create_key(runtime.pool, "alice")
+    _b, bob = create_key(runtime.pool, "bob")
+    secret = "alice secret: the vault passphrase is tangerine-42"
+
+    async def main() -> None:
+        async with _client(mcp_http, alice) as a:
+            mine = data(await a.call_tool("mem.ingest_memory", {
+                "project_name": "vault", "content_type": "insight", "content": secret}))["id"]
+        async with _client(mcp_http, bob) as b:
+            data(await b.call_tool("mem.ingest_memory", {
+                "project_name": "notes", "content_type": "plan", "content": "bob plans a tangerine harvest"}))
+            found = data(await b.call_tool("mem.search", {"query": secret, "limit": 100}))
+            assert mine not in [r["id"] for r in found["results"]]
+            got = data(await b.call_tool("mem.get", {"ids": [mine]}))
+            assert got["memories"] == [] and got["missing"] == [mine]
+            projects = data(await b.call_tool("mem.list_projects", {}))["projects"]
+            assert [p["project_key"] for p in projects] == ["notes"]
+            tl = data(await b.call_tool("mem.timeline", {}))
+            assert mine not in json.dumps(tl)
+            ctx = data(await b.call_tool("mem.context", {"query": "tangerine vault passphrase"}))
+            assert "tangerine-42" not in ctx["block"] and mine not in json.dumps(ctx)
+            # owner_id is not a parameter: passing one changes nothing.
+            spoof = data(await b.call_tool("mem.search", {"query": secret, "owner_id": "alice"}))
+            assert mine not in [r["id"] for r in spoof["results"]]
+        async with _client(mcp_http, alice) as a:
+            found = data(await a.call_tool("mem.search", {"query": secret}))
+            assert mine in [r["id"] for r in found["results"]]
+
+    anyio.run(main)
+    assert _rows(runtime.pool) == {"alice": 1, "bob": 1}
+
+
+def test_cli_mcp_http_serves_tools_behind_keys(db_url, runtime, tmp_path):
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    env = {**os.environ, "DATABASE_URL": db_url, "MEMORY_PIPELINES_EMBEDDER": "fake",
+           "MEMORY_PIPELINES_HOME": str(tmp_path)}
+    cmd = [sys.executable, "-m", "memory_pipelines.cli", "mcp", "--transport", "http", "--port", str(port)]
+    proc = subprocess.Popen(cmd, env=env, cwd=str(ROOT), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        for _ in range(600):
+            try:
+                first = httpx.post(url, json={}, timeout=2)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None, proc.stderr.read().decode()
+                time.sleep(0.1)
+        assert first.status_code == 401
+        _kid, key = create_key(runtime.pool, "erin")
+
+        async def main() -> set[str]:
+            async with _client(url, key) as client:
+                data(await client.call_tool("mem.ingest_memory", {
+                    "project_key": "p1", "content_type": "testing", "content": "regression suite passes"}))
+                return {t.name for t in (await client.list_tools()).tools}
+
+        assert anyio.run(main) >= TOOLS
+        assert _rows(runtime.pool) == {"erin": 1}
+    finally:
+        proc.terminate()
+        proc.wait(30)
