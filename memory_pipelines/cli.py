@@ -15,7 +15,7 @@ from .errors import UserError
 
 # Modules that add their own commands: each has `register(sub)` adding sub-parsers with
 # `set_defaults(func=...)`. Add a module here to add its commands.
-COMMAND_MODULES: list[str] = ["cli_online"]
+COMMAND_MODULES: list[str] = ["cli_online", "cli_tuning"]
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 

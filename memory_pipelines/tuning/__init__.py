@@ -1,0 +1,7 @@
+"""Offline tuning of half-lives and mode weights from the retrieval log (seed 001, phase 3.3).
+
+Pure logic (frames in, dicts out) lives in `fit`, `evaluate`, `report`, `simulate`; database I/O only in
+`frames.load_log`, `simulate.write_log_rows` and `publish`. The whole loop in one call:
+`memory_pipelines.tuning.pipeline.tune_and_evaluate(candidates, builds, train_mask, test_mask, active)`.
+Nothing is imported here, so `tuning.randomize` stays usable without pandas (the online builder needs it).
+"""

@@ -1,0 +1,317 @@
+"""Offline tuning: the fit recovers hidden parameters from a simulated log, publishing is gated, a log
+without signal publishes nothing, rollback, report / plots, the real builder's log, and the CLI end to end."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from memory_pipelines.context.builder import build_memory_context
+from memory_pipelines.context.config import activate, active_config, add_config, list_configs
+from memory_pipelines.context.log import record_feedback
+from memory_pipelines.context.scoring import MODES, ScoringConfig
+from memory_pipelines.db import get_pool
+from memory_pipelines.errors import ConfigError, NotFoundError
+from memory_pipelines.indexing import embed_all
+from memory_pipelines.keyword_index import index_all
+from memory_pipelines.tuning.evaluate import evaluate, per_build_metrics, rerank_scores, summarize
+from memory_pipelines.tuning.fit import FitOptions, fit_parameters
+from memory_pipelines.tuning.frames import load_log, time_split
+from memory_pipelines.tuning.pipeline import run_tuning, tune_and_evaluate
+from memory_pipelines.tuning.publish import Gate, decide
+from memory_pipelines.tuning.randomize import exploration_order, explore_rate
+from memory_pipelines.tuning.report import format_result, hit_rate_table, write_plots
+from memory_pipelines.tuning.simulate import SimSpec, hidden_truth, simulate_log, write_log_rows
+from tests.factories import add_event, add_goal, add_learning, add_task
+
+
+def wrong_config() -> ScoringConfig:
+    """Deliberately wrong: slow decay where the truth is fast and back to front, weights inverted."""
+    truth = hidden_truth()
+    return ScoringConfig(
+        version=0,
+        half_lives={
+            "task": 400.0,
+            "learning": 5.0,
+            "event": 30.0,
+            "okr": None,
+            "capability": None,
+            "memory": None,
+        },
+        mode_weights={
+            s: {m: round(1.0 / w, 3) for m, w in ws.items()} for s, ws in truth.mode_weights.items()
+        },
+    )
+
+
+def _geo_ratios(weights: dict[str, float]) -> dict[str, float]:
+    g = math.exp(np.mean([math.log(w) for w in weights.values()]))
+    return {s: w / g for s, w in weights.items()}
+
+
+def test_fit_recovers_hidden_half_lives_and_mode_weight_ratios_at_50k_candidates():
+    frames = simulate_log(SimSpec(n_builds=2300, seed=11))
+    assert 48_000 <= len(frames.candidates) <= 55_000
+    truth = hidden_truth()
+    fit = fit_parameters(frames.candidates, ScoringConfig(), FitOptions(n_boot=0))
+    assert fit.signal and fit.population == "injected"
+    for source in ("task", "learning", "event"):
+        p = next(p for p in fit.params if p.name == f"half_life.{source}")
+        assert p.status == "fitted"
+        assert p.value == pytest.approx(truth.half_lives[source], rel=0.2), source
+    fitted_cells = 0
+    for mode in MODES:
+        fitted = {
+            p.source: p.value
+            for p in fit.params
+            if p.kind == "weight" and p.mode == mode and p.status == "fitted"
+        }
+        assert len(fitted) >= 4, mode
+        fitted_cells += len(fitted)
+        got = _geo_ratios(fitted)
+        want = _geo_ratios({s: truth.weight(s, mode) for s in fitted})
+        for s in fitted:
+            assert got[s] == pytest.approx(want[s], rel=0.2), (mode, s)
+    assert fitted_cells >= 20
+
+
+def test_fit_reports_sample_sizes_intervals_and_keeps_thin_parameters():
+    frames = simulate_log(SimSpec(n_builds=600, seed=5))
+    opt = FitOptions(n_boot=15, min_samples=250, min_positives=20)
+    fit = fit_parameters(frames.candidates, ScoringConfig(), opt)
+    shown = frames.candidates[frames.candidates["injected"]]
+    for p in fit.params:
+        if p.kind == "weight":
+            cell = shown[(shown["source"] == p.source) & (shown["mode"] == p.mode)]
+            assert (p.n, p.n_used) == (len(cell), int(cell["used"].sum()))
+        if p.status in ("fitted", "clamped"):
+            assert p.ci_low is not None and p.ci_low <= p.value <= p.ci_high, p.name
+        if p.status == "thin":
+            assert p.value == p.active and (p.n < 250 or p.n_used < 20 or p.n - p.n_used < 20)
+    assert any(p.status == "thin" for p in fit.params)
+    assert any("too thin" in n for n in fit.notes)
+    lo, hi = opt.weight_bounds
+    assert all(lo <= w <= hi for ws in fit.config.mode_weights.values() for w in ws.values())
+
+
+def test_replay_metrics_on_a_hand_built_build():
+    cands = pd.DataFrame(
+        {
+            "retrieval_id": ["r1"] * 4,
+            "owner_id": "o",
+            "source": ["task", "task", "learning", "capability"],
+            "item_id": ["a", "b", "c", "d"],
+            "relevance": [0.9, 0.8, 0.5, 0.4],
+            "age_days": [0.0, 0.0, 0.0, 0.0],
+            "mode": "plan",
+            "decay": 1.0,
+            "mode_weight": 1.0,
+            "score": 0.0,
+            "rank": [1, 2, 3, 4],
+            "mmr_rank": 1.0,
+            "tokens": [10.0, 20.0, 30.0, 40.0],
+            "injected": True,
+            "used": [False, False, True, False],
+        }
+    )
+    flat = ScoringConfig(half_lives={}, mode_weights={})
+    row = per_build_metrics(cands, flat).iloc[0]
+    assert (row["hit@1"], row["hit@3"], row["hit@5"]) == (0.0, 1.0, 1.0)
+    assert row["mrr"] == pytest.approx(1 / 3)
+    assert row["ndcg@10"] == pytest.approx(1 / math.log2(4))
+    assert summarize(per_build_metrics(cands, flat))["tokens_per_hit"] == pytest.approx(100.0)
+    boost = ScoringConfig(half_lives={}, mode_weights={"learning": {"plan": 2.0}})
+    row = per_build_metrics(cands, boost).iloc[0]
+    assert (row["hit@1"], row["mrr"], row["ndcg@10"]) == (1.0, 1.0, 1.0)
+
+
+def test_replay_scores_agree_with_the_logged_online_scores():
+    frames = simulate_log(SimSpec(n_builds=50, seed=2))
+    np.testing.assert_allclose(
+        rerank_scores(frames.candidates, ScoringConfig()), frames.candidates["score"], rtol=1e-12
+    )
+
+
+def test_time_split_holds_out_the_newest_builds():
+    frames = simulate_log(SimSpec(n_builds=100, seed=3))
+    train, test = time_split(frames.builds, 0.25)
+    assert test.sum() == 25 and not (train & test).any() and (train | test).all()
+    assert frames.builds["created_at"][train].max() < frames.builds["created_at"][test].min()
+
+
+def _sim_into_db(pool, spec: SimSpec, active: ScoringConfig) -> int:
+    version = add_config(pool, active, note="deliberately wrong (test)")
+    activate(pool, version)
+    spec.config_version = version
+    spec.active = active
+    write_log_rows(pool, simulate_log(spec))
+    return version
+
+
+def test_publishing_improves_held_out_hit5_activates_and_rolls_back(pool, tmp_path):
+    old = _sim_into_db(pool, SimSpec(n_builds=1200, seed=7, randomized_rate=0.1), wrong_config())
+    result = run_tuning(
+        pool, holdout_fraction=0.3, plots_dir=tmp_path, publish=True, options=FitOptions(n_boot=10)
+    )
+    decision = result["decision"]
+    assert decision["publish"], decision["reasons"]
+    new = decision["version"]
+    assert new and new != old
+    overall = result["evaluation"]["configs"]
+    assert overall["proposed"]["overall"]["hit@5"] > overall["active"]["overall"]["hit@5"] + 0.01
+    assert result["evaluation"]["deltas"]["proposed"]["hit@5"]["ci_low"] > 0
+    assert active_config(pool).version == new
+    assert active_config(pool).half_lives["task"] == pytest.approx(hidden_truth().half_lives["task"], rel=0.3)
+    stored = {r["version"]: r for r in list_configs(pool)}[new]
+    assert stored["is_active"] and stored["evaluation"]["deltas"]["proposed"]["hit@5"]["delta"] > 0
+    with pool.connection() as conn:
+        fitted_on = conn.execute(
+            "SELECT fitted_on FROM scoring_configs WHERE version = %s", (new,)
+        ).fetchone()[0]
+    assert fitted_on["train_builds"] == 840 and fitted_on["base_version"] == old
+    activate(pool, old)  # rollback
+    assert active_config(pool).version == old
+    with pytest.raises(NotFoundError):
+        activate(pool, 999)
+
+
+def test_a_log_without_signal_publishes_nothing(pool):
+    old = _sim_into_db(pool, SimSpec(n_builds=1200, seed=8, no_signal=True), ScoringConfig())
+    before = len(list_configs(pool))
+    result = run_tuning(pool, publish=True, options=FitOptions(n_boot=10))
+    decision = result["decision"]
+    assert not decision["publish"] and decision["version"] is None
+    assert any(r.startswith("signal") for r in decision["reasons"])
+    assert len(list_configs(pool)) == before and active_config(pool).version == old
+
+
+def test_even_a_forced_proposal_shows_no_improvement_on_a_log_without_signal():
+    frames = simulate_log(SimSpec(n_builds=1000, seed=9, no_signal=True))
+    _, test = time_split(frames.builds, 0.3)
+    test_ids = set(frames.builds["retrieval_id"][test])
+    cands = frames.candidates[frames.candidates["retrieval_id"].isin(test_ids)]
+    ev = evaluate(cands, frames.builds[test], {"active": ScoringConfig(), "proposed": hidden_truth()})
+    d = ev["deltas"]["proposed"]["hit@5"]
+    assert d["ci_low"] < 0.01 and abs(d["delta"]) < 0.05
+
+
+def test_gate_blocks_thin_data_and_out_of_bounds_parameters():
+    frames = simulate_log(SimSpec(n_builds=120, seed=4))
+    train, test = time_split(frames.builds, 0.3)
+    result = tune_and_evaluate(
+        frames.candidates, frames.builds, train, test, ScoringConfig(), options=FitOptions(n_boot=5)
+    )
+    failed = {r.split(":")[0] for r in decide(result)["reasons"]}
+    assert "enough_data" in failed
+    result["proposed"]["mode_weights"]["task"]["plan"] = 50.0
+    assert "within_bounds" in {r.split(":")[0] for r in decide(result, Gate(min_train_builds=1))["reasons"]}
+
+
+def test_hit_rate_report_and_plots(tmp_path):
+    frames = simulate_log(SimSpec(n_builds=300, seed=6))
+    table = hit_rate_table(frames.candidates)
+    shown = frames.candidates[frames.candidates["injected"]]
+    assert table["labelled"].sum() == len(shown) and table["used"].sum() == shown["used"].sum()
+    assert table["candidates"].sum() == len(frames.candidates)
+    assert set(table["age_bucket"]) >= {"<1d", "7-30d", "n/a"} - {"n/a"}
+    ok = table[table["labelled"] > 0]
+    assert ((ok["ci_low"] <= ok["hit_rate"]) & (ok["hit_rate"] <= ok["ci_high"])).all()
+    train, test = time_split(frames.builds, 0.3)
+    result = tune_and_evaluate(
+        frames.candidates,
+        frames.builds,
+        train,
+        test,
+        ScoringConfig(),
+        options=FitOptions(n_boot=0),
+        n_boot_eval=100,
+    )
+    paths = write_plots(frames.candidates, result, tmp_path / "plots")
+    assert {p.name for p in paths} == {"hit_rate_source_mode.png", "hit_rate_by_age.png", "evaluation.png"}
+    for p in paths:
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000
+
+
+def test_load_log_reads_the_real_builders_log_with_feedback_only(pool, fake_embedder):
+    with pool.connection() as conn:
+        add_goal(conn, "alice", "Cut retrieval latency", priority=0)
+        for i in range(8):
+            add_task(conn, "alice", f"login auth error {i}", f"token expired variant {i}", days=1 + 5 * i)
+        add_learning(conn, "alice", "auth error: expired token", "refresh before expiry", days=20)
+        add_event(conn, "alice", "task_failed", {"error": "auth error 401"}, hours=3)
+        add_task(conn, "bob", "login auth error bob", "bob only", days=1)
+    embed_all(pool, fake_embedder)
+    index_all(pool)
+    built = [
+        build_memory_context(pool, fake_embedder, "alice", "login auth error", mode)
+        for mode in ("plan", "debug", "execute")
+    ]
+    build_memory_context(pool, fake_embedder, "bob", "login auth error", "plan")
+    for r in built[:2]:
+        record_feedback(pool, "alice", r.retrieval_id, [r.items[0].id])
+    frames = load_log(pool)
+    assert set(frames.builds["retrieval_id"]) == {built[0].retrieval_id, built[1].retrieval_id}
+    assert set(frames.candidates["owner_id"]) == {"alice"}
+    assert frames.candidates["used"].sum() == 2
+    np.testing.assert_allclose(
+        rerank_scores(frames.candidates, active_config(pool)), frames.candidates["score"], rtol=1e-9
+    )
+    assert len(load_log(pool, owners=["bob"]).builds) == 0
+    assert len(load_log(pool, require_feedback=False).builds) == 4
+
+
+def test_exploration_is_off_by_default_and_validated():
+    assert explore_rate({}) == 0.0
+    assert explore_rate({"MEMORY_PIPELINES_EXPLORE_RATE": "0.05"}) == 0.05
+    with pytest.raises(ConfigError, match="MEMORY_PIPELINES_EXPLORE_RATE"):
+        explore_rate({"MEMORY_PIPELINES_EXPLORE_RATE": "2"})
+    assert sorted(exploration_order(7)) == list(range(7))
+
+
+def _cli(args: list[str], db_url: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DATABASE_URL": db_url, "MEMORY_PIPELINES_EMBEDDER": "fake"}
+    return subprocess.run(
+        [sys.executable, "-m", "memory_pipelines.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+    )
+
+
+def test_cli_tune_publish_list_and_rollback(db_url, tmp_path):
+    pool = get_pool(db_url, max_size=2)
+    old = _sim_into_db(pool, SimSpec(n_builds=900, seed=12), wrong_config())
+    proc = _cli(["tune", "--publish", "--bootstrap", "5", "--plots", str(tmp_path)], db_url)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "hit@5" in out and "ndcg@10" in out and "tokens_per_hit" in out and "half_life.task" in out
+    assert f"PUBLISHED scoring config version {old + 1}" in out
+    assert (tmp_path / "evaluation.png").exists()
+    listed = _cli(["scoring", "list", "--json"], db_url)
+    rows = json.loads(listed.stdout)
+    assert [r["version"] for r in rows if r["is_active"]] == [old + 1]
+    assert _cli(["scoring", "activate", str(old)], db_url).returncode == 0
+    assert active_config(pool).version == old
+    missing = _cli(["scoring", "activate", "999"], db_url)
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr and "999" in missing.stderr
+    dry = _cli(["tune", "--json", "--bootstrap", "0"], db_url)
+    assert dry.returncode == 0, dry.stderr
+    payload = json.loads(dry.stdout)
+    assert payload["decision"]["dry_run"] and payload["evaluation"]["configs"]["proposed"]["overall"]["hit@5"]
+    assert active_config(pool).version == old
+
+
+def test_an_empty_log_reports_too_little_data(pool, tmp_path):
+    result = run_tuning(pool, plots_dir=tmp_path, publish=True, options=FitOptions(n_boot=5))
+    assert not result["decision"]["publish"] and result["decision"]["version"] is None
+    assert any(r.startswith("enough_data") for r in result["decision"]["reasons"])
+    assert "no usable data" in " ".join(result["fit"]["notes"])
+    assert "NOT published" in format_result(result)
