@@ -90,8 +90,18 @@ WHERE l.owner_id = %(owner)s AND l.is_active AND l.created_at <= %(now)s
 
 
 def _row(r: tuple, score: float, breakdown: dict[str, float]) -> ScoredLearning:
-    return ScoredLearning(id=r[0], title=r[1], content=r[2], task_type=r[3], failure_class=r[4], trigger_event=r[5],
-                          category=r[6], created_at=r[7], score=score, breakdown=breakdown)
+    return ScoredLearning(
+        id=r[0],
+        title=r[1],
+        content=r[2],
+        task_type=r[3],
+        failure_class=r[4],
+        trigger_event=r[5],
+        category=r[6],
+        created_at=r[7],
+        score=score,
+        breakdown=breakdown,
+    )
 
 
 def _validate(q: LearningQuery, limit: int) -> None:
@@ -103,20 +113,33 @@ def _validate(q: LearningQuery, limit: int) -> None:
             raise ValidationError(name, "must be a string of at most 2000 characters")
 
 
-def structured_learnings(pool: ConnectionPool, owner: str, q: LearningQuery, limit: int = 10,
-                         now: datetime | None = None) -> list[ScoredLearning]:
+def structured_learnings(
+    pool: ConnectionPool, owner: str, q: LearningQuery, limit: int = 10, now: datetime | None = None
+) -> list[ScoredLearning]:
     """Phase 1: seed 002's weighted score, computed in SQL, best first (newest first on ties)."""
     _validate(q, limit)
-    params = {"owner": owner, "task_type": q.task_type, "fc": (q.failure_class or "").upper() or None,
-              "event": q.event_type, "now": now or datetime.now().astimezone(), "limit": limit}
+    params = {
+        "owner": owner,
+        "task_type": q.task_type,
+        "fc": (q.failure_class or "").upper() or None,
+        "event": q.event_type,
+        "now": now or datetime.now().astimezone(),
+        "limit": limit,
+    }
     with pool.connection() as conn:
         rows = conn.execute(_SCORE_SQL + " ORDER BY total DESC, created_at DESC LIMIT %(limit)s", params).fetchall()
     keys = ("task_type", "failure_class", "event_type", "failure_pattern", "freshness")
     return [_row(r, float(r[13]), dict(zip(keys, map(float, r[8:13]), strict=True))) for r in rows]
 
 
-def search_relevant_learnings(pool: ConnectionPool, owner: str, q: LearningQuery, limit: int = 10,
-                              embedder: Embedder | None = None, now: datetime | None = None) -> list[ScoredLearning]:
+def search_relevant_learnings(
+    pool: ConnectionPool,
+    owner: str,
+    q: LearningQuery,
+    limit: int = 10,
+    embedder: Embedder | None = None,
+    now: datetime | None = None,
+) -> list[ScoredLearning]:
     """The most relevant learnings: phase 2 (vector + keyword boost) when possible, else phase 1."""
     _validate(q, limit)
     text = " ".join(p for p in (q.description, q.task_type, q.failure_class, q.event_type) if p)
@@ -126,12 +149,21 @@ def search_relevant_learnings(pool: ConnectionPool, owner: str, q: LearningQuery
         qvec = embedder.embed_query(text)
     except EmbeddingError:
         return structured_learnings(pool, owner, q, limit, now)
-    params = {"owner": owner, "task_type": q.task_type, "fc": (q.failure_class or "").upper() or None,
-              "event": q.event_type, "now": now or datetime.now().astimezone(), "q": qvec,
-              "model": embedder.model_name, "depth": limit * 3}
-    sql = (_SCORE_SQL.replace("SELECT id::text", "SELECT 1 - (l.embedding <=> %(q)s) AS sim, id::text", 1)
-           + " AND l.embedding IS NOT NULL AND l.embedding_model = %(model)s"
-           " ORDER BY l.embedding <=> %(q)s LIMIT %(depth)s")
+    params = {
+        "owner": owner,
+        "task_type": q.task_type,
+        "fc": (q.failure_class or "").upper() or None,
+        "event": q.event_type,
+        "now": now or datetime.now().astimezone(),
+        "q": qvec,
+        "model": embedder.model_name,
+        "depth": limit * 3,
+    }
+    sql = (
+        _SCORE_SQL.replace("SELECT id::text", "SELECT 1 - (l.embedding <=> %(q)s) AS sim, id::text", 1)
+        + " AND l.embedding IS NOT NULL AND l.embedding_model = %(model)s"
+        " ORDER BY l.embedding <=> %(q)s LIMIT %(depth)s"
+    )
     with pool.connection() as conn:
         rows = conn.execute(sql, params).fetchall()
     if not rows:

@@ -45,9 +45,7 @@ def team(pool, fake_embedder):
         )
         add_capability(conn, "alice", "login auth error triage", "diagnose auth error and token expiry")
         for i in range(40):
-            add_task(
-                conn, "alice", f"login auth error report {i}", "long text " * 80 + f"variant {i}", days=i
-            )
+            add_task(conn, "alice", f"login auth error report {i}", "long text " * 80 + f"variant {i}", days=i)
         add_event(conn, "alice", "task_failed", {"task": "login", "error": "auth error 401"}, hours=2)
         add_event(conn, "alice", "alert", {"service": "auth", "message": "token expired spike"}, hours=40)
         add_event(conn, "alice", "deploy_note", {"message": "not a seed type"}, hours=1)
@@ -112,13 +110,11 @@ def test_retrieval_log_and_feedback(pool, fake_embedder, team):
     result = _build(pool, fake_embedder)
     with pool.connection() as conn:
         build = conn.execute(
-            "SELECT candidates_count, injected_count, token_used, token_budget, mode"
-            " FROM retrievals WHERE id = %s",
+            "SELECT candidates_count, injected_count, token_used, token_budget, mode FROM retrievals WHERE id = %s",
             (result.retrieval_id,),
         ).fetchone()
         logged = conn.execute(
-            "SELECT count(*), count(*) FILTER (WHERE injected) FROM retrieval_candidates"
-            " WHERE retrieval_id = %s",
+            "SELECT count(*), count(*) FILTER (WHERE injected) FROM retrieval_candidates WHERE retrieval_id = %s",
             (result.retrieval_id,),
         ).fetchone()
         event = conn.execute(
@@ -154,9 +150,7 @@ def test_provider_outage_degrades_never_errors(pool, team):
     assert result.degraded and result.items
     assert count_tokens(result.block) <= 800
     with pool.connection() as conn:
-        degraded = conn.execute(
-            "SELECT degraded FROM retrievals WHERE id = %s", (result.retrieval_id,)
-        ).fetchone()
+        degraded = conn.execute("SELECT degraded FROM retrievals WHERE id = %s", (result.retrieval_id,)).fetchone()
     assert degraded[0]
 
 
@@ -205,3 +199,19 @@ def test_chinese_query_finds_english_learning_with_local_model(pool, local_embed
     assert hits[0].id == target
     context = build_memory_context(pool, local_embedder, "alice", "认证失败", mode="debug")
     assert any(i.id == target for i in context.items)
+
+
+def test_exploration_builds_are_random_and_logged_as_such(pool, fake_embedder, team):
+    explored = _build(pool, fake_embedder, token_budget=4000, exploration=0.5)
+    orders = {
+        tuple(i.id for i in _build(pool, fake_embedder, token_budget=4000, exploration=0.5).items) for _ in range(8)
+    }
+    normal = _build(pool, fake_embedder, token_budget=4000, exploration=0.0)
+    assert len(orders) > 2  # some builds were shuffled
+    with pool.connection() as conn:
+        flags = conn.execute(
+            "SELECT randomized FROM retrievals WHERE id IN (%s, %s)", (explored.retrieval_id, normal.retrieval_id)
+        ).fetchall()
+        randomized = conn.execute("SELECT count(*) FILTER (WHERE randomized), count(*) FROM retrievals").fetchone()
+    assert (False,) in flags
+    assert 0 < randomized[0] < randomized[1]

@@ -23,8 +23,13 @@ from tests.factories import add_learning
 
 def test_weights_are_the_seed_table():
     q = LearningQuery(task_type="dev", failure_class="RATE_LIMIT", event_type="systemic_failure")
-    full = {"task_type": "dev", "failure_class": "RATE_LIMIT", "trigger_event": "systemic_failure",
-            "category": "failure_pattern", "content": ""}
+    full = {
+        "task_type": "dev",
+        "failure_class": "RATE_LIMIT",
+        "trigger_event": "systemic_failure",
+        "category": "failure_pattern",
+        "content": "",
+    }
     assert relevance_score(full, q, age_days=1)["total"] == 10 + 8 + 6 + 4 + 3
     assert relevance_score({"content": "hit a rate_limit again"}, q, age_days=20)["total"] == 8 + 2
     assert relevance_score({}, q, age_days=400)["total"] == 1
@@ -33,15 +38,29 @@ def test_weights_are_the_seed_table():
 
 def test_sql_score_equals_the_pure_score(pool):
     with pool.connection() as conn:
-        add_learning(conn, "alice", "a", "RATE_LIMIT hit", task_type="dev", failure_class="RATE_LIMIT",
-                     trigger_event="systemic_failure", category="failure_pattern", days=2)
+        add_learning(
+            conn,
+            "alice",
+            "a",
+            "RATE_LIMIT hit",
+            task_type="dev",
+            failure_class="RATE_LIMIT",
+            trigger_event="systemic_failure",
+            category="failure_pattern",
+            days=2,
+        )
         add_learning(conn, "alice", "b", "nothing to see", task_type="qa", days=12)
         add_learning(conn, "alice", "c", "old but matching task", task_type="dev", days=200)
     q = LearningQuery(task_type="dev", failure_class="rate_limit", event_type="systemic_failure")
     got = structured_learnings(pool, "alice", q)
     assert [(r.title, r.score) for r in got] == [("a", 31.0), ("c", 11.0), ("b", 2.0)]
-    assert got[0].breakdown == {"task_type": 10, "failure_class": 8, "event_type": 6, "failure_pattern": 4,
-                                "freshness": 3}
+    assert got[0].breakdown == {
+        "task_type": 10,
+        "failure_class": 8,
+        "event_type": 6,
+        "failure_pattern": 4,
+        "freshness": 3,
+    }
     assert structured_learnings(pool, "bob", q) == []
     with pytest.raises(ValidationError):
         structured_learnings(pool, "alice", q, limit=0)
@@ -58,8 +77,9 @@ def test_relevance_beats_recency_on_the_labelled_demo_corpus(pool):
     one of them, 0 otherwise; nDCG@5 of seed 002's ordering against the newest-first ordering."""
     load_demo(pool)
     with pool.connection() as conn:
-        rows = conn.execute("SELECT id::text, task_type, failure_class FROM learnings"
-                            " WHERE owner_id = 'team-alpha'").fetchall()
+        rows = conn.execute(
+            "SELECT id::text, task_type, failure_class FROM learnings WHERE owner_id = 'team-alpha'"
+        ).fetchall()
     contexts = sorted({(tt, fc) for _, tt, fc in rows if fc})
     recent = get_recent_learnings(pool, "team-alpha", limit=5)
     relevance, recency = [], []
@@ -76,10 +96,24 @@ def test_relevance_beats_recency_on_the_labelled_demo_corpus(pool):
 
 def test_phase_two_uses_vectors_and_falls_back_when_the_provider_fails(pool, fake_embedder):
     with pool.connection() as conn:
-        target = add_learning(conn, "alice", "oauth token refresh race", "two workers refresh the oauth token",
-                              task_type="dev", failure_class="AUTH", days=60)
-        add_learning(conn, "alice", "disk full on build runner", "clean docker layers", task_type="dev",
-                     category="failure_pattern", days=1)
+        target = add_learning(
+            conn,
+            "alice",
+            "oauth token refresh race",
+            "two workers refresh the oauth token",
+            task_type="dev",
+            failure_class="AUTH",
+            days=60,
+        )
+        add_learning(
+            conn,
+            "alice",
+            "disk full on build runner",
+            "clean docker layers",
+            task_type="dev",
+            category="failure_pattern",
+            days=1,
+        )
     embed_source(pool, fake_embedder, "learning")
     q = LearningQuery(task_type="dev", description="oauth token refresh race between workers")
     ranked = search_relevant_learnings(pool, "alice", q, embedder=fake_embedder)

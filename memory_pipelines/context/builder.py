@@ -16,6 +16,7 @@ from ..embeddings import Embedder
 from ..errors import ValidationError, check_storable
 from ..search import embed_query
 from ..text.tokens import count_tokens
+from ..tuning.randomize import exploration_order, explore_rate, should_explore
 from .budget import fit_to_budget
 from .config import active_config
 from .log import write_log
@@ -110,11 +111,14 @@ def build_memory_context(
     query_vector: np.ndarray | None = None,
     log_build: bool = True,
     depth: int = 20,
+    exploration: float | None = None,
 ) -> ContextResult:
     """The context block for `query` within `token_budget` tokens, for one owner.
 
     Never raises on a provider outage: it answers from keywords and says so in `degraded` and the log.
     `as_of` evaluates as of a past moment (only rows created by then; decay measured from then).
+    `exploration` is the share of builds injected in random order (default MEMORY_PIPELINES_EXPLORE_RATE,
+    off when unset); such builds are logged as randomized for unbiased offline evaluation.
     """
     _validate(query, mode, token_budget)
     t0 = time.perf_counter()
@@ -136,6 +140,10 @@ def build_memory_context(
     score_all(prof.goals, config, mode, now)
     ranked = sorted(candidates, key=lambda c: c.score, reverse=True)
     order = mmr_select(ranked, k=len(ranked), lam=MMR_LAMBDA)
+    rate = explore_rate() if exploration is None else exploration
+    randomized = should_explore(rate)
+    if randomized:  # an exploration build: labels free of position bias for the offline tuner
+        order = exploration_order(len(ranked))
     chosen = [ranked[i] for i in order]
     lines = [format_line(c) for c in chosen]
     fitted = fit_to_budget(prof.snippet, lines, token_budget)
@@ -175,6 +183,7 @@ def build_memory_context(
                 ranked=[*prof.goals, *ranked],
                 injected=injected,
                 injected_sources=[it.source for it in items],
+                randomized=randomized,
             )
     t_end = time.perf_counter()
     return ContextResult(
