@@ -1,15 +1,19 @@
-"""The main job behind `make run`: database, migrations, demo corpus, embeddings, keywords, samples."""
+"""What `make run` shows around the pipeline run: embedding progress, counts, searches and contexts.
+
+The pipeline itself is the Dagster asset graph (`assets.materialize.materialize_all`), run in-process
+by the `run` command.
+"""
 
 from __future__ import annotations
 
-import time
+import sys
+import threading
 
 from .context.builder import build_memory_context
 from .context.scoring import MODES
-from .corpus.load import load_demo
-from .keyword_index import index_all
-from .runtime import open_runtime
+from .indexing import count_pending
 from .search import search
+from .sources import EMBEDDED_SOURCES
 from .status import collect_status, format_status
 from .text.keywords import has_cjk
 
@@ -40,30 +44,48 @@ def print_contexts(rt, owner: str, query: str = CONTEXT_QUERY) -> None:
         print(result.block)
 
 
-def run_main_job(owner: str = "team-alpha") -> int:
-    """Run every step on the configured (by default embedded, offline) parts and print what happened."""
-    from .cli import embed_with_bar
-
-    started = time.perf_counter()
-    rt = open_runtime()
-    print(
-        f"database ready ({rt.url.split('?')[0]}); migrations applied: {', '.join(rt.applied) or 'none pending'}"
-    )
-    inserted = load_demo(rt.pool)
-    print("demo corpus inserted: " + ", ".join(f"{k} {v}" for k, v in inserted.items()))
-    results = embed_with_bar(rt)
-    for r in results:
-        if r.embedded or r.failed:
-            print(
-                f"embedded {r.source}: {r.embedded} rows in {r.seconds:.1f} s "
-                f"({r.rows_per_second:.0f} rows/s), {r.failed} failed"
-            )
-    kw = index_all(rt.pool)
-    print("keyword index: " + ", ".join(f"{k.source} {k.indexed} rows / {k.terms} terms" for k in kw))
+def print_report(rt, owner: str) -> None:
+    """What `make run` prints after the pipeline: counts, sample searches, a context in every mode."""
     print()
     print(format_status(collect_status(rt)))
     for query in SAMPLE_QUERIES:
         print_search(rt, owner, query)
     print_contexts(rt, owner)
-    print(f"\ndone in {time.perf_counter() - started:.1f} s")
-    return 0
+
+
+class EmbeddingProgress:
+    """A progress bar for embedding work done elsewhere (a Dagster run): polls the pending counts."""
+
+    def __init__(self, rt, interval: float = 0.5) -> None:
+        self.rt, self.interval = rt, interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _counts(self) -> tuple[int, int]:
+        with self.rt.pool.connection() as conn:
+            pairs = [count_pending(conn, name, self.rt.embedder.model_name) for name in EMBEDDED_SOURCES]
+        pending, total = sum(p for p, _ in pairs), sum(t for _, t in pairs)
+        return total - pending, total
+
+    def _poll(self) -> None:
+        from tqdm import tqdm
+
+        with tqdm(desc=f"embedding ({self.rt.embedder.model_name})", unit="row", file=sys.stderr) as bar:
+            while True:
+                done, total = self._counts()
+                bar.total = max(total, 1)
+                bar.n = done
+                bar.refresh()
+                if self._stop.wait(self.interval):
+                    done, total = self._counts()
+                    bar.total, bar.n = max(total, 1), done
+                    bar.refresh()
+                    return
+
+    def __enter__(self) -> EmbeddingProgress:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()

@@ -21,7 +21,7 @@ from .db import pgvector_version
 from .embeddings import Embedder, EmbeddingError
 from .embeddings.base import to_array
 from .errors import ValidationError, check_storable
-from .fusion import FUSIONS, Ranked
+from .fusion import FUSIONS
 from .text.glossary import expand
 from .text.keywords import jaccard, terms
 
@@ -30,6 +30,10 @@ log = logging.getLogger(__name__)
 SEARCH_SOURCES = ("task", "learning", "capability", "memory")
 MEMORY_TYPES = ("requirement", "plan", "development", "testing", "insight")
 MODES = ("semantic", "keyword", "hybrid")
+# Hybrid search reads this many candidates per channel and source; and how each channel's score maps to
+# [0, 1] before fusion. Chosen on ../shared/bench/locomo_dev (README, "Choosing the hybrid default").
+HYBRID_MIN_DEPTH, HYBRID_MAX_DEPTH = 50, 200
+KEYWORD_SATURATION = 10.0
 EXACT_SCAN_MAX_ROWS = 10_000  # at or below this many filtered rows, scan exactly (measured in bench/)
 BM25_K1, BM25_B = 1.2, 0.75
 
@@ -368,16 +372,16 @@ def search(
     qvec = query_vector
     if mode != "keyword" and qvec is None:
         qvec, degraded = embed_query(embedder, query)
-    depth = limit * 2 if mode == "hybrid" else limit
+    depth = min(HYBRID_MAX_DEPTH, max(HYBRID_MIN_DEPTH, limit * 3)) if mode == "hybrid" else limit
     with pool.connection() as conn:
         sem = semantic_hits(conn, owner, qvec, embedder.model_name, f, depth) if qvec is not None else []
         kw = keyword_hits(conn, owner, query, f, depth) if mode != "semantic" or qvec is None else []
     if mode == "semantic" and qvec is not None:
-        ranked = sem
+        ranked = sem  # raw cosine similarity, as seeds 000 and 003 report it
     elif mode == "keyword" or qvec is None:
-        ranked = _normalise_keyword(kw)
+        ranked = calibrate_keyword(kw)
     else:
-        ranked = FUSIONS[fusion](sem, _normalise_keyword(kw))
+        ranked = FUSIONS[fusion](calibrate_semantic(sem, embedder.similarity_floor), calibrate_keyword(kw))
     if min_score is not None:
         ranked = [h for h in ranked if h.score >= min_score]
     return SearchResult(
@@ -387,15 +391,23 @@ def search(
     )
 
 
-def _normalise_keyword(hits: list[Hit]) -> list[Hit]:
-    """Scale keyword scores into [0, 1] by the best score of this query (BM25 is unbounded)."""
-    if not hits:
-        return hits
-    top = max(h.score for h in hits) or 1.0
+def calibrate_semantic(hits: list[Hit], floor: float) -> list[Hit]:
+    """Map cosine similarity onto [0, 1] for fusion: (sim - floor) / (1 - floor), floored at 0.
+
+    `floor` is the similarity the model gives unrelated texts (0.75 for the local e5 model, whose
+    cosines of unrelated pairs sit at 0.75–0.85), so scores are comparable across queries and models.
+    """
+    out = []
     for h in hits:
-        h.keyword = h.score / top if h.extra.get("matched_by") != "jaccard" else h.score
-        h.score = h.keyword
-    return sorted(hits, key=lambda h: h.score, reverse=True)
+        cal = max(0.0, (h.score - floor) / (1.0 - floor)) if floor < 1 else h.score
+        out.append(replace(h, score=cal))
+    return out
 
 
-__all__ = ["Hit", "Ranked", "SearchFilters", "SearchResult", "search", "semantic_hits", "keyword_hits"]
+def calibrate_keyword(hits: list[Hit]) -> list[Hit]:
+    """Map BM25 onto [0, 1) by saturation, bm25 / (bm25 + KEYWORD_SATURATION); Jaccard is already in [0, 1]."""
+    out = []
+    for h in hits:
+        cal = h.score if h.extra.get("matched_by") == "jaccard" else h.score / (h.score + KEYWORD_SATURATION)
+        out.append(replace(h, score=cal, keyword=cal))
+    return sorted(out, key=lambda h: h.score, reverse=True)

