@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import psycopg
@@ -36,6 +37,8 @@ class BackfillResult:
     seconds: float = 0.0
     errors: list[str] = field(default_factory=list)
     index_rebuilt: bool = False
+    skipped: int = 0  # active rows that already had a current embedding
+    pending_after: int = 0  # rows of the covered buckets still needing an embedding at the end
 
     @property
     def rows_per_second(self) -> float:
@@ -43,7 +46,7 @@ class BackfillResult:
 
 
 def _pending_sql(source: Source, bucketed: bool) -> str:
-    bucket = " AND abs(hashtext(t.id::text)) %% %(buckets)s = %(bucket)s" if bucketed else ""
+    bucket = " AND abs(hashtext(t.id::text)::bigint) %% %(buckets)s = %(bucket)s" if bucketed else ""
     return (
         f"SELECT t.id::text, {source.text_sql}, t.content_hash FROM {source.from_sql}"
         f" WHERE {source.active_sql}"
@@ -54,13 +57,25 @@ def _pending_sql(source: Source, bucketed: bool) -> str:
     )
 
 
-def count_pending(conn: psycopg.Connection, source_name: str, model: str) -> tuple[int, int]:
-    """(rows needing an embedding, active rows) for one source."""
+def _bucket_sql(bucket: int | None, buckets: int | None) -> str:
+    """The bucket filter `abs(hashtext(id::text)::bigint) % buckets` (bigint: no overflow)."""
+    if bucket is None:
+        return ""
+    if not buckets or not 0 <= bucket < buckets:
+        raise ValueError(f"bucket {bucket!r} is not in range for {buckets!r} buckets")
+    return f" AND abs(hashtext(t.id::text)::bigint) %% {int(buckets)} = {int(bucket)}"
+
+
+def count_pending(
+    conn: psycopg.Connection, source_name: str, model: str, *, bucket: int | None = None,
+    buckets: int | None = None,
+) -> tuple[int, int]:
+    """(rows needing an embedding, active rows) for one source, or for one hash bucket of it."""
     source = SOURCES[source_name]
     row = conn.execute(
         f"SELECT count(*) FILTER (WHERE t.embedding IS NULL OR t.embedding_model IS DISTINCT FROM %(model)s"
         f" OR t.embedded_hash IS DISTINCT FROM t.content_hash), count(*) FROM {source.from_sql}"
-        f" WHERE {source.active_sql}",
+        f" WHERE {source.active_sql}{_bucket_sql(bucket, buckets)}",
         {"model": model},
     ).fetchone()
     return int(row[0]), int(row[1])
@@ -93,7 +108,8 @@ def finish_memories(conn: psycopg.Connection, model: str) -> int:
     cur = conn.execute(
         "UPDATE memories m SET avg_embedding = s.v, embedding_model = %(model)s, embedding_status = 'done',"
         " embedded_hash = m.content_hash, embedded_at = now()"
-        " FROM (SELECT f.memory_id, avg(f.embedding) AS v FROM fragments f JOIN memories mm ON mm.id = f.memory_id"
+        " FROM (SELECT f.memory_id, avg(f.embedding) AS v FROM fragments f"
+        "       JOIN memories mm ON mm.id = f.memory_id"
         "       WHERE mm.embedding_status <> 'done' OR mm.embedding_model IS DISTINCT FROM %(model)s"
         "       GROUP BY f.memory_id"
         "       HAVING bool_and(f.embedding IS NOT NULL AND f.embedding_model = %(model)s"
@@ -115,7 +131,9 @@ def ensure_vector_indexes(conn: psycopg.Connection) -> None:
     """Create any HNSW index a deferred load dropped (idempotent)."""
     for table, column, index in VECTOR_COLUMNS:
         if index:
-            conn.execute(f"CREATE INDEX IF NOT EXISTS {index} ON {table} USING hnsw ({column} vector_cosine_ops)")
+            conn.execute(
+                f"CREATE INDEX IF NOT EXISTS {index} ON {table} USING hnsw ({column} vector_cosine_ops)"
+            )
 
 
 def embed_source(
@@ -167,7 +185,9 @@ def embed_source(
                 result.failed += len(rows)
                 result.errors.append(str(exc))
                 consecutive_failures += 1
-                log.warning("embedding %s batch failed (%s rows left pending): %s", source_name, len(rows), exc)
+                log.warning(
+                    "embedding %s batch failed (%s rows left pending): %s", source_name, len(rows), exc
+                )
                 if consecutive_failures >= max_consecutive_failures:
                     break
                 continue
@@ -198,3 +218,128 @@ def pending_total(pool: ConnectionPool, model: str) -> int:
     """Rows of all embedded sources still needing an embedding from `model`."""
     with pool.connection() as conn:
         return sum(count_pending(conn, name, model)[0] for name in EMBEDDED_SOURCES)
+
+
+# --- bucketed backfills (the Dagster partitions) with a coordinated HNSW deferral --------------------------
+
+INDEX_BUILD_MEMORY = "512MB"
+INDEX_LOCK_KEY = 7_245_002  # advisory lock namespace: (INDEX_LOCK_KEY, position of the table's vector column)
+
+
+def _lock_id(source: Source) -> int:
+    return next(i for i, (table, _c, _x) in enumerate(VECTOR_COLUMNS) if table == source.table)
+
+
+def index_exists(conn: psycopg.Connection, index: str) -> bool:
+    """Whether the named index exists (in the search path)."""
+    return conn.execute("SELECT to_regclass(%s) IS NOT NULL", (index,)).fetchone()[0]
+
+
+def _build_index(conn: psycopg.Connection, source: Source) -> bool:
+    """Create the source's HNSW index if it is missing; True when it was built now."""
+    index = _index_for(source)
+    if not index or index_exists(conn, index):
+        return False
+    column = next(c for table, c, _x in VECTOR_COLUMNS if table == source.table)
+    with conn.transaction():
+        # pgvector builds far faster when the graph fits in maintenance_work_mem (default 64 MB).
+        conn.execute(f"SET LOCAL maintenance_work_mem = '{INDEX_BUILD_MEMORY}'")
+        conn.execute(
+            f"CREATE INDEX IF NOT EXISTS {index} ON {source.table} USING hnsw ({column} vector_cosine_ops)"
+        )
+    conn.commit()
+    return True
+
+
+@contextmanager
+def _loader_lock(pool: ConnectionPool, source: Source) -> Iterator[psycopg.Connection]:
+    """Hold a shared advisory lock for the load: concurrent bucket runs each hold one."""
+    with pool.connection() as conn:
+        try:
+            conn.execute("SELECT pg_advisory_lock_shared(%s, %s)", (INDEX_LOCK_KEY, _lock_id(source)))
+            conn.commit()
+            yield conn
+        finally:
+            conn.rollback()
+            conn.execute("SELECT pg_advisory_unlock_all()")
+            conn.commit()
+
+
+def _rebuild_if_last(pool: ConnectionPool, source: Source) -> bool:
+    """Build a missing index unless another loader still holds its shared lock (then that one builds it)."""
+    with pool.connection() as conn:
+        key = (INDEX_LOCK_KEY, _lock_id(source))
+        got = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", key).fetchone()[0]
+        conn.commit()
+        if not got:
+            return False
+        try:
+            return _build_index(conn, source)
+        finally:
+            conn.rollback()
+            conn.execute("SELECT pg_advisory_unlock_all()")
+            conn.commit()
+
+
+def embed_buckets(
+    pool: ConnectionPool,
+    embedder: Embedder,
+    source_name: str,
+    bucket_list: Sequence[int],
+    buckets: int,
+    *,
+    batch_size: int | None = None,
+    defer_index: bool | None = None,
+    max_consecutive_failures: int = 3,
+    progress: ProgressFn | None = None,
+) -> BackfillResult:
+    """Embed the pending rows of some hash buckets of one source (all of them: one keyset pass).
+
+    `defer_index` (default: when more than half of a table of over 2,000 rows is pending) drops the
+    source's HNSW index before the load. Concurrent bucket runs coordinate through an advisory lock:
+    each holds it shared while loading, and whichever finishes last (gets it exclusively) builds the
+    index. Every run ends by building a missing index when no other loader is active, so a killed run
+    never leaves search without its index for longer than the next run.
+    """
+    source = SOURCES[source_name]
+    model = embedder.model_name
+    todo = sorted({int(b) for b in bucket_list})
+    whole = len(todo) == buckets
+    result = BackfillResult(source=source_name, model=model)
+    started = time.perf_counter()
+    index = _index_for(source)
+    with _loader_lock(pool, source):
+        with pool.connection() as conn:
+            pending_table, total_table = count_pending(conn, source_name, model)
+            if whole:
+                pending, active = pending_table, total_table
+            else:
+                counts = [count_pending(conn, source_name, model, bucket=b, buckets=buckets) for b in todo]
+                pending, active = sum(c[0] for c in counts), sum(c[1] for c in counts)
+        result.skipped = active - pending
+        if defer_index is None:
+            defer_index = total_table > 2000 and pending_table > total_table / 2
+        if defer_index and index and pending:
+            with pool.connection() as conn:
+                conn.execute(f"DROP INDEX IF EXISTS {index}")
+            log.info("%s: HNSW index %s dropped for the load (%s of %s rows pending)",
+                     source_name, index, pending_table, total_table)
+        for bucket in [None] if whole else todo:
+            part = embed_source(
+                pool, embedder, source_name, batch_size=batch_size, bucket=bucket,
+                buckets=None if bucket is None else buckets, defer_index=False,
+                max_consecutive_failures=max_consecutive_failures, progress=progress,
+            )
+            result.embedded += part.embedded
+            result.failed += part.failed
+            result.batches += part.batches
+            result.errors.extend(part.errors)
+    result.index_rebuilt = _rebuild_if_last(pool, source)
+    with pool.connection() as conn:
+        if whole:
+            result.pending_after = count_pending(conn, source_name, model)[0]
+        else:
+            result.pending_after = sum(
+                count_pending(conn, source_name, model, bucket=b, buckets=buckets)[0] for b in todo)
+    result.seconds = time.perf_counter() - started
+    return result

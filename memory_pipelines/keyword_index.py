@@ -47,7 +47,8 @@ def index_rows(conn: psycopg.Connection, source_name: str, rows: list[tuple[str,
         docs.append((source_name, item_id, owner, sum(counts.values()), content_hash))
         terms.extend((source_name, item_id, owner, term, tf) for term, tf in counts.items())
     with conn.cursor() as cur:
-        with cur.copy("COPY keyword_docs (source, item_id, owner_id, doc_len, content_hash) FROM STDIN") as copy:
+        sql = "COPY keyword_docs (source, item_id, owner_id, doc_len, content_hash) FROM STDIN"
+        with cur.copy(sql) as copy:
             for doc in docs:
                 copy.write_row(doc)
         with cur.copy("COPY keywords (source, item_id, owner_id, keyword, tf) FROM STDIN") as copy:
@@ -107,3 +108,21 @@ def index_all(pool: ConnectionPool, *, full: bool = False) -> list[KeywordResult
     """Refresh the keyword table of every source."""
     return [index_source(pool, name, full=full) for name in KEYWORD_SOURCES]
 
+
+
+def keyword_staleness(conn: psycopg.Connection, source_name: str) -> dict[str, int]:
+    """How far the keyword table of one source lags its rows: active rows not (re)indexed since they last
+    changed, index entries of rows deleted or deactivated, and rows indexed."""
+    source = SOURCES[source_name]
+    stale, active = conn.execute(
+        "SELECT count(*) FILTER (WHERE kd.content_hash IS DISTINCT FROM t.content_hash), count(*)"
+        f" FROM {source.from_sql} LEFT JOIN keyword_docs kd ON kd.source = %(s)s AND kd.item_id = t.id::text"
+        f" WHERE {source.active_sql}",
+        {"s": source_name},
+    ).fetchone()
+    orphaned = conn.execute(
+        "SELECT count(*) FROM keyword_docs kd WHERE kd.source = %(s)s AND NOT EXISTS ("
+        f" SELECT 1 FROM {source.from_sql} WHERE t.id::text = kd.item_id AND {source.active_sql})",
+        {"s": source_name},
+    ).fetchone()[0]
+    return {"stale": int(stale), "orphaned": int(orphaned), "active": int(active)}

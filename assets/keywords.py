@@ -1,0 +1,69 @@
+"""Keyword tables per source (the BM25 / TF-IDF side of hybrid search), refreshed incrementally.
+
+Terms come from `memory_pipelines.text.keywords.terms` (jieba for Chinese runs, words otherwise). The
+stored weight is scikit-learn's TF-IDF (`TfidfVectorizer(sublinear_tf=True, smooth_idf=True, norm=None)`:
+`(1 + ln tf) * (1 + ln((1 + n) / (1 + df)))`) fitted per owner, computed in SQL so that a refresh of a
+few changed rows does not reload the corpus; tests check it against scikit-learn itself. The online
+keyword search reads the same tables (term frequencies and document lengths for BM25).
+
+These assets depend on the source tables, not on the embeddings: keyword search is the fallback when
+the embedding provider is down, so a failed embedding check must not stop it.
+"""
+
+
+import time
+
+import dagster as dg
+
+from memory_pipelines.keyword_index import KEYWORD_SOURCES, index_source, keyword_staleness
+
+from .embeddings import DB_WRITE_POOL, SOURCE_TABLES
+from .resources import MemoryResource
+
+
+class KeywordConfig(dg.Config):
+    full_refresh: bool = False
+    """Re-index every active row (not only rows changed since they were indexed) and recompute weights."""
+
+
+def keyword_asset_key(source: str) -> dg.AssetKey:
+    return dg.AssetKey(f"{source}_keywords")
+
+
+def _build_keyword_asset(source: str) -> dg.AssetsDefinition:
+    @dg.asset(
+        key=keyword_asset_key(source),
+        deps=[SOURCE_TABLES[source]],
+        group_name="keywords",
+        kinds={"postgres", "scikitlearn"},
+        pool=DB_WRITE_POOL,
+        description=(f"Keyword table of {source} rows: terms (jieba for Chinese), term frequencies, document "
+                     "lengths and TF-IDF weights per owner. Incremental; `full_refresh` re-indexes all."),
+    )
+    def _keywords(context: dg.AssetExecutionContext, config: KeywordConfig,
+                  memory: MemoryResource) -> dg.MaterializeResult:
+        pool = memory.runtime.pool
+        started = time.perf_counter()
+        result = index_source(pool, source, full=config.full_refresh)
+        seconds = time.perf_counter() - started
+        with pool.connection() as conn:
+            lag = keyword_staleness(conn, source)
+            terms = conn.execute("SELECT count(*) FROM keywords WHERE source = %s", (source,)).fetchone()[0]
+        context.log.info(f"{source} keywords: {result.indexed} rows (re)indexed with {result.terms} terms, "
+                         f"{result.removed} removed, {lag['active']} active rows "
+                         f"({'full refresh' if config.full_refresh else 'incremental'})")
+        return dg.MaterializeResult(metadata={
+            "rows_indexed": result.indexed,
+            "terms_written": result.terms,
+            "rows_removed": result.removed,
+            "rows_active": lag["active"],
+            "terms_total": int(terms),
+            "full_refresh": config.full_refresh,
+            "seconds": round(seconds, 3),
+            "rows_per_second": round(result.indexed / seconds, 1) if seconds > 0 else 0.0,
+        })
+
+    return _keywords
+
+
+keyword_assets: dict[str, dg.AssetsDefinition] = {s: _build_keyword_asset(s) for s in KEYWORD_SOURCES}

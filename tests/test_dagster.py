@@ -1,0 +1,304 @@
+"""The Dagster code location against the real database with the fake embedder."""
+
+from __future__ import annotations
+
+import warnings
+from datetime import UTC, datetime
+
+import dagster as dg
+import pytest
+
+from assets.automation import nightly_embedding_backfill, unembedded_rows_sensor, weekly_tuning
+from assets.checks import all_checks, embedding_checks
+from assets.context_job import memory_context
+from assets.definitions import defs
+from assets.embeddings import BUCKETS, PROVIDER_POOL, embedding_assets
+from assets.materialize import RANGE_TAGS, materialize_all
+from assets.resources import MemoryResource
+from memory_pipelines.indexing import count_pending
+from memory_pipelines.sources import EMBEDDED_SOURCES, SOURCES
+from tests.factories import add_capability, add_learning, add_memory, add_task
+
+warnings.filterwarnings("ignore", category=dg.BetaWarning)
+QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+LONG = " ".join(f"Sentence {i} explains one more detail of the 部署流水线 rollout." for i in range(120))
+
+
+def _resource(db_url: str, **kw) -> MemoryResource:
+    return MemoryResource(database_url=db_url, embedder="fake", **kw)
+
+
+def _seed(pool, n_tasks: int = 40) -> None:
+    with pool.connection() as conn:
+        for i in range(n_tasks):
+            add_task(conn, "alice", f"task {i} 认证失败 deployment", f"details {i} about rate limits")
+        add_learning(conn, "alice", "auth error", "token expired, refresh it", failure_class="AUTH")
+        add_learning(conn, "bob", "数据库连接池耗尽", "增加连接池大小并设置超时")
+        add_capability(conn, "alice", "deploy", "roll out a service to production")
+        add_memory(conn, "alice", LONG, speaker="Alice")
+
+
+def _pending(pool, model: str) -> dict[str, int]:
+    with pool.connection() as conn:
+        return {s: count_pending(conn, s, model)[0] for s in EMBEDDED_SOURCES}
+
+
+def _active(pool) -> dict[str, int]:
+    with pool.connection() as conn:
+        return {s: count_pending(conn, s, "none")[1] for s in EMBEDDED_SOURCES}
+
+
+def _meta(result: dg.ExecuteInProcessResult, key: str) -> list[dict]:
+    out = []
+    for event in result.get_asset_materialization_events():
+        mat = event.materialization
+        if mat.asset_key.to_user_string() == key:
+            out.append({k: getattr(v, "value", v) for k, v in mat.metadata.items()})
+    return out
+
+
+def _one(result: dg.ExecuteInProcessResult, key: str) -> dict:
+    """The metadata of one asset in a run (a range run reports the same on each partition it covers)."""
+    found = _meta(result, key)
+    assert found and all(m == found[0] for m in found)
+    return found[0]
+
+
+def _checks(result: dg.ExecuteInProcessResult) -> dict[str, bool]:
+    return {f"{e.asset_key.to_user_string()}:{e.check_name}": e.passed
+            for e in result.get_asset_check_evaluations()}
+
+
+def _checks_of(asset: str) -> list[dg.AssetChecksDefinition]:
+    found = [c for c in all_checks if any(k.asset_key == dg.AssetKey(asset) for k in c.check_keys)]
+    assert found
+    return found
+
+
+def test_definitions_load():
+    dg.Definitions.validate_loadable(defs)
+    repo = defs.get_repository_def()
+    jobs = {"embedding_backfill", "index_maintenance", "memory_context", "weekly_tuning"}
+    assert jobs <= set(repo.job_names)
+    assert {s.name for s in repo.schedule_defs} == {"nightly_embedding_backfill", "nightly_maintenance",
+                                                   "weekly_tuning"}
+    assert [s.name for s in repo.sensor_defs] == ["unembedded_rows_sensor"]
+    graph = defs.resolve_asset_graph()
+    for source in EMBEDDED_SOURCES:
+        node = graph.get(dg.AssetKey(f"{source}_embeddings"))
+        assert node.partitions_def.get_partition_keys() == [str(b) for b in range(BUCKETS)]
+        assert node.backfill_policy is not None
+        assert embedding_assets[source].op.pool == PROVIDER_POOL
+    blocking = {c.name for chk in embedding_checks for c in chk.check_specs if c.blocking}
+    assert blocking == {"embedding_coverage", "embedding_consistency"}
+
+
+def test_materialize_all_on_real_database(db_url, pool, fake_embedder):
+    _seed(pool)
+    res = _resource(db_url)
+    out = materialize_all(progress=False, resource=res)
+    assert out["success"], out
+    assert out["checks"] and all(out["checks"].values()), out["checks"]
+    assert _pending(pool, fake_embedder.model_name) == dict.fromkeys(EMBEDDED_SOURCES, 0)
+    active = _active(pool)
+    assert out["embedded"] == sum(active.values()) and out["failed"] == 0
+    assert out["assets"]["task_embeddings"]["model"] == fake_embedder.model_name
+    assert out["assets"]["memory_vectors"]["memories_pending"] == 0
+    assert out["keyword_rows_indexed"] == sum(active.values())
+    again = materialize_all(progress=False, resource=res)  # nothing left to do, everything current
+    assert again["success"] and again["embedded"] == 0 and again["keyword_rows_indexed"] == 0
+    assert again["assets"]["task_embeddings"]["rows_skipped"] == active["task"]
+
+
+def test_keyword_weights_are_sklearn_tfidf(db_url, pool):
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    from assets.keywords import keyword_assets
+    from memory_pipelines.text.keywords import terms
+
+    _seed(pool, n_tasks=12)
+    with pool.connection() as conn:
+        add_task(conn, "alice", "数据库迁移失败", "回滚数据库迁移并检查锁")
+    res = _resource(db_url)
+    result = dg.materialize([keyword_assets["task"]], resources={"memory": res}, run_config=QUIET)
+    assert _meta(result, "task_keywords")[0]["rows_indexed"] == 13
+    src = SOURCES["task"]
+    with pool.connection() as conn:
+        docs = conn.execute(f"SELECT t.id::text, {src.text_sql} FROM {src.from_sql}"
+                            " WHERE t.owner_id = 'alice'"
+                            " ORDER BY 1").fetchall()
+        stored = {(r[0], r[1]): r[2] for r in conn.execute(
+            "SELECT item_id, keyword, weight FROM keywords WHERE source = 'task' AND owner_id = 'alice'")}
+    vec = TfidfVectorizer(analyzer=terms, sublinear_tf=True, smooth_idf=True, norm=None)
+    matrix = vec.fit_transform([d[1] for d in docs]).tocoo()
+    vocab = vec.get_feature_names_out()
+    cells = zip(matrix.row, matrix.col, matrix.data, strict=True)
+    expected = {(docs[i][0], vocab[j]): w for i, j, w in cells}
+    assert set(expected) == set(stored)
+    assert all(abs(stored[k] - expected[k]) <= 1e-4 * max(1.0, expected[k]) for k in expected)
+    assert any("数据库" in k[1] for k in stored)  # jieba segmented the Chinese title
+
+
+def test_partitioned_run_over_all_buckets(db_url, pool, fake_embedder):
+    _seed(pool)
+    res = _resource(db_url)
+    selection = [*embedding_assets.values(), *embedding_checks]
+    embedded = dict.fromkeys(EMBEDDED_SOURCES, 0)
+    for key in [str(b) for b in range(BUCKETS)]:
+        result = dg.materialize(selection, partition_key=key, resources={"memory": res}, run_config=QUIET)
+        assert result.success and all(_checks(result).values())  # judged on its own bucket only
+        for source in EMBEDDED_SOURCES:
+            (meta,) = _meta(result, f"{source}_embeddings")
+            assert meta["buckets"] == [int(key)] and meta["rows_failed"] == 0
+            embedded[source] += meta["rows_embedded"]
+    assert embedded == _active(pool)  # every row exactly once across the buckets
+    assert _pending(pool, fake_embedder.model_name) == dict.fromkeys(EMBEDDED_SOURCES, 0)
+
+
+def test_killed_run_resumes_and_embeds_every_row_exactly_once(db_url, pool, fake_embedder):
+    _seed(pool, n_tasks=60)
+    selection = [embedding_assets["task"], *_checks_of("task_embeddings")]
+    failing = _resource(db_url, fake_fail_after=25, batch_size=10)
+    first = dg.materialize(selection, resources={"memory": failing}, tags=RANGE_TAGS, run_config=QUIET,
+                           raise_on_error=False)
+    assert not first.success  # honest: the blocking coverage check failed the run
+    checks = _checks(first)
+    assert checks["task_embeddings:embedding_coverage"] is False
+    meta = _one(first, "task_embeddings")
+    assert meta["rows_embedded"] == 20 and meta["rows_failed"] > 0 and meta["rows_pending_after"] == 40
+    assert meta["errors"]
+    healthy = _resource(db_url, batch_size=10)
+    second = dg.materialize(selection, resources={"memory": healthy}, tags=RANGE_TAGS, run_config=QUIET)
+    meta2 = _one(second, "task_embeddings")
+    assert second.success and all(_checks(second).values())
+    assert meta2["rows_embedded"] == 40 and meta2["rows_skipped"] == 20
+    assert meta["rows_embedded"] + meta2["rows_embedded"] == 60
+    assert _pending(pool, fake_embedder.model_name)["task"] == 0
+
+
+def test_failed_coverage_blocks_downstream(db_url, pool):
+    from assets.embeddings import memory_vectors
+
+    _seed(pool, n_tasks=2)
+    failing = _resource(db_url, fake_fail_after=0)
+    selection = [embedding_assets["fragment"], memory_vectors,
+                 *_checks_of("fragment_embeddings")]
+    result = dg.materialize(selection, resources={"memory": failing}, tags=RANGE_TAGS, run_config=QUIET,
+                            raise_on_error=False)
+    assert not result.success
+    assert _meta(result, "fragment_embeddings")[0]["rows_failed"] > 0
+    assert _meta(result, "memory_vectors") == []  # stopped by the blocking check
+
+
+def test_sensor_requests_runs_only_for_new_unembedded_rows(db_url, pool, fake_embedder):
+    res = _resource(db_url)
+    with dg.build_sensor_context(resources={"memory": res}) as ctx:
+        first = unembedded_rows_sensor(ctx)
+    assert isinstance(first, dg.SensorResult) and not first.run_requests
+    cursor = first.cursor
+    _seed(pool, n_tasks=10)
+    with dg.build_sensor_context(cursor=cursor, resources={"memory": res}) as ctx:
+        second = unembedded_rows_sensor(ctx)
+    keys = sorted(r.partition_key for r in second.run_requests)
+    with pool.connection() as conn:
+        expected = sorted({str(r[0]) for r in conn.execute(
+            "SELECT abs(hashtext(id::text)::bigint) % 8 FROM tasks")})
+    assert keys and set(expected) <= set(keys) and second.cursor != cursor
+    assert all(dg.AssetKey("task_embeddings") in r.asset_selection for r in second.run_requests
+               if r.partition_key in expected)
+    with dg.build_sensor_context(cursor=second.cursor, resources={"memory": res}) as ctx:
+        third = unembedded_rows_sensor(ctx)  # same pending rows: nothing new to request
+    assert not third.run_requests
+    with pool.connection() as conn:
+        add_task(conn, "alice", "one more task")
+    with dg.build_sensor_context(cursor=third.cursor, resources={"memory": res}) as ctx:
+        fourth = unembedded_rows_sensor(ctx)
+    assert len(fourth.run_requests) == 1
+    assert fourth.run_requests[0].asset_selection == [dg.AssetKey("task_embeddings")]
+
+
+def test_schedules_evaluate():
+    when = datetime(2026, 1, 5, 2, 0, tzinfo=UTC)
+    with dg.build_schedule_context(scheduled_execution_time=when) as ctx:
+        requests = list(nightly_embedding_backfill(ctx))
+    assert [r.partition_key for r in requests] == [str(b) for b in range(BUCKETS)]
+    assert len({r.run_key for r in requests}) == BUCKETS
+    assert weekly_tuning.cron_schedule == "0 4 * * 1"
+
+
+def test_context_job_from_run_config(db_url, pool):
+    _seed(pool, n_tasks=5)
+    res = _resource(db_url)
+    dg.materialize([*embedding_assets.values()], resources={"memory": res}, tags=RANGE_TAGS, run_config=QUIET)
+    config = {"query": "认证失败 deployment", "owner": "alice", "mode": "debug", "budget": 400}
+    result = memory_context.execute_in_process(
+        run_config={**QUIET, "ops": {"build_context": {"config": config}}}, resources={"memory": res})
+    out = result.output_for_node("build_context")
+    assert "认证失败 deployment" in out["block"] and out["items"] and out["token_used"] <= 400
+    sources = {"task", "learning", "capability", "memory", "event"}
+    assert all(item["source"] in sources for item in out["items"])
+    outputs = [e for e in result.all_node_events if e.event_type_value == "STEP_OUTPUT"]
+    md = outputs[0].event_specific_data.metadata
+    assert "alice" in md["context"].value and "| source |" in md["items"].value
+    with pool.connection() as conn:  # the build was logged like any other
+        assert conn.execute("SELECT count(*) FROM retrievals WHERE owner_id = 'alice'").fetchone()[0] == 1
+
+
+def test_context_job_rejects_bad_mode(db_url):
+    bad = {"query": "x", "owner": "alice", "mode": "dream", "budget": 400}
+    result = memory_context.execute_in_process(
+        run_config={**QUIET, "ops": {"build_context": {"config": bad}}},
+        resources={"memory": _resource(db_url)}, raise_on_error=False)
+    assert not result.success
+    failure = next(e for e in result.all_node_events if e.event_type_value == "STEP_FAILURE")
+    assert "mode: must be one of" in failure.event_specific_data.error.to_string()
+
+
+@pytest.mark.parametrize("source", ["task"])
+def test_other_buckets_are_left_alone(db_url, pool, fake_embedder, source):
+    _seed(pool, n_tasks=30)
+    res = _resource(db_url)
+    dg.materialize([embedding_assets[source]], partition_key="3", resources={"memory": res}, run_config=QUIET)
+    with pool.connection() as conn:
+        rows = conn.execute(
+            "SELECT abs(hashtext(id::text)::bigint) % 8, embedding IS NOT NULL FROM tasks").fetchall()
+    assert rows and all(done == (bucket == 3) for bucket, done in rows)
+
+
+def test_executor_choice_is_checked():
+    from assets.definitions import select_executor
+    from memory_pipelines.errors import ConfigError
+
+    assert select_executor("multiprocess").name == "multiprocess"
+    with pytest.raises(ConfigError, match="not an executor"):
+        select_executor("threads")
+
+
+def test_bulk_load_defers_the_index_and_the_last_loader_builds_it(db_url, pool):
+    import psycopg
+
+    from assets.embeddings import vector_indexes
+    from memory_pipelines.indexing import INDEX_LOCK_KEY, index_exists
+
+    with pool.connection() as conn:
+        conn.execute("INSERT INTO tasks (owner_id, title, description) SELECT 'alice', 'bulk task ' || i,"
+                     " 'row ' || i FROM generate_series(1, 2100) AS i")
+    res = _resource(db_url)
+    # Another bucket run is still loading (it holds the loaders' shared lock): this run leaves the index
+    # for that one to build.
+    with psycopg.connect(db_url, autocommit=True) as other:
+        other.execute("SELECT pg_advisory_lock_shared(%s, 0)", (INDEX_LOCK_KEY,))
+        first = dg.materialize([embedding_assets["task"]], partition_key="0", resources={"memory": res},
+                               run_config=QUIET)
+        assert _one(first, "task_embeddings")["index_rebuilt"] is False
+        with pool.connection() as conn:
+            assert not index_exists(conn, "tasks_embedding_hnsw")  # dropped for the bulk load
+    # The last loader (no other one active) builds it.
+    second = dg.materialize([embedding_assets["task"]], partition_key="1", resources={"memory": res},
+                            run_config=QUIET)
+    assert _one(second, "task_embeddings")["index_rebuilt"] is True
+    with pool.connection() as conn:
+        assert index_exists(conn, "tasks_embedding_hnsw")
+        conn.execute("DROP INDEX tasks_embedding_hnsw")  # as if a loader had been killed
+    healed = dg.materialize([vector_indexes], resources={"memory": res}, run_config=QUIET)
+    assert _one(healed, "vector_indexes")["built_now"] == ["tasks_embedding_hnsw"]
