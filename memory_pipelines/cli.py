@@ -257,6 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point: expected failures print one line (cause and fix) and exit 2, without a traceback."""
     warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")
+    warnings.filterwarnings("ignore", message=".*is currently in beta")  # dagster's backfill_policy
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"

@@ -17,7 +17,7 @@ from .sources import EMBEDDED_SOURCES
 from .status import collect_status, format_status
 from .text.keywords import has_cjk
 
-SAMPLE_QUERIES = ("认证失败怎么处理", "rate limit errors when calling the API")
+SAMPLE_QUERIES = ("令牌过期导致 401", "auth error expired token")
 CONTEXT_QUERY = "auth error after the token expired: 认证失败怎么排查?"
 
 

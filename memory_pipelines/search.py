@@ -23,7 +23,7 @@ from .embeddings.base import to_array
 from .errors import ValidationError, check_storable
 from .fusion import FUSIONS
 from .text.glossary import expand
-from .text.keywords import jaccard, terms
+from .text.keywords import has_cjk, jaccard, terms
 
 log = logging.getLogger(__name__)
 
@@ -381,7 +381,7 @@ def search(
     elif mode == "keyword" or qvec is None:
         ranked = calibrate_keyword(kw)
     else:
-        ranked = FUSIONS[fusion](calibrate_semantic(sem, embedder.similarity_floor), calibrate_keyword(kw))
+        ranked = FUSIONS[fusion](calibrate_semantic(sem, embedder, query), calibrate_keyword(kw))
     if min_score is not None:
         ranked = [h for h in ranked if h.score >= min_score]
     return SearchResult(
@@ -391,14 +391,21 @@ def search(
     )
 
 
-def calibrate_semantic(hits: list[Hit], floor: float) -> list[Hit]:
+def language(text: str) -> str:
+    """"zh" for text with CJK characters, else "en" (the two languages the floors are measured for)."""
+    return "zh" if has_cjk(text) else "en"
+
+
+def calibrate_semantic(hits: list[Hit], embedder: Embedder, query: str) -> list[Hit]:
     """Map cosine similarity onto [0, 1] for fusion: (sim - floor) / (1 - floor), floored at 0.
 
-    `floor` is the similarity the model gives unrelated texts (0.75 for the local e5 model, whose
-    cosines of unrelated pairs sit at 0.75–0.85), so scores are comparable across queries and models.
+    The floor is what the model gives unrelated texts of the query's and the item's languages
+    (`Embedder.floor_for`), so scores are comparable across queries, languages and models.
     """
+    qlang = language(query)
     out = []
     for h in hits:
+        floor = embedder.floor_for(qlang, language(h.text))
         cal = max(0.0, (h.score - floor) / (1.0 - floor)) if floor < 1 else h.score
         out.append(replace(h, score=cal))
     return out

@@ -73,9 +73,10 @@ def semantic_candidates(
 
 
 def _event_text(event_type: str, payload: dict[str, Any]) -> str:
-    import json
-
-    return f"[{event_type}] {json.dumps(payload, ensure_ascii=False)[:200]}"
+    """`[type] value | value | …`: the payload's values without its keys (keys like "error" would make
+    every event look relevant to every query about errors), cut to 200 characters as in seed 001."""
+    values = [str(v) for v in payload.values() if v not in (None, "", [], {})] if isinstance(payload, dict) else []
+    return f"[{event_type}] {' | '.join(values)[:200]}"
 
 
 def event_candidates(

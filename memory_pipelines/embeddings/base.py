@@ -30,6 +30,10 @@ class Embedder(ABC):
     # onto [0, 1] so the semantic and keyword channels are comparable (see search.calibrate_semantic).
     similarity_floor: float = 0.0
 
+    def floor_for(self, query_lang: str, doc_lang: str) -> float:
+        """The floor for one language pair ("zh" / "en"); models with a language bias override this."""
+        return self.similarity_floor
+
     @abstractmethod
     def embed_batch(self, texts: Sequence[str], kind: str = "passage") -> np.ndarray:
         """Embed one batch (len(texts) <= batch_size) and return an (n, dimension) array."""
