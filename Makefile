@@ -22,6 +22,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check memory_pipelines assets tests bench
 
 dagster: $(STAMP)  ## the Dagster UI on the embedded defaults
+	mkdir -p $${DAGSTER_HOME:-$(CURDIR)/.dagster_home}
 	DAGSTER_HOME=$${DAGSTER_HOME:-$(CURDIR)/.dagster_home} $(VENV)/bin/dagster dev -w workspace.yaml
 
 serve: $(STAMP)  ## the HTTP API on 127.0.0.1:8000

@@ -113,19 +113,23 @@ def _validate(q: LearningQuery, limit: int) -> None:
             raise ValidationError(name, "must be a string of at most 2000 characters")
 
 
-def structured_learnings(
-    pool: ConnectionPool, owner: str, q: LearningQuery, limit: int = 10, now: datetime | None = None
-) -> list[ScoredLearning]:
-    """Phase 1: seed 002's weighted score, computed in SQL, best first (newest first on ties)."""
-    _validate(q, limit)
-    params = {
+def _score_params(owner: str, q: LearningQuery, now: datetime | None) -> dict[str, Any]:
+    """The parameters of _SCORE_SQL."""
+    return {
         "owner": owner,
         "task_type": q.task_type,
         "fc": (q.failure_class or "").upper() or None,
         "event": q.event_type,
         "now": now or datetime.now().astimezone(),
-        "limit": limit,
     }
+
+
+def structured_learnings(
+    pool: ConnectionPool, owner: str, q: LearningQuery, limit: int = 10, now: datetime | None = None
+) -> list[ScoredLearning]:
+    """Phase 1: seed 002's weighted score, computed in SQL, best first (newest first on ties)."""
+    _validate(q, limit)
+    params = {**_score_params(owner, q, now), "limit": limit}
     with pool.connection() as conn:
         rows = conn.execute(_SCORE_SQL + " ORDER BY total DESC, created_at DESC LIMIT %(limit)s", params).fetchall()
     keys = ("task_type", "failure_class", "event_type", "failure_pattern", "freshness")
@@ -150,11 +154,7 @@ def search_relevant_learnings(
     except EmbeddingError:
         return structured_learnings(pool, owner, q, limit, now)
     params = {
-        "owner": owner,
-        "task_type": q.task_type,
-        "fc": (q.failure_class or "").upper() or None,
-        "event": q.event_type,
-        "now": now or datetime.now().astimezone(),
+        **_score_params(owner, q, now),
         "q": qvec,
         "model": embedder.model_name,
         "depth": limit * 3,
