@@ -8,7 +8,8 @@
   costs a few index lookups; its cursor holds the pending count per source and bucket, and it requests a
   run only when a count grew (rows a failing provider left behind are not re-requested every tick: the
   nightly run retries them). Content changes and model switches are the nightly run's job.
-- `weekly_tuning`: Mondays 04:00 UTC, the `tuning` group (filled by the tuning issue).
+- `weekly_tuning`: Mondays 04:00 UTC, the `tuning` group: log → hit-rate report → fit → evaluation →
+  (blocking gate check) → published scoring config.
 """
 
 import hashlib
@@ -46,7 +47,8 @@ maintenance_job = dg.define_asset_job(
 
 tuning_job = dg.define_asset_job(
     "weekly_tuning", selection=dg.AssetSelection.groups(TUNING_GROUP),
-    description="Weekly tuning of half-lives and mode weights from the retrieval log (next issue).",
+    description="Tuning of half-lives and mode weights from the retrieval log: fit, held-out replay, and "
+                "publishing gated by the blocking `publish_gate` check.",
 )
 
 
@@ -66,7 +68,7 @@ nightly_maintenance = dg.ScheduleDefinition(
 
 weekly_tuning = dg.ScheduleDefinition(
     name="weekly_tuning", job=tuning_job, cron_schedule="0 4 * * 1", execution_timezone="UTC",
-    description="Weekly tuning slot (Mondays 04:00 UTC): the tuning issue adds its assets to group `tuning`.",
+    description="Weekly (Mondays 04:00 UTC): tune on the retrieval log; publish only if the gate passes.",
 )
 
 

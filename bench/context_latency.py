@@ -73,9 +73,6 @@ def run_size(n: int, builds: int) -> dict:
         load_tasks(url, n - n // 2, [("owner", n - n // 2)], seed=2, table="learnings")
         pool = get_pool(url)
         with pool.connection() as conn:
-            conn.execute("SET maintenance_work_mem = '1GB'")
-            conn.execute("REINDEX TABLE tasks")
-            conn.execute("REINDEX TABLE learnings")
             for i in range(3):
                 conn.execute(
                     "INSERT INTO goals (owner_id, title, status, priority) VALUES ('owner', %s,"

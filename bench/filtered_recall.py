@@ -48,12 +48,6 @@ def main() -> None:
         log(f"loading {n} rows")
         embedder = load_tasks(url, n, [("all", n)])
         pool = get_pool(url)
-        with pool.connection() as conn:
-            conn.execute("SET maintenance_work_mem = '1GB'")
-            t = time.perf_counter()
-            conn.execute("REINDEX INDEX tasks_embedding_hnsw")
-            conn.execute("ANALYZE tasks")
-            log(f"HNSW built in {time.perf_counter() - t:.0f} s")
         results = {}
         queries = [embedder.embed_query(sentence(rng)) for _ in range(args.queries)]
         for label, owner, reassign in [

@@ -16,7 +16,7 @@ from psycopg_pool import ConnectionPool
 from ..context.config import active_config
 from ..context.scoring import ScoringConfig
 from .evaluate import evaluate
-from .fit import FitOptions, config_to_dict, fit_parameters
+from .fit import FitOptions, config_from_dict, config_to_dict, fit_parameters
 from .frames import labelled, load_log, select, time_split
 
 
@@ -34,39 +34,79 @@ def tune_and_evaluate(
 
     Returns {"active", "proposed" (config dicts), "fit" (parameters, CIs, sample sizes, notes),
     "evaluation" (active vs proposed, overall / by mode / randomised, deltas with CIs, caveats), "data"}.
+    The two halves are `fit_on_train` and `evaluate_on_test` (the Dagster assets run them as two steps).
     """
     opt = options or FitOptions()
-    train_b, train_c = select(builds_df, candidates_df, train_mask)
-    test_b, test_c = select(builds_df, candidates_df, test_mask)
-    fit = fit_parameters(train_c, active, opt)
-    evaluation = evaluate(
-        test_c,
-        test_b,
-        {"active": active, "proposed": fit.config},
-        population=fit.population,
-        n_boot=n_boot_eval,
-        seed=opt.seed,
+    fitted = fit_on_train(candidates_df, builds_df, train_mask, active, options=opt)
+    return evaluate_on_test(
+        fitted, candidates_df, builds_df, test_mask, n_boot_eval=n_boot_eval, seed=opt.seed
     )
+
+
+def fit_on_train(
+    candidates_df: pd.DataFrame,
+    builds_df: pd.DataFrame,
+    train_mask: np.ndarray | pd.Series,
+    active: ScoringConfig,
+    *,
+    options: FitOptions | None = None,
+) -> dict[str, Any]:
+    """The fit half: {"active", "proposed", "fit", "data" (training side only)}."""
+    opt = options or FitOptions()
+    train_b, train_c = select(builds_df, candidates_df, train_mask)
+    fit = fit_parameters(train_c, active, opt)
     data = {
         "train_builds": int(len(train_b)),
-        "test_builds": int(len(test_b)),
         "train_candidates": int(len(train_c)),
-        "test_candidates": int(len(test_c)),
         "train_labelled": fit.n_candidates,
         "train_used": fit.n_used,
         "population": fit.population,
         "train_period": _period(train_b),
-        "test_period": _period(test_b),
-        "test_labelled": int(len(labelled(test_c, fit.population))) if len(test_c) else 0,
-        "randomized_builds": int(builds_df["randomized"].astype(bool).sum()) if len(builds_df) else 0,
     }
     return {
         "active": config_to_dict(active),
         "proposed": config_to_dict(fit.config),
         "fit": fit.as_dict(),
-        "evaluation": evaluation,
         "data": data,
     }
+
+
+def evaluate_on_test(
+    fitted: dict[str, Any],
+    candidates_df: pd.DataFrame,
+    builds_df: pd.DataFrame,
+    test_mask: np.ndarray | pd.Series,
+    *,
+    n_boot_eval: int = 1000,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """The evaluation half: replay the held-out builds with the active and the proposed config of `fitted`
+    (a `fit_on_train` result); returns the full `tune_and_evaluate` result."""
+    test_b, test_c = select(builds_df, candidates_df, test_mask)
+    population = fitted["fit"]["population"]
+    evaluation = evaluate(
+        test_c,
+        test_b,
+        {"active": config_from_dict(fitted["active"]), "proposed": config_from_dict(fitted["proposed"])},
+        population=population,
+        n_boot=n_boot_eval,
+        seed=seed,
+    )
+    d = fitted["data"]
+    data = {
+        "train_builds": d["train_builds"],
+        "test_builds": int(len(test_b)),
+        "train_candidates": d["train_candidates"],
+        "test_candidates": int(len(test_c)),
+        "train_labelled": d["train_labelled"],
+        "train_used": d["train_used"],
+        "population": population,
+        "train_period": d["train_period"],
+        "test_period": _period(test_b),
+        "test_labelled": int(len(labelled(test_c, population))) if len(test_c) else 0,
+        "randomized_builds": int(builds_df["randomized"].astype(bool).sum()) if len(builds_df) else 0,
+    }
+    return {**fitted, "evaluation": evaluation, "data": data}
 
 
 def _period(builds: pd.DataFrame) -> list[str] | None:

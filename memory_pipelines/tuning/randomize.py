@@ -6,16 +6,8 @@ has the same chance to be shown at each position, so its labels are independent 
 the offline replay on those builds is unbiased (the evaluator reports them separately). The cost is a
 worse context for that share of builds, hence a small rate (0.02–0.05) and only where the agent tolerates it.
 
-Wiring needed in `context/builder.py` (owned elsewhere), a few lines:
-
-    from ..tuning.randomize import explore_rate, exploration_order
-    ...
-    order = mmr_select(ranked, k=len(ranked), lam=MMR_LAMBDA)
-    randomized = False
-    if rng.random() < explore_rate():
-        order, randomized = exploration_order(len(ranked), rng), True
-    ...
-    write_log(..., randomized=randomized)   # write_log already takes `randomized`
+The online builder (`context/builder.py`) uses it: with probability `explore_rate()` (or its `exploration`
+argument) a build injects `exploration_order(...)` instead of the MMR order and is logged `randomized`.
 
 This module imports no pandas, so the online builder can use it without the `dagster` extra.
 """
