@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import itertools
 import json
 import random
 import statistics
@@ -121,12 +122,48 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def sentence(rng: random.Random) -> str:
+def _pseudo_words(count: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    syllables = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
+    return ["".join(rng.choice(syllables) for _ in range(rng.randint(2, 4))) for _ in range(count)]
+
+
+# Text with the structure of real notes: 200 topics, each with its own 30 words, over a shared vocabulary
+# of 3,000 words drawn by a Zipf law, plus the engineering words above. Embeddings of such text form
+# clusters, as real embeddings do; uniform random text would not (every pair equally far apart).
+_GENERAL = _pseudo_words(3000, 1) + WORDS
+_ZIPF_CUM = list(itertools.accumulate(1 / (i + 1) for i in range(len(_GENERAL))))
+_TOPICS = [_pseudo_words(30, 100 + t) for t in range(200)]
+
+
+def note(rng: random.Random) -> tuple[str, int]:
+    """A synthetic note and its topic: mostly words of one topic, some common words, now and then Chinese."""
+    t = rng.randrange(len(_TOPICS))
     n = rng.randint(6, 16)
-    words = [rng.choice(WORDS) for _ in range(n)]
+    words = [
+        rng.choice(_TOPICS[t]) if rng.random() < 0.6 else rng.choices(_GENERAL, cum_weights=_ZIPF_CUM)[0]
+        for _ in range(n)
+    ]
     if rng.random() < 0.3:
         words.insert(rng.randint(0, n), rng.choice(ZH) + rng.choice(ZH))
-    return " ".join(words)
+    return " ".join(words), t
+
+
+def sentence(rng: random.Random) -> str:
+    return note(rng)[0]
+
+
+# Dense vectors with the geometry of real embeddings: each topic has a centre, each item is its topic's
+# centre plus Gaussian noise (cosine ≈ 0.7 to the centre), normalised. A bag-of-words hash would give
+# sparse, nearly orthogonal vectors, a far harder and less realistic case for an HNSW index.
+_CENTRES = np.random.default_rng(7).standard_normal((len(_TOPICS), 384)).astype(np.float32)
+_CENTRES /= np.linalg.norm(_CENTRES, axis=1, keepdims=True)
+
+
+def topic_vector(topic: int, rng: random.Random) -> np.ndarray:
+    noise = np.random.default_rng(rng.getrandbits(32)).standard_normal(384).astype(np.float32) / np.sqrt(384)
+    v = _CENTRES[topic] + noise
+    return v / np.linalg.norm(v)
 
 
 @contextmanager
@@ -139,7 +176,7 @@ def scratch(dimension: int = 384) -> Iterator[str]:
 
 
 def load_tasks(url: str, n: int, owners: list[tuple[str, int]], seed: int = 7, table: str = "tasks") -> FakeEmbedder:
-    """COPY n synthetic rows (fake-embedded) into `tasks` (or `learnings`), owners by count.
+    """COPY n synthetic rows with topic vectors into `tasks` (or `learnings`), owners by count.
 
     The HNSW index is dropped for the load and built once afterwards (as the backfill does for bulk
     loads); embedded_hash is computed like the table's generated content_hash, so rows count as current.
@@ -154,14 +191,17 @@ def load_tasks(url: str, n: int, owners: list[tuple[str, int]], seed: int = 7, t
     now = dt.datetime.now(dt.UTC)
     with pool.connection() as conn:
         conn.execute(f"DROP INDEX IF EXISTS {index}")
-        with conn.cursor() as cur, cur.copy(
-            f"COPY {table} (owner_id, title, {body}, created_at, embedding, embedding_model, embedded_hash)"
-            " FROM STDIN WITH (FORMAT BINARY)"
-        ) as copy:
+        with (
+            conn.cursor() as cur,
+            cur.copy(
+                f"COPY {table} (owner_id, title, {body}, created_at, embedding, embedding_model, embedded_hash)"
+                " FROM STDIN WITH (FORMAT BINARY)"
+            ) as copy,
+        ):
             copy.set_types(["text", "text", "text", "timestamptz", "vector", "text", "text"])
             for i in range(n):
-                title, desc = sentence(rng), sentence(rng)
-                vec = embedder.embed_batch([f"{title}\n{desc}"])[0]
+                (title, topic), desc = note(rng), sentence(rng)
+                vec = topic_vector(topic, rng)
                 created = now - dt.timedelta(days=rng.random() * 180)
                 digest = hashlib.md5(f"{title}\n{desc}".encode()).hexdigest()
                 copy.write_row((owner_of[i], title, desc, created, vec, embedder.model_name, digest))
@@ -171,8 +211,10 @@ def load_tasks(url: str, n: int, owners: list[tuple[str, int]], seed: int = 7, t
         t = time.perf_counter()
         conn.execute("SET maintenance_work_mem = '1GB'")
         conn.execute(f"CREATE INDEX {index} ON {table} USING hnsw (embedding vector_cosine_ops)")
-        conn.execute(f"ANALYZE {table}")
         conn.commit()
+        conn.autocommit = True
+        conn.execute(f"VACUUM ANALYZE {table}")  # the steady state: visibility map set, statistics fresh
+        conn.autocommit = False
         log(f"  HNSW index on {n} rows built in {time.perf_counter() - t:.0f} s")
     return embedder
 

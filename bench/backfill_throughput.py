@@ -57,8 +57,16 @@ def load_unembedded(pool, n: int, seed: int = 11) -> None:
         sql = "COPY tasks (owner_id, title, description, task_type, status, created_at) FROM STDIN"
         with cur.copy(sql) as copy:
             for i in range(n):
-                copy.write_row((f"owner-{i % 20}", sentence(rng), sentence(rng) + " " + sentence(rng), "dev",
-                                "completed", now - dt.timedelta(days=rng.random() * 180)))
+                copy.write_row(
+                    (
+                        f"owner-{i % 20}",
+                        sentence(rng),
+                        sentence(rng) + " " + sentence(rng),
+                        "dev",
+                        "completed",
+                        now - dt.timedelta(days=rng.random() * 180),
+                    )
+                )
     with pool.connection() as conn:
         conn.execute("ANALYZE tasks")
 
@@ -78,8 +86,10 @@ def seed_backfill(pool, embedder: Embedder, limit: int, batch: int = 50, pause: 
                     break
                 vectors = embedder.embed([r[1] for r in rows])
                 for (item_id, _text), vec in zip(rows, vectors, strict=True):
-                    conn.execute("UPDATE tasks SET embedding = %s, embedding_model = %s WHERE id = %s",
-                                 (vec, embedder.model_name, item_id))
+                    conn.execute(
+                        "UPDATE tasks SET embedding = %s, embedding_model = %s WHERE id = %s",
+                        (vec, embedder.model_name, item_id),
+                    )
                 done += len(rows)
                 time.sleep(pause)
         finally:
@@ -89,8 +99,9 @@ def seed_backfill(pool, embedder: Embedder, limit: int, batch: int = 50, pause: 
 
 def reset_embeddings(pool) -> None:
     with pool.connection() as conn:
-        conn.execute("UPDATE tasks SET embedding = NULL, embedding_model = NULL, embedded_hash = NULL,"
-                     " embedded_at = NULL")
+        conn.execute(
+            "UPDATE tasks SET embedding = NULL, embedding_model = NULL, embedded_hash = NULL, embedded_at = NULL"
+        )
     with pool.connection() as conn:
         conn.autocommit = True
         conn.execute("VACUUM ANALYZE tasks")
@@ -126,12 +137,17 @@ def main() -> None:
             pending = count_pending(conn, "task", instant.model_name)[0]
             has_index = index_exists(conn, "tasks_embedding_hnsw")
         assert res.embedded == args.rows and pending == 0 and has_index, (res, pending, has_index)
-        out["pipeline"] = {"rows_per_second": round(res.rows_per_second, 1), "seconds": round(res.seconds, 2),
-                           "batch_rows": instant.batch_size, "batches": res.batches,
-                           "hnsw_deferred_and_rebuilt": res.index_rebuilt, "index_build_included": True,
-                           "load_seconds": round(load_seconds, 2),
-                           "load_rows_per_second": round(args.rows / load_seconds, 1),
-                           "index_build_seconds": round(res.seconds - load_seconds, 2)}
+        out["pipeline"] = {
+            "rows_per_second": round(res.rows_per_second, 1),
+            "seconds": round(res.seconds, 2),
+            "batch_rows": instant.batch_size,
+            "batches": res.batches,
+            "hnsw_deferred_and_rebuilt": res.index_rebuilt,
+            "index_build_included": True,
+            "load_seconds": round(load_seconds, 2),
+            "load_rows_per_second": round(args.rows / load_seconds, 1),
+            "index_build_seconds": round(res.seconds - load_seconds, 2),
+        }
         log(f"  {res.embedded} rows in {res.seconds:.1f} s = {res.rows_per_second:.0f} rows/s")
 
         log("resetting embeddings for the baseline")
@@ -142,12 +158,13 @@ def main() -> None:
         seconds = time.perf_counter() - t0
         base_rate = done / seconds
         out["baseline"] = {
-            "rows_per_second": round(base_rate, 1), "rows_measured": done,
+            "rows_per_second": round(base_rate, 1),
+            "rows_measured": done,
             "seconds_measured": round(seconds, 2),
             "extrapolated": done < args.rows,
             "seconds_extrapolated_to_rows": round(args.rows / base_rate, 1),
             "note": f"measured on {done} of {args.rows} rows and extrapolated at the same rate "
-                    "(the 1 s pause per 50 rows dominates and does not depend on table size)",
+            "(the 1 s pause per 50 rows dominates and does not depend on table size)",
         }
         log(f"  {done} rows in {seconds:.1f} s = {base_rate:.1f} rows/s")
         out["ratio"] = round(res.rows_per_second / base_rate, 1)
@@ -159,14 +176,18 @@ def main() -> None:
 
             log(f"local model on {args.local_rows} rows")
             with pool.connection() as conn:
-                conn.execute("DELETE FROM tasks WHERE id NOT IN (SELECT id FROM tasks ORDER BY id LIMIT %s)",
-                             (args.local_rows,))
+                conn.execute(
+                    "DELETE FROM tasks WHERE id NOT IN (SELECT id FROM tasks ORDER BY id LIMIT %s)", (args.local_rows,)
+                )
             local = LocalE5Embedder()
             local.embed(["warm up"])
             lres = embed_buckets(pool, local, "task", range(BUCKETS), BUCKETS)
-            out["local_model"] = {"model": local.model_name, "rows": lres.embedded,
-                                  "rows_per_second": round(lres.rows_per_second, 1),
-                                  "seconds": round(lres.seconds, 2)}
+            out["local_model"] = {
+                "model": local.model_name,
+                "rows": lres.embedded,
+                "rows_per_second": round(lres.rows_per_second, 1),
+                "seconds": round(lres.seconds, 2),
+            }
             log(f"  {lres.embedded} rows in {lres.seconds:.1f} s = {lres.rows_per_second:.1f} rows/s")
     emit(out)
 

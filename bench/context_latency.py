@@ -15,7 +15,7 @@ import argparse
 import random
 import time
 
-from _common import emit, load_tasks, log, percentiles, scratch, sentence
+from _common import emit, load_tasks, log, note, percentiles, scratch, sentence, topic_vector
 from psycopg.types.json import Jsonb
 
 from memory_pipelines.context.builder import build_memory_context
@@ -47,9 +47,7 @@ def seed_build(pool, owner: str, qvec, budget: int = 800) -> str:
             " ('in_progress', 'pending') ORDER BY priority, progress DESC LIMIT 3",
             (owner,),
         ).fetchall()
-    items = [(f"{t} {d}", s) for t, d, _c, s in tasks + learnings] + [
-        (f"[{t}] {p[:200]}", 0.5) for t, p in events
-    ]
+    items = [(f"{t} {d}", s) for t, d, _c, s in tasks + learnings] + [(f"[{t}] {p[:200]}", 0.5) for t, p in events]
     items.sort(key=lambda x: -x[1])
     kept: list[str] = []
     for text, _score in items:
@@ -75,8 +73,7 @@ def run_size(n: int, builds: int) -> dict:
         with pool.connection() as conn:
             for i in range(3):
                 conn.execute(
-                    "INSERT INTO goals (owner_id, title, status, priority) VALUES ('owner', %s,"
-                    " 'in_progress', %s)",
+                    "INSERT INTO goals (owner_id, title, status, priority) VALUES ('owner', %s, 'in_progress', %s)",
                     (f"goal {i}: {sentence(rng)}", i),
                 )
             for _ in range(30):
@@ -89,8 +86,9 @@ def run_size(n: int, builds: int) -> dict:
         log(f"[{n}] keyword index")
         index_source(pool, "task")
         index_source(pool, "learning")
-        queries = [sentence(rng) for _ in range(builds)]
-        vectors = [embedder.embed_query(q) for q in queries]
+        notes = [note(rng) for _ in range(builds)]
+        queries = [text for text, _ in notes]
+        vectors = [topic_vector(topic, rng) for _, topic in notes]
         for q, v in zip(queries[:10], vectors[:10], strict=True):  # warm-up
             build_memory_context(pool, embedder, "owner", q, query_vector=v)
             seed_build(pool, "owner", v)

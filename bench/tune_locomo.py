@@ -78,8 +78,13 @@ def load_as_tasks(pool, memories: list[dict[str, Any]]) -> None:
             "INSERT INTO tasks (id, owner_id, title, description, task_type, status, metadata, created_at)"
             " VALUES (%s, %s, %s, %s, 'talk', 'completed', '{}'::jsonb, %s)",
             [
-                (task_id_for(m["id"]), m["owner"], m.get("speaker") or "speaker", m["text"],
-                 parse_time(m["created_at"]))
+                (
+                    task_id_for(m["id"]),
+                    m["owner"],
+                    m.get("speaker") or "speaker",
+                    m["text"],
+                    parse_time(m["created_at"]),
+                )
                 for m in memories
             ],
         )
@@ -91,15 +96,23 @@ VARIANTS: dict[str, tuple[str, Callable[[str], str]]] = {
 }
 
 
-def drive(pool, embedder: Embedder, queries: list[Query], qvecs: np.ndarray, stored_id: Callable[[str], str],
-          budget: int, explore: float) -> dict[str, Any]:
+def drive(
+    pool,
+    embedder: Embedder,
+    queries: list[Query],
+    qvecs: np.ndarray,
+    stored_id: Callable[[str], str],
+    budget: int,
+    explore: float,
+) -> dict[str, Any]:
     """One logged build per question, feedback on the injected gold items, then oracle labels on all."""
     stats = {"builds": 0, "gold_in_candidates": 0, "gold_injected": 0, "injected": 0, "candidates": 0}
     started = time.perf_counter()
     for i, q in enumerate(queries):
         mode = MODES[i % len(MODES)]
-        r = build_memory_context(pool, embedder, q.owner, q.query, mode, budget, as_of=q.asked_at,
-                                 query_vector=qvecs[i], exploration=explore)
+        r = build_memory_context(
+            pool, embedder, q.owner, q.query, mode, budget, as_of=q.asked_at, query_vector=qvecs[i], exploration=explore
+        )
         gold = [stored_id(g) for g in q.gold]
         shown = {it.id for it in r.items}
         record_feedback(pool, q.owner, r.retrieval_id, [g for g in gold if g in shown])
@@ -156,19 +169,19 @@ def summarise(result: dict[str, Any], gate: Gate) -> dict[str, Any]:
         "relevance_coef": _round(fit["relevance_coef"]),
         "signal": fit["signal"],
         "params": [
-            {k: (_round(p[k], 3) if isinstance(p[k], float) else p[k])
-             for k in ("name", "active", "estimate", "value", "ci_low", "ci_high", "n", "n_used", "status")}
+            {
+                k: (_round(p[k], 3) if isinstance(p[k], float) else p[k])
+                for k in ("name", "active", "estimate", "value", "ci_low", "ci_high", "n", "n_used", "status")
+            }
             for p in fit["params"]
             if p["status"] in ("fitted", "clamped") or p["n"]
         ],
         "notes": fit["notes"],
-        "gate": {"publish": decision["publish"], "failed": [c["name"] for c in decision["checks"]
-                                                             if not c["passed"]]},
+        "gate": {"publish": decision["publish"], "failed": [c["name"] for c in decision["checks"] if not c["passed"]]},
     }
 
 
-def tune(frames: LogFrames, active, owners: list[str], opt: FitOptions, n_boot_eval: int,
-         gate: Gate) -> dict[str, Any]:
+def tune(frames: LogFrames, active, owners: list[str], opt: FitOptions, n_boot_eval: int, gate: Gate) -> dict[str, Any]:
     """Both label scopes × both folds (train on one half of the owners, evaluate on the other)."""
     half = (len(owners) + 1) // 2
     folds = {"A": (owners[:half], owners[half:]), "B": (owners[half:], owners[:half])}
@@ -181,19 +194,26 @@ def tune(frames: LogFrames, active, owners: list[str], opt: FitOptions, n_boot_e
         for fold, (train_owners, test_owners) in folds.items():
             train = owner_col.isin(train_owners).to_numpy()
             test = owner_col.isin(test_owners).to_numpy()
-            result = tune_and_evaluate(cands, frames.builds, train, test, active, options=opt,
-                                       n_boot_eval=n_boot_eval)
-            out[labels][fold] = {"train_owners": train_owners, "test_owners": test_owners,
-                                 **summarise(result, gate)}
+            result = tune_and_evaluate(cands, frames.builds, train, test, active, options=opt, n_boot_eval=n_boot_eval)
+            out[labels][fold] = {"train_owners": train_owners, "test_owners": test_owners, **summarise(result, gate)}
             s = out[labels][fold]
-            log(f"  {labels} labels, fold {fold}: hit@5 {s['before']['hit@5']} -> {s['after']['hit@5']}, "
+            log(
+                f"  {labels} labels, fold {fold}: hit@5 {s['before']['hit@5']} -> {s['after']['hit@5']}, "
                 f"ndcg@10 {s['before']['ndcg@10']} -> {s['after']['ndcg@10']}, gate "
-                f"{'PASS' if s['gate']['publish'] else 'fail: ' + ', '.join(s['gate']['failed'])}")
+                f"{'PASS' if s['gate']['publish'] else 'fail: ' + ', '.join(s['gate']['failed'])}"
+            )
     return out
 
 
-def run_variant(name: str, server: str, embedder: Embedder, memories: list[dict[str, Any]],
-                queries: list[Query], qvecs: np.ndarray, args: argparse.Namespace) -> dict[str, Any]:
+def run_variant(
+    name: str,
+    server: str,
+    embedder: Embedder,
+    memories: list[dict[str, Any]],
+    queries: list[Query],
+    qvecs: np.ndarray,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
     source, stored_id = VARIANTS[name]
     t0 = time.perf_counter()
     with scratch_database(server, embedder.dimension, embedder.model_name) as url:
@@ -222,8 +242,11 @@ def run_variant(name: str, server: str, embedder: Embedder, memories: list[dict[
             "active_half_life": active.half_lives.get("memory" if name == "memory" else "task"),
             "embedded": emb.embedded,
             **stats,
-            "seconds": {"load_embed_index": round(t_index - t0, 1), "builds": round(t_builds - t_index, 1),
-                        "tune": round(time.perf_counter() - t_builds, 1)},
+            "seconds": {
+                "load_embed_index": round(t_index - t0, 1),
+                "builds": round(t_builds - t_index, 1),
+                "tune": round(time.perf_counter() - t_builds, 1),
+            },
             "results": folds,
         }
 
@@ -231,8 +254,11 @@ def run_variant(name: str, server: str, embedder: Embedder, memories: list[dict[
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("dir", nargs="?", default=str(DEFAULT_DIR), help="memories.jsonl + queries.jsonl folder")
-    p.add_argument("--embedder", choices=("local", "openai", "fake"),
-                   help="embedding provider (default: the configured one, local without a key)")
+    p.add_argument(
+        "--embedder",
+        choices=("local", "openai", "fake"),
+        help="embedding provider (default: the configured one, local without a key)",
+    )
     p.add_argument("--limit", type=int, help="only the first N questions (a quick run)")
     p.add_argument("--budget", type=int, default=800, help="token budget per build (default 800)")
     p.add_argument("--explore", type=float, default=0.0, help="share of randomised builds (default 0)")
@@ -259,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         "token_budget": args.budget,
         "modes": "round-robin plan/execute/debug/chat in question order",
         "split": "by conversation: fold A trains on the first half of the sorted owners, tests on the rest; "
-                 "fold B swaps them",
+        "fold B swaps them",
         "variants": {},
     }
     for name in [v.strip() for v in args.variants.split(",") if v.strip()]:

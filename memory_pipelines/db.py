@@ -143,9 +143,15 @@ def transaction(pool: ConnectionPool) -> Iterator[psycopg.Connection]:
         yield conn
 
 
+_versions: dict[tuple, tuple[int, ...]] = {}
+
+
 def pgvector_version(conn: psycopg.Connection) -> tuple[int, ...]:
-    """The installed pgvector version as a tuple, e.g. (0, 6, 2)."""
-    row = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
-    if row is None:
-        return ()
-    return tuple(int(p) for p in row[0].split(".") if p.isdigit())
+    """The installed pgvector version as a tuple, e.g. (0, 6, 2); asked once per database and process."""
+    key = (conn.info.host, conn.info.port, conn.info.dbname)
+    if key not in _versions:
+        row = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+        if row is None:
+            return ()
+        _versions[key] = tuple(int(p) for p in row[0].split(".") if p.isdigit())
+    return _versions[key]
