@@ -84,8 +84,8 @@ def run_size(n: int, builds: int) -> dict:
                 )
             conn.execute("ANALYZE")
         log(f"[{n}] keyword index")
-        index_source(pool, "task")
-        index_source(pool, "learning")
+        index_source(pool, "task", weights=False)  # BM25 reads tf and df; the TF-IDF weights are for tags
+        index_source(pool, "learning", weights=False)
         notes = [note(rng) for _ in range(builds)]
         queries = [text for text, _ in notes]
         vectors = [topic_vector(topic, rng) for _, topic in notes]

@@ -11,6 +11,7 @@ import sys
 import warnings
 from collections.abc import Callable
 
+from .embeddings.base import EmbeddingError
 from .errors import UserError
 
 # Modules that add their own commands: each has `register(sub)` adding sub-parsers with
@@ -264,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         return args.func(args)
-    except UserError as exc:
+    except (UserError, EmbeddingError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -68,16 +68,20 @@ def remove_inactive(conn: psycopg.Connection, source_name: str) -> int:
     return cur.rowcount
 
 
-def refresh_weights(conn: psycopg.Connection, source_name: str) -> None:
-    """Recompute TF-IDF weights (sublinear tf × smoothed idf within the owner) for one source."""
+def refresh_weights(conn: psycopg.Connection, source_name: str, owners: list[str] | None = None) -> None:
+    """Recompute TF-IDF weights (sublinear tf × smoothed idf within the owner) for one source.
+
+    Idf is per owner, so only the owners whose rows changed (`owners`) need it; None means all.
+    """
     conn.execute(
-        "WITH n AS (SELECT owner_id, count(*) AS n FROM keyword_docs WHERE source = %(s)s GROUP BY owner_id),"
+        "WITH n AS (SELECT owner_id, count(*) AS n FROM keyword_docs WHERE source = %(s)s"
+        "           AND (%(owners)s::text[] IS NULL OR owner_id = ANY(%(owners)s)) GROUP BY owner_id),"
         " df AS (SELECT owner_id, keyword, count(*) AS df FROM keywords WHERE source = %(s)s"
-        "        GROUP BY owner_id, keyword)"
+        "        AND (%(owners)s::text[] IS NULL OR owner_id = ANY(%(owners)s)) GROUP BY owner_id, keyword)"
         " UPDATE keywords k SET weight = (1 + ln(k.tf)) * (1 + ln((1 + n.n)::float / (1 + df.df)))"
         " FROM n, df WHERE k.source = %(s)s AND n.owner_id = k.owner_id"
         " AND df.owner_id = k.owner_id AND df.keyword = k.keyword",
-        {"s": source_name},
+        {"s": source_name, "owners": owners},
     )
 
 
@@ -88,6 +92,7 @@ def index_source(
     result = KeywordResult(source=source_name)
     sql = _stale_sql(source_name, full)
     after = None
+    owners: set[str] = set()
     while True:
         with pool.connection() as conn:
             rows = conn.execute(sql, {"source": source_name, "after": after, "limit": batch_size}).fetchall()
@@ -97,10 +102,11 @@ def index_source(
             with conn.transaction():
                 result.terms += index_rows(conn, source_name, rows)
             result.indexed += len(rows)
+            owners.update(r[1] for r in rows)
     with pool.connection() as conn, conn.transaction():
         result.removed = remove_inactive(conn, source_name)
         if weights and (result.indexed or result.removed):
-            refresh_weights(conn, source_name)
+            refresh_weights(conn, source_name, None if result.removed else sorted(owners))
     return result
 
 

@@ -47,3 +47,16 @@ def test_status_against_a_database(db_url):
     proc = _run(["status", "--json"], {"DATABASE_URL": db_url, "MEMORY_PIPELINES_EMBEDDER": "fake"})
     assert proc.returncode == 0, proc.stderr
     assert '"pgvector"' in proc.stdout and '"tasks"' in proc.stdout
+
+
+def test_rejected_openai_key_is_one_clear_line(db_url, fake_openai):
+    import psycopg
+
+    with psycopg.connect(db_url) as conn:
+        conn.execute("INSERT INTO tasks (owner_id, title) VALUES ('alice', 'needs an embedding')")
+    env = {"DATABASE_URL": db_url, "MEMORY_PIPELINES_EMBEDDER": "openai", "OPENAI_API_KEY": "bad-key",
+           "OPENAI_BASE_URL": fake_openai.base_url, "OPENAI_EMBED_DIMENSIONS": "384"}
+    proc = _run(["embed"], env)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "OPENAI_API_KEY" in proc.stderr
+    assert len([p for p in fake_openai.requests if p[0].endswith("/embeddings")]) == 1  # no retries on 401

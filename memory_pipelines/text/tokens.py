@@ -1,8 +1,9 @@
 """Token counting with a real BPE vocabulary that ships offline (`bpe-openai`, cl100k_base).
 
-If the tokenizer cannot load, `estimate_tokens` is used instead: 1 token per CJK character
-plus 1 per 4 other characters, measured against cl100k_base on the demo corpus (see
-`tests/test_tokens.py` for the measured error); the seed's `len / 2.5` undercounts Chinese.
+If the tokenizer cannot load, `estimate_tokens` is used instead: 1 token per CJK character plus 1
+per 4 other characters. Against cl100k_base on the demo corpus its mean error is -9 % on Chinese and
++9 % on English texts (mean absolute 11 % / 13 %, tests/test_tokens.py); the seed's `len / 2.5` is
+-36 % on Chinese (a budget built on it overflows) and +74 % on English.
 """
 
 from __future__ import annotations
