@@ -37,21 +37,51 @@ def _stale_sql(source_name: str, full: bool) -> str:
     )
 
 
+BM25_K1, BM25_B = 1.2, 0.75
+
+
+def impact(tf: int, doc_len: int, avg_len: float) -> float:
+    """A posting's BM25 term factor (idf apart): what the impact-ordered index sorts by."""
+    return tf * (BM25_K1 + 1) / (tf + BM25_K1 * (1 - BM25_B + BM25_B * doc_len / max(avg_len, 1.0)))
+
+
+def _average_lengths(conn: psycopg.Connection, source_name: str, docs: list[tuple]) -> dict[str, float]:
+    """Average document length per owner: the indexed documents plus this batch."""
+    owners = sorted({d[2] for d in docs})
+    rows = conn.execute(
+        "SELECT owner_id, sum(doc_len), count(*) FROM keyword_docs WHERE source = %s AND owner_id = ANY(%s)"
+        " GROUP BY owner_id",
+        (source_name, owners),
+    ).fetchall()
+    totals = {owner: [float(total), int(n)] for owner, total, n in rows}
+    for d in docs:
+        acc = totals.setdefault(d[2], [0.0, 0])
+        acc[0] += d[3]
+        acc[1] += 1
+    return {owner: total / n for owner, (total, n) in totals.items() if n}
+
+
 def index_rows(conn: psycopg.Connection, source_name: str, rows: list[tuple[str, str, str, str]]) -> int:
     """(Re)index the given (id, owner, text, hash) rows of one source; returns terms written."""
     ids = [r[0] for r in rows]
     conn.execute("DELETE FROM keyword_docs WHERE source = %s AND item_id = ANY(%s)", (source_name, ids))
-    docs, terms = [], []
+    docs, counted = [], []
     for item_id, owner, text, content_hash in rows:
         counts = term_counts(text)
         docs.append((source_name, item_id, owner, sum(counts.values()), content_hash))
-        terms.extend((source_name, item_id, owner, term, tf) for term, tf in counts.items())
+        counted.append(counts)
+    avg = _average_lengths(conn, source_name, docs)
+    terms = [
+        (source_name, doc[1], doc[2], term, tf, impact(tf, doc[3], avg[doc[2]]))
+        for doc, counts in zip(docs, counted, strict=True)
+        for term, tf in counts.items()
+    ]
     with conn.cursor() as cur:
         sql = "COPY keyword_docs (source, item_id, owner_id, doc_len, content_hash) FROM STDIN"
         with cur.copy(sql) as copy:
             for doc in docs:
                 copy.write_row(doc)
-        with cur.copy("COPY keywords (source, item_id, owner_id, keyword, tf) FROM STDIN") as copy:
+        with cur.copy("COPY keywords (source, item_id, owner_id, keyword, tf, impact) FROM STDIN") as copy:
             for term in terms:
                 copy.write_row(term)
     return len(terms)

@@ -241,6 +241,26 @@ def _hit(source: str, row: tuple, *, semantic: float | None = None, keyword: flo
     )
 
 
+# BM25 of each document that holds a query term. Exact: every posting, scored with the current average
+# length. Pruned: the best postings of each term by stored impact (an index scan), which bounds the work
+# for common terms; used when no filter beyond the owner could leave the best postings all filtered out.
+KEYWORD_POSTINGS_PER_TERM = 200
+_EXACT_DOC = (
+    "SELECT k.item_id, sum(q.qw * ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5)) * k.tf * (%(k1)s + 1)"
+    " / (k.tf + %(k1)s * (1 - %(b)s + %(b)s * d.doc_len / stats.avglen))) AS bm25"
+    " FROM keywords k JOIN q ON q.keyword = k.keyword JOIN df ON df.keyword = k.keyword"
+    " JOIN keyword_docs d ON d.source = k.source AND d.item_id = k.item_id CROSS JOIN stats"
+    " WHERE k.owner_id = %(owner)s AND k.source = %(ksource)s GROUP BY k.item_id"
+)
+_PRUNED_DOC = (
+    "SELECT p.item_id, sum(q.qw * ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5)) * p.impact) AS bm25"
+    " FROM q JOIN df ON df.keyword = q.keyword CROSS JOIN stats"
+    " CROSS JOIN LATERAL (SELECT k.item_id, k.impact FROM keywords k WHERE k.owner_id = %(owner)s"
+    "   AND k.source = %(ksource)s AND k.keyword = q.keyword ORDER BY k.impact DESC LIMIT %(per_term)s) p"
+    " GROUP BY p.item_id"
+)
+
+
 def _keyword_source(
     conn: psycopg.Connection, source: str, owner: str, qterms: dict[str, float], f: SearchFilters, k: int
 ) -> list[Hit]:
@@ -270,17 +290,15 @@ def _keyword_source(
         join = f"JOIN {_TABLE[source]} t ON t.id = doc.item_id::uuid"
     title, body, extra = _SELECT[source]
     emb = "t.avg_embedding" if source == "memory" else "t.embedding"
+    prune = not _has_extra_filters(f)
+    params["per_term"] = max(KEYWORD_POSTINGS_PER_TERM, 4 * k)
     sql = (
         "WITH q AS (SELECT * FROM unnest(%(terms)s::text[], %(weights)s::float8[]) AS q(keyword, qw)),"
         " stats AS (SELECT count(*)::float AS n, greatest(avg(doc_len), 1)::float AS avglen FROM keyword_docs"
         "           WHERE owner_id = %(owner)s AND source = %(ksource)s),"
         " df AS (SELECT k.keyword, count(*)::float AS df FROM keywords k JOIN q ON q.keyword = k.keyword"
         "        WHERE k.owner_id = %(owner)s AND k.source = %(ksource)s GROUP BY k.keyword),"
-        " doc AS (SELECT k.item_id, sum(q.qw * ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5)) * k.tf * (%(k1)s + 1)"
-        "           / (k.tf + %(k1)s * (1 - %(b)s + %(b)s * d.doc_len / stats.avglen))) AS bm25"
-        "         FROM keywords k JOIN q ON q.keyword = k.keyword JOIN df ON df.keyword = k.keyword"
-        "         JOIN keyword_docs d ON d.source = k.source AND d.item_id = k.item_id CROSS JOIN stats"
-        "         WHERE k.owner_id = %(owner)s AND k.source = %(ksource)s GROUP BY k.item_id),"
+        f" doc AS ({_PRUNED_DOC if prune else _EXACT_DOC}),"
         f" scored AS (SELECT {item} AS item_id, max(doc.bm25) AS bm25 FROM doc {join}"
         f"            WHERE {' AND '.join(clauses)} GROUP BY {item} ORDER BY bm25 DESC LIMIT %(k)s)"
         f" SELECT t.id::text, {title}, {body}, t.created_at, s.bm25, {extra}, {emb}"

@@ -137,3 +137,12 @@ def test_text_postgres_cannot_store_is_a_validation_error(pool, fake_embedder, c
     assert err.value.field == "id"
     with pytest.raises(ValidationError):
         search(pool, fake_embedder, "alice", "lone \ud800 surrogate")
+
+
+def test_pruned_keyword_postings_rank_like_the_exact_scan(pool, fake_embedder, corpus):
+    """Without extra filters BM25 reads impact-ordered postings; with one it scores every posting."""
+    pruned = search(pool, fake_embedder, "alice", "deploy payment service rollout", mode="keyword", limit=10)
+    exact = search(pool, fake_embedder, "alice", "deploy payment service rollout", mode="keyword", limit=10,
+                   filters=SearchFilters(time_range_days=3650))
+    assert [h.id for h in pruned.hits] == [h.id for h in exact.hits]
+    assert [round(h.score, 3) for h in pruned.hits] == [round(h.score, 3) for h in exact.hits]
