@@ -80,9 +80,9 @@ def cmd_embed(args: argparse.Namespace) -> int:
     from .keyword_index import index_all
 
     rt = _runtime()
-    embed_with_bar(rt)
+    results = embed_with_bar(rt)
     index_all(rt.pool, full=args.full_keywords)
-    return 0
+    return 1 if any(r.failed for r in results) else 0  # pending rows stay; the next run retries them
 
 
 def embed_with_bar(rt) -> list:
@@ -94,10 +94,8 @@ def embed_with_bar(rt) -> list:
         results = embed_all(rt.pool, rt.embedder, progress=bar.update)
     failed = sum(r.failed for r in results)
     if failed:
-        print(
-            f"warning: {failed} rows could not be embedded and stay pending: {results[0].errors[:1]}",
-            file=sys.stderr,
-        )
+        first = next(e for r in results for e in r.errors)
+        print(f"warning: {failed} rows could not be embedded and stay pending: {first}", file=sys.stderr)
     return results
 
 

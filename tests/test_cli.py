@@ -60,3 +60,18 @@ def test_rejected_openai_key_is_one_clear_line(db_url, fake_openai):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "OPENAI_API_KEY" in proc.stderr
     assert len([p for p in fake_openai.requests if p[0].endswith("/embeddings")]) == 1  # no retries on 401
+
+
+def test_provider_outage_during_embed_leaves_rows_pending_and_exits_1(db_url, fake_openai):
+    import psycopg
+
+    with psycopg.connect(db_url) as conn:
+        conn.execute("INSERT INTO tasks (owner_id, title) VALUES ('alice', 'needs an embedding')")
+    fake_openai.faults.extend([{"status": 500}] * 10)
+    env = {"DATABASE_URL": db_url, "MEMORY_PIPELINES_EMBEDDER": "openai", "OPENAI_API_KEY": "test",
+           "OPENAI_BASE_URL": fake_openai.base_url, "OPENAI_EMBED_DIMENSIONS": "384", "OPENAI_MAX_RETRIES": "0"}
+    proc = _run(["embed"], env)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "could not be embedded and stay pending" in proc.stderr
+    with psycopg.connect(db_url) as conn:
+        assert conn.execute("SELECT count(*) FROM tasks WHERE embedding IS NULL").fetchone()[0] == 1
