@@ -38,7 +38,8 @@ def _build_keyword_asset(source: str) -> dg.AssetsDefinition:
         kinds={"postgres", "scikitlearn"},
         pool=DB_WRITE_POOL,
         description=(f"Keyword table of {source} rows: terms (jieba for Chinese), term frequencies, document "
-                     "lengths and TF-IDF weights per owner. Incremental; `full_refresh` re-indexes all."),
+                     "lengths, TF-IDF weights and stored BM25 statistics per owner. Incremental; "
+                     "`full_refresh` re-indexes all."),
     )
     def _keywords(context: dg.AssetExecutionContext, config: KeywordConfig,
                   memory: MemoryResource) -> dg.MaterializeResult:
@@ -56,6 +57,7 @@ def _build_keyword_asset(source: str) -> dg.AssetsDefinition:
             "rows_indexed": result.indexed,
             "terms_written": result.terms,
             "rows_removed": result.removed,
+            "owners_stats_refreshed": result.stats_refreshed,
             "rows_active": lag["active"],
             "terms_total": int(terms),
             "full_refresh": config.full_refresh,

@@ -24,6 +24,7 @@ class KeywordResult:
     indexed: int = 0
     terms: int = 0
     removed: int = 0
+    stats_refreshed: int = 0  # owners whose stored BM25 statistics were rewritten
 
 
 def _stale_sql(source_name: str, full: bool) -> str:
@@ -115,6 +116,44 @@ def refresh_weights(conn: psycopg.Connection, source_name: str, owners: list[str
     )
 
 
+STORED_DF_MIN = 50  # terms in fewer documents are counted live by a query (sql/004_keyword_stats.sql)
+
+
+def refresh_stats(conn: psycopg.Connection, source_name: str, owners: list[str] | None = None) -> None:
+    """Rewrite the stored BM25 statistics (document count, total length, common terms' df) of one source
+    for `owners` (None: every owner)."""
+    params = {"s": source_name, "owners": owners, "min_df": STORED_DF_MIN}
+    scope = "source = %(s)s AND (%(owners)s::text[] IS NULL OR owner_id = ANY(%(owners)s))"
+    conn.execute(f"DELETE FROM keyword_stats WHERE {scope}", params)
+    conn.execute(f"DELETE FROM keyword_df WHERE {scope}", params)
+    conn.execute(
+        "INSERT INTO keyword_stats (owner_id, source, n, total_len)"
+        f" SELECT owner_id, source, count(*), sum(doc_len) FROM keyword_docs WHERE {scope} GROUP BY 1, 2",
+        params,
+    )
+    conn.execute(
+        "INSERT INTO keyword_df (owner_id, source, keyword, df)"
+        f" SELECT owner_id, source, keyword, count(*) FROM keywords WHERE {scope}"
+        " GROUP BY 1, 2, 3 HAVING count(*) >= %(min_df)s",
+        params,
+    )
+
+
+def stale_stat_owners(conn: psycopg.Connection, source_name: str) -> list[str]:
+    """Owners whose stored statistics miss documents indexed since (by a refresh or an ingest) or
+    count a different number of documents than are indexed."""
+    rows = conn.execute(
+        "SELECT d.owner_id FROM keyword_docs d LEFT JOIN keyword_stats s"
+        " ON s.owner_id = d.owner_id AND s.source = d.source WHERE d.source = %(s)s"
+        " GROUP BY d.owner_id, s.refreshed_at, s.n"
+        " HAVING s.n IS NULL OR count(*) <> s.n OR max(d.indexed_at) > s.refreshed_at"
+        " UNION SELECT s.owner_id FROM keyword_stats s WHERE s.source = %(s)s AND NOT EXISTS"
+        " (SELECT 1 FROM keyword_docs d WHERE d.owner_id = s.owner_id AND d.source = s.source)",
+        {"s": source_name},
+    ).fetchall()
+    return sorted(r[0] for r in rows)
+
+
 def index_source(
     pool: ConnectionPool, source_name: str, *, full: bool = False, batch_size: int = 500, weights: bool = True
 ) -> KeywordResult:
@@ -135,6 +174,10 @@ def index_source(
             owners.update(r[1] for r in rows)
     with pool.connection() as conn, conn.transaction():
         result.removed = remove_inactive(conn, source_name)
+        stale = stale_stat_owners(conn, source_name)
+        if stale:
+            refresh_stats(conn, source_name, stale)
+        result.stats_refreshed = len(stale)
         if weights and (result.indexed or result.removed):
             refresh_weights(conn, source_name, None if result.removed else sorted(owners))
     return result

@@ -41,6 +41,7 @@ EXACT_SCAN_MAX_ROWS = 2_000
 # HNSW candidate list: pgvector's default ef_search (40) found 95 % of the exact top 10 at 100k rows in
 # bench/filtered_recall.py; 200 found 99.4 %.
 HNSW_MIN_EF, HNSW_MAX_EF = 200, 1000
+HNSW_EF_PER_RESULT = 4  # candidates read per wanted result, divided by the filter's selectivity
 BM25_K1, BM25_B = 1.2, 0.75
 
 
@@ -162,32 +163,41 @@ def _has_extra_filters(f: SearchFilters) -> bool:
     return any(x is not None for x in (f.project, f.memory_types, f.time_range_days, f.as_of))
 
 
+def _estimate_rows(conn: psycopg.Connection, table: str, clauses: list[str], params: dict) -> float:
+    """The planner's estimate of how many rows match (from the table's statistics; no rows are read)."""
+    plan = conn.execute(f"EXPLAIN (FORMAT JSON) SELECT 1 FROM {table} WHERE {' AND '.join(clauses)}", params)
+    return float(plan.fetchone()[0][0]["Plan"]["Plan Rows"])
+
+
 def _plan_vector_scan(
     conn: psycopg.Connection, source: str, clauses: list[str], params: dict, k: int, f: SearchFilters
 ) -> str:
     """Choose an exact or an index scan for this filtered set; set the knobs for it (transaction-local).
 
-    The owner's row count comes first (an index-only count, stopped at the cap); only when extra
+    The owner's rows are counted first (an index-only count, stopped at the cap); only when extra
     filters are present is the filtered set counted. Up to EXACT_SCAN_MAX_ROWS rows an exact scan is
-    cheap and exact; above it the HNSW candidate list grows with 1 / selectivity (a capped count makes
-    the selectivity a lower bound, so `ef_search` errs on the side of recall).
+    cheap and exact. Above it the HNSW candidate list grows with 1 / selectivity, the selectivity taken
+    from the planner's estimate of the filtered set (never below the cap, which the count has shown is
+    exceeded). Should the estimate be too high and the index scan come back short, the caller re-runs
+    the query as an exact scan (`_semantic_source`).
     """
     table = "fragments" if source == "memory" else _TABLE[source]
     cap = EXACT_SCAN_MAX_ROWS
     filtered = _count_capped(conn, table, ["owner_id = %(owner)s"], params, cap)
+    joined = (
+        "fragments f JOIN memories t ON t.id = f.memory_id JOIN projects p ON p.id = t.project_id"
+        if source == "memory"
+        else _from(source)
+    )
     if filtered > cap and _has_extra_filters(f):
-        joined = (
-            "fragments f JOIN memories t ON t.id = f.memory_id JOIN projects p ON p.id = t.project_id"
-            if source == "memory"
-            else _from(source)
-        )
         filtered = _count_capped(conn, joined, clauses, params, cap)
     if filtered <= cap:
         conn.execute("SET LOCAL enable_indexscan = off")
         return "exact"
+    estimate = max(float(cap + 1), _estimate_rows(conn, joined, clauses, params))
     total = conn.execute("SELECT greatest(reltuples, 1) FROM pg_class WHERE relname = %s", (table,)).fetchone()
-    selectivity = min(1.0, filtered / max(float(total[0]) if total else float(filtered), 1.0))
-    ef = int(min(HNSW_MAX_EF, max(HNSW_MIN_EF, 2 * k, 4 * k / selectivity)))
+    selectivity = min(1.0, estimate / max(float(total[0]) if total else estimate, 1.0))
+    ef = int(min(HNSW_MAX_EF, max(HNSW_MIN_EF, 2 * k, HNSW_EF_PER_RESULT * k / selectivity)))
     conn.execute(f"SET LOCAL hnsw.ef_search = {ef}")
     if pgvector_version(conn) >= (0, 8):
         conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
@@ -201,29 +211,37 @@ def _semantic_source(
     params: dict[str, Any] = {"q": qvec, "model": model, "k": k}
     clauses = _where(source, owner, f, params)
     title, body, extra = _SELECT[source]
+    if source == "memory":
+        vclauses = [*clauses, "f.embedding IS NOT NULL", "f.embedding_model = %(model)s"]
+        wanted = k * 3  # fragments read, rolled up to their memories
+        sql = (
+            "WITH frag AS (SELECT f.memory_id, f.embedding <=> %(q)s AS dist FROM fragments f"
+            " JOIN memories t ON t.id = f.memory_id JOIN projects p ON p.id = t.project_id"
+            f" WHERE {' AND '.join(vclauses)} ORDER BY f.embedding <=> %(q)s LIMIT %(k)s * 3),"
+            " best AS (SELECT memory_id, min(dist) AS dist FROM frag GROUP BY memory_id)"
+            f" SELECT t.id, {title}, {body}, t.created_at, 1 - best.dist, {extra}, t.avg_embedding,"
+            " (SELECT count(*) FROM frag)"
+            " FROM best JOIN memories t ON t.id = best.memory_id JOIN projects p ON p.id = t.project_id"
+            " ORDER BY best.dist LIMIT %(k)s"
+        )
+    else:
+        vclauses = [*clauses, "t.embedding IS NOT NULL", "t.embedding_model = %(model)s"]
+        wanted = k
+        sql = (
+            f"SELECT t.id::text, {title}, {body}, t.created_at, 1 - (t.embedding <=> %(q)s), {extra},"
+            f" t.embedding FROM {_from(source)} WHERE {' AND '.join(vclauses)}"
+            " ORDER BY t.embedding <=> %(q)s LIMIT %(k)s"
+        )
     with conn.transaction():
-        if source == "memory":
-            vclauses = [*clauses, "f.embedding IS NOT NULL", "f.embedding_model = %(model)s"]
-            _plan_vector_scan(conn, source, vclauses, params, k * 3, f)
-            sql = (
-                "WITH frag AS (SELECT f.memory_id, f.embedding <=> %(q)s AS dist FROM fragments f"
-                " JOIN memories t ON t.id = f.memory_id JOIN projects p ON p.id = t.project_id"
-                f" WHERE {' AND '.join(vclauses)} ORDER BY f.embedding <=> %(q)s LIMIT %(k)s * 3),"
-                " best AS (SELECT memory_id, min(dist) AS dist FROM frag GROUP BY memory_id)"
-                f" SELECT t.id, {title}, {body}, t.created_at, 1 - best.dist, {extra}, t.avg_embedding"
-                " FROM best JOIN memories t ON t.id = best.memory_id JOIN projects p ON p.id = t.project_id"
-                " ORDER BY best.dist LIMIT %(k)s"
-            )
-        else:
-            vclauses = [*clauses, "t.embedding IS NOT NULL", "t.embedding_model = %(model)s"]
-            _plan_vector_scan(conn, source, vclauses, params, k, f)
-            sql = (
-                f"SELECT t.id::text, {title}, {body}, t.created_at, 1 - (t.embedding <=> %(q)s), {extra},"
-                f" t.embedding FROM {_from(source)} WHERE {' AND '.join(vclauses)}"
-                " ORDER BY t.embedding <=> %(q)s LIMIT %(k)s"
-            )
-        rows = conn.execute(sql, params).fetchall()
-    return [_hit(source, r, semantic=float(r[4])) for r in rows]
+        plan = _plan_vector_scan(conn, source, vclauses, params, wanted, f)
+        rows = conn.execute(sql, params, binary=True).fetchall()
+        found = rows[0][-1] if source == "memory" and rows else len(rows)
+        if plan != "exact" and found < wanted:
+            # The index scan came back short: fewer candidates passed the filters than the estimate
+            # promised. Rare (stale statistics); answer exactly rather than return too few.
+            conn.execute("SET LOCAL enable_indexscan = off")
+            rows = conn.execute(sql, params, binary=True).fetchall()
+    return [_hit(source, r[:7], semantic=float(r[4])) for r in rows]
 
 
 def _hit(source: str, row: tuple, *, semantic: float | None = None, keyword: float | None = None) -> Hit:
@@ -244,23 +262,44 @@ def _hit(source: str, row: tuple, *, semantic: float | None = None, keyword: flo
     )
 
 
-# BM25 of each document that holds a query term. Exact: every posting, scored with the current average
-# length. Pruned: the best postings of each term by stored impact (an index scan), which bounds the work
-# for common terms; used when no filter beyond the owner could leave the best postings all filtered out.
+# BM25 of each document that holds a query term, from each term's weight `w.qidf` (query weight × idf).
+# Exact: every posting, scored with the current average length. Pruned: the best postings of each term by
+# stored impact (an index scan), which bounds the work for common terms; used when no filter beyond the
+# owner could leave the best postings all filtered out.
 KEYWORD_POSTINGS_PER_TERM = 200
+# The pruned path ranks documents before checking them against their table (active, owner): it reads this
+# many per wanted result, and re-runs unbounded in the rare case that too few of them pass.
+KEYWORD_OVERFETCH = {"memory": 4}
 _EXACT_DOC = (
-    "SELECT k.item_id, sum(q.qw * ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5)) * k.tf * (%(k1)s + 1)"
+    "SELECT k.item_id, sum(w.qidf * k.tf * (%(k1)s + 1)"
     " / (k.tf + %(k1)s * (1 - %(b)s + %(b)s * d.doc_len / stats.avglen))) AS bm25"
-    " FROM keywords k JOIN q ON q.keyword = k.keyword JOIN df ON df.keyword = k.keyword"
+    " FROM keywords k JOIN w ON w.keyword = k.keyword"
     " JOIN keyword_docs d ON d.source = k.source AND d.item_id = k.item_id CROSS JOIN stats"
     " WHERE k.owner_id = %(owner)s AND k.source = %(ksource)s GROUP BY k.item_id"
 )
 _PRUNED_DOC = (
-    "SELECT p.item_id, sum(q.qw * ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5)) * p.impact) AS bm25"
-    " FROM q JOIN df ON df.keyword = q.keyword CROSS JOIN stats"
+    "SELECT p.item_id, sum(w.qidf * p.impact) AS bm25 FROM w"
     " CROSS JOIN LATERAL (SELECT k.item_id, k.impact FROM keywords k WHERE k.owner_id = %(owner)s"
-    "   AND k.source = %(ksource)s AND k.keyword = q.keyword ORDER BY k.impact DESC LIMIT %(per_term)s) p"
+    "   AND k.source = %(ksource)s AND k.keyword = w.keyword ORDER BY k.impact DESC LIMIT %(per_term)s) p"
     " GROUP BY p.item_id"
+)
+# Statistics: the stored ones (sql/004_keyword_stats.sql) when the owner has them, else counted live; a
+# term's df likewise (only common terms are stored). n is at least df, should the stored n be older.
+_BM25_STATS = (
+    " stats AS MATERIALIZED (SELECT"
+    "   coalesce(s.n::float, (SELECT count(*)::float FROM keyword_docs"
+    "            WHERE owner_id = %(owner)s AND source = %(ksource)s)) AS n,"
+    "   coalesce(greatest(s.total_len::float / greatest(s.n, 1), 1), (SELECT greatest(avg(doc_len), 1)::float"
+    "            FROM keyword_docs WHERE owner_id = %(owner)s AND source = %(ksource)s)) AS avglen"
+    "   FROM (SELECT 1) one LEFT JOIN keyword_stats s ON s.owner_id = %(owner)s AND s.source = %(ksource)s),"
+    " df AS MATERIALIZED (SELECT q.keyword, q.qw, coalesce("
+    "          (SELECT x.df::float FROM keyword_df x WHERE x.owner_id = %(owner)s AND x.source = %(ksource)s"
+    "           AND x.keyword = q.keyword),"
+    "          (SELECT count(*)::float FROM keywords k WHERE k.owner_id = %(owner)s AND k.source = %(ksource)s"
+    "           AND k.keyword = q.keyword)) AS df FROM q),"
+    " w AS MATERIALIZED (SELECT df.keyword,"
+    "       df.qw * ln(1 + (greatest(stats.n, df.df) - df.df + 0.5) / (df.df + 0.5)) AS qidf"
+    "       FROM df CROSS JOIN stats WHERE df.df > 0),"
 )
 
 
@@ -279,9 +318,24 @@ def _keyword_source(
         "k": k,
         "k1": BM25_K1,
         "b": BM25_B,
+        "per_term": max(KEYWORD_POSTINGS_PER_TERM, 4 * k),
+        "over": KEYWORD_OVERFETCH.get(source, 2) * k,
     }
     clauses = _where(source, owner, f, params)
     params["ksource"] = "fragment" if source == "memory" else source
+    if _has_extra_filters(f):
+        return _keyword_query(conn, source, clauses, params, _EXACT_DOC)[0]
+    top = _PRUNED_DOC + " ORDER BY bm25 DESC LIMIT %(over)s"
+    hits, ranked = _keyword_query(conn, source, clauses, params, top)
+    if len(hits) < k and (not hits or ranked >= params["over"]):
+        hits = _keyword_query(conn, source, clauses, params, _PRUNED_DOC)[0]  # too few of the best passed
+    return hits
+
+
+def _keyword_query(
+    conn: psycopg.Connection, source: str, clauses: list[str], params: dict[str, Any], doc_sql: str
+) -> tuple[list[Hit], int]:
+    """The hits, and how many ranked documents were checked against the filters to find them."""
     if source == "memory":
         item = "f.memory_id"
         join = (
@@ -293,22 +347,17 @@ def _keyword_source(
         join = f"JOIN {_TABLE[source]} t ON t.id = doc.item_id::uuid"
     title, body, extra = _SELECT[source]
     emb = "t.avg_embedding" if source == "memory" else "t.embedding"
-    prune = not _has_extra_filters(f)
-    params["per_term"] = max(KEYWORD_POSTINGS_PER_TERM, 4 * k)
     sql = (
         "WITH q AS (SELECT * FROM unnest(%(terms)s::text[], %(weights)s::float8[]) AS q(keyword, qw)),"
-        " stats AS (SELECT count(*)::float AS n, greatest(avg(doc_len), 1)::float AS avglen FROM keyword_docs"
-        "           WHERE owner_id = %(owner)s AND source = %(ksource)s),"
-        " df AS (SELECT k.keyword, count(*)::float AS df FROM keywords k JOIN q ON q.keyword = k.keyword"
-        "        WHERE k.owner_id = %(owner)s AND k.source = %(ksource)s GROUP BY k.keyword),"
-        f" doc AS ({_PRUNED_DOC if prune else _EXACT_DOC}),"
+        f" {_BM25_STATS}"
+        f" doc AS ({doc_sql}),"
         f" scored AS (SELECT {item} AS item_id, max(doc.bm25) AS bm25 FROM doc {join}"
         f"            WHERE {' AND '.join(clauses)} GROUP BY {item} ORDER BY bm25 DESC LIMIT %(k)s)"
-        f" SELECT t.id::text, {title}, {body}, t.created_at, s.bm25, {extra}, {emb}"
+        f" SELECT t.id::text, {title}, {body}, t.created_at, s.bm25, {extra}, {emb}, (SELECT count(*) FROM doc)"
         f" FROM scored s JOIN {_from(source)} ON t.id = s.item_id ORDER BY s.bm25 DESC"
     )
-    rows = conn.execute(sql, params).fetchall()
-    return [_hit(source, r, keyword=float(r[4])) for r in rows]
+    rows = conn.execute(sql, params, binary=True).fetchall()
+    return [_hit(source, r[:7], keyword=float(r[4])) for r in rows], int(rows[0][7]) if rows else 0
 
 
 def _jaccard_source(
@@ -323,6 +372,7 @@ def _jaccard_source(
         f"SELECT t.id::text, {title}, {body}, t.created_at, 0.0, {extra}, {emb} FROM {_from(source)}"
         f" WHERE {' AND '.join(clauses)} ORDER BY t.created_at DESC LIMIT %(scan)s",
         params,
+        binary=True,
     ).fetchall()
     hits = [_hit(source, r) for r in rows]
     for h in hits:

@@ -1,13 +1,15 @@
 """Formatting the context block within a token budget: the profile first, then items by MMR order.
 
-The block is counted with the real tokenizer as a whole, so it is never over budget. An item that
-does not fit is skipped and smaller ones after it may still fit (the seed stops at the first overflow).
+Each line is tokenised once and lines are added while the running total fits; the finished block is
+then counted as a whole with the real tokenizer and trailing items are dropped should it be over (BPE
+counts are very nearly additive across newlines), so the block is never over budget. An item that does
+not fit is skipped and smaller ones after it may still fit (the seed stops at the first overflow).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..text.tokens import count_tokens, truncate_to_tokens
 
@@ -21,29 +23,42 @@ class Fitted:
     tokens: int
     included: list[int]
     profile_included: bool
+    lines: dict[int, str] = field(default_factory=dict)  # included index -> the line as written
+    line_tokens: dict[int, int] = field(default_factory=dict)
+
+
+def _join(profile: str, lines: list[str]) -> str:
+    parts = [profile] if profile else []
+    if lines:
+        parts += ["", HEADER, *lines] if profile else [HEADER, *lines]
+    return "\n".join(parts)
 
 
 def fit_to_budget(profile: str, lines: Sequence[str], budget: int) -> Fitted:
     """The block with the profile (truncated if it alone exceeds the budget) and as many lines as fit."""
-    parts: list[str] = []
-    profile_included = False
-    if profile:
-        snippet = profile.strip()
-        if count_tokens(snippet) > budget:
-            snippet = truncate_to_tokens(snippet, budget)
-        if snippet:
-            parts.append(snippet)
-            profile_included = True
-    included: list[int] = []
-    header_added = False
-    for i, line in enumerate(lines):
-        line = truncate_to_tokens(line, MAX_ITEM_TOKENS)
-        trial = [*parts, *([] if header_added else ["", HEADER]), line]
-        if count_tokens("\n".join(trial)) <= budget:
-            parts = trial
-            header_added = True
-            included.append(i)
-    block = "\n".join(parts)
+    snippet = profile.strip()
+    if snippet and count_tokens(snippet) > budget:
+        snippet = truncate_to_tokens(snippet, budget)
+    used = count_tokens(snippet)
+    header_cost = count_tokens(("\n\n" if snippet else "") + HEADER)
+    kept: list[tuple[int, str, int]] = []
+    for i, raw in enumerate(lines):
+        line = truncate_to_tokens(raw, MAX_ITEM_TOKENS)
+        cost = count_tokens("\n" + line) + (0 if kept else header_cost)
+        if used + cost <= budget:
+            kept.append((i, line, cost))
+            used += cost
+    block = _join(snippet, [line for _, line, _ in kept])
+    tokens = count_tokens(block)
+    while kept and tokens > budget:  # the additive count was short by a merge across a boundary
+        kept.pop()
+        block = _join(snippet, [line for _, line, _ in kept])
+        tokens = count_tokens(block)
     return Fitted(
-        block=block, tokens=count_tokens(block), included=included, profile_included=profile_included
+        block=block,
+        tokens=tokens,
+        included=[i for i, _, _ in kept],
+        profile_included=bool(snippet),
+        lines={i: line for i, line, _ in kept},
+        line_tokens={i: count_tokens(line) for i, line, _ in kept},
     )

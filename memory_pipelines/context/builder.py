@@ -15,7 +15,6 @@ from psycopg_pool import ConnectionPool
 from ..embeddings import Embedder
 from ..errors import ValidationError, check_storable
 from ..search import embed_query
-from ..text.tokens import count_tokens
 from ..tuning.randomize import exploration_order, explore_rate, should_explore
 from .budget import fit_to_budget
 from .config import active_config
@@ -157,8 +156,8 @@ def build_memory_context(
             decay=c.decay,
             mode_weight=c.mode_weight,
             score=c.score,
-            tokens=count_tokens(lines[i]),
-            line=lines[i],
+            tokens=fitted.line_tokens[i],
+            line=fitted.lines[i],
         )
         for i, c in ((i, chosen[i]) for i in fitted.included)
     ]

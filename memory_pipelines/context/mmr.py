@@ -1,9 +1,9 @@
 """Greedy maximal marginal relevance (λ = 0.7) across sources, with a hard near-duplicate cut.
 
-Similarity between two items is the cosine of their embeddings when both have one, else the Jaccard
-similarity of their terms. Scores are divided by the best score first so λ weighs like against like.
-An item whose Jaccard similarity to an already chosen one is ≥ `max_jaccard` is never chosen, which
-is what seed 001 asks of the top results (pairwise Jaccard < 0.8).
+Similarity between two items is the cosine of their embeddings when both have one (of the same
+dimension), else the Jaccard similarity of their terms. Scores are divided by the best score first so
+λ weighs like against like. An item whose Jaccard similarity to an already chosen one is ≥ `max_jaccard`
+is never chosen, which is what seed 001 asks of the top results (pairwise Jaccard < 0.8).
 """
 
 from __future__ import annotations
@@ -22,13 +22,29 @@ class Candidate(Protocol):
     embedding: np.ndarray | None
 
 
-def similarity(a: Candidate, b: Candidate, ta: frozenset[str], tb: frozenset[str]) -> float:
-    """Cosine of embeddings when both exist, else Jaccard of terms (ta, tb: their term sets)."""
-    if a.embedding is not None and b.embedding is not None and a.embedding.shape == b.embedding.shape:
-        na, nb = float(np.linalg.norm(a.embedding)), float(np.linalg.norm(b.embedding))
-        if na > 0 and nb > 0:
-            return float(np.dot(a.embedding, b.embedding) / (na * nb))
-    return jaccard_sets(ta, tb, a.text, b.text)
+def jaccard_matrix(candidates: Sequence[Candidate]) -> np.ndarray:
+    """Pairwise Jaccard similarity of the candidates' terms."""
+    n = len(candidates)
+    sets = [term_set(c.text) for c in candidates]
+    out = np.eye(n)
+    for i in range(n):
+        for j in range(i + 1, n):
+            out[i, j] = out[j, i] = jaccard_sets(sets[i], sets[j], candidates[i].text, candidates[j].text)
+    return out
+
+
+def similarity_matrix(candidates: Sequence[Candidate], jac: np.ndarray) -> np.ndarray:
+    """Pairwise similarity: cosine where both items have a non-zero embedding of the same size, else Jaccard."""
+    sim = jac.copy()
+    by_dim: dict[int, list[int]] = {}
+    for i, c in enumerate(candidates):
+        if c.embedding is not None and c.embedding.ndim == 1 and np.any(c.embedding):
+            by_dim.setdefault(c.embedding.shape[0], []).append(i)
+    for idx in by_dim.values():
+        emb = np.stack([np.asarray(candidates[i].embedding, dtype=np.float64) for i in idx])
+        emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+        sim[np.ix_(idx, idx)] = emb @ emb.T
+    return sim
 
 
 def mmr_select(
@@ -37,23 +53,20 @@ def mmr_select(
     """Indices of up to k candidates in MMR order."""
     if not candidates or k <= 0:
         return []
-    sets = [term_set(c.text) for c in candidates]
-    top = max(c.score for c in candidates) or 1.0
-    rel = [c.score / top for c in candidates]
-    remaining = list(range(len(candidates)))
+    jac = jaccard_matrix(candidates)
+    sim = similarity_matrix(candidates, jac)
+    scores = np.array([c.score for c in candidates], dtype=np.float64)
+    top = scores.max() or 1.0
+    rel = scores / top
+    remaining = np.ones(len(candidates), dtype=bool)
+    max_sim = np.zeros(len(candidates))
     chosen: list[int] = []
-    max_sim = [0.0] * len(candidates)
-    while remaining and len(chosen) < k:
-        best, best_value = None, -np.inf
-        for i in remaining:
-            value = lam * rel[i] - (1 - lam) * max_sim[i]
-            if value > best_value:
-                best, best_value = i, value
-        remaining.remove(best)
-        b = candidates[best]
-        if any(jaccard_sets(sets[best], sets[j], b.text, candidates[j].text) >= max_jaccard for j in chosen):
+    while remaining.any() and len(chosen) < k:
+        value = np.where(remaining, lam * rel - (1 - lam) * max_sim, -np.inf)
+        best = int(np.argmax(value))
+        remaining[best] = False
+        if chosen and jac[best, chosen].max() >= max_jaccard:
             continue
         chosen.append(best)
-        for i in remaining:
-            max_sim[i] = max(max_sim[i], similarity(candidates[i], b, sets[i], sets[best]))
+        max_sim = np.maximum(max_sim, sim[:, best])
     return chosen
