@@ -1,0 +1,112 @@
+"""The parts of search that keep it fast at scale must not change its answers: stored BM25 statistics,
+the over-fetched keyword ranking and the estimate-driven HNSW scan each fall back to exact work when
+their shortcut would be wrong."""
+
+from __future__ import annotations
+
+import pytest
+
+from memory_pipelines import search as search_module
+from memory_pipelines.indexing import embed_all
+from memory_pipelines.keyword_index import STORED_DF_MIN, index_rows, index_source, stale_stat_owners
+from memory_pipelines.search import SearchFilters, search
+from tests.factories import add_task
+
+
+def _scores(pool, embedder, owner, query, limit=10):
+    hits = search(pool, embedder, owner, query, mode="keyword", limit=limit).hits
+    return [(h.id, round(h.score, 9)) for h in hits]
+
+
+@pytest.fixture
+def many_tasks(pool):
+    """STORED_DF_MIN + 10 tasks share the word "deploy"; a few hold rarer words too."""
+    with pool.connection() as conn:
+        for i in range(STORED_DF_MIN + 10):
+            extra = " canary rollout" if i % 7 == 0 else ""
+            add_task(conn, "alice", f"deploy service {i}{extra}", "deploy " * (1 + i % 3))
+        add_task(conn, "bob", "deploy bob's service", "")
+    index_source(pool, "task")
+
+
+def test_stored_statistics_equal_live_counts_and_give_the_same_scores(pool, fake_embedder, many_tasks):
+    with pool.connection() as conn:
+        n, total = conn.execute(
+            "SELECT n, total_len FROM keyword_stats WHERE owner_id = 'alice' AND source = 'task'"
+        ).fetchone()
+        live_n, live_total = conn.execute(
+            "SELECT count(*), sum(doc_len) FROM keyword_docs WHERE owner_id = 'alice' AND source = 'task'"
+        ).fetchone()
+        stored_df = dict(
+            conn.execute("SELECT keyword, df FROM keyword_df WHERE owner_id = 'alice' AND source = 'task'").fetchall()
+        )
+    assert (n, total) == (live_n, live_total) == (STORED_DF_MIN + 10, live_total)
+    assert stored_df["deploy"] == STORED_DF_MIN + 10
+    assert "canary" not in stored_df  # rare terms are counted live, not stored
+    stored = _scores(pool, fake_embedder, "alice", "deploy canary rollout")
+    with pool.connection() as conn:
+        conn.execute("DELETE FROM keyword_stats")
+        conn.execute("DELETE FROM keyword_df")
+    assert _scores(pool, fake_embedder, "alice", "deploy canary rollout") == stored
+    assert stored and all(s > 0 for _, s in stored)
+
+
+def test_terms_indexed_after_the_refresh_are_counted_live(pool, fake_embedder, many_tasks):
+    """An ingest indexes inline without refreshing statistics: its new terms are still found, even when
+    they are in more documents than the stored document count (idf must stay defined)."""
+    with pool.connection() as conn:
+        ids = [add_task(conn, "alice", f"zanzibar outage {i}", "zanzibar") for i in range(STORED_DF_MIN + 20)]
+        rows = conn.execute(
+            "SELECT id::text, owner_id, title || ' ' || description, content_hash FROM tasks"
+            " WHERE id = ANY(%s::uuid[])",
+            (ids,),
+        ).fetchall()
+        with conn.transaction():
+            index_rows(conn, "task", rows)
+        assert stale_stat_owners(conn, "task") == ["alice"]
+    hits = search(pool, fake_embedder, "alice", "zanzibar", mode="keyword", limit=5).hits
+    assert len(hits) == 5 and all(h.id in ids and h.score > 0 for h in hits)
+    result = index_source(pool, "task")
+    assert result.stats_refreshed == 1
+    with pool.connection() as conn:
+        assert stale_stat_owners(conn, "task") == []
+        assert conn.execute(
+            "SELECT df FROM keyword_df WHERE owner_id = 'alice' AND source = 'task' AND keyword = 'zanzibar'"
+        ).fetchone() == (STORED_DF_MIN + 20,)
+
+
+def test_keyword_ranking_refills_when_its_best_matches_were_deactivated(pool, fake_embedder, many_tasks):
+    """The pruned path ranks postings before checking rows; deactivated rows must not shrink the answer."""
+    ranked = [h.id for h in search(pool, fake_embedder, "alice", "deploy", mode="keyword", limit=50).hits]
+    with pool.connection() as conn:  # deactivate the 30 best without re-indexing keywords
+        conn.execute("UPDATE tasks SET is_active = false WHERE id = ANY(%s::uuid[])", (ranked[:30],))
+    hits = search(pool, fake_embedder, "alice", "deploy", mode="keyword", limit=10).hits
+    exact = search(pool, fake_embedder, "alice", "deploy", mode="keyword", limit=10,
+                   filters=SearchFilters(time_range_days=3650)).hits
+    assert len(hits) == 10
+    assert not {h.id for h in hits} & set(ranked[:30])
+    assert [h.id for h in hits] == [h.id for h in exact]
+
+
+def test_index_scan_falls_back_to_exact_when_statistics_overstate_the_owner(pool, fake_embedder, monkeypatch):
+    """Statistics say alice holds every row; she holds a tenth. The HNSW scan, sized for the estimate,
+    comes back short, and the search answers with an exact scan instead of too few rows."""
+    monkeypatch.setattr(search_module, "EXACT_SCAN_MAX_ROWS", 20)
+    with pool.connection() as conn:
+        for i in range(300):
+            add_task(conn, "alice", f"note {i} about topic {i % 17}", f"details {i * 7 % 13}")
+    embed_all(pool, fake_embedder)
+    with pool.connection() as conn:
+        conn.execute("ANALYZE tasks")
+        conn.execute(
+            "UPDATE tasks SET owner_id = 'carol' WHERE id IN (SELECT id FROM tasks ORDER BY id OFFSET 30)"
+        )
+    qvec = fake_embedder.embed_query("note about topic 3")
+    hits = search(pool, fake_embedder, "alice", "q", mode="semantic", limit=25, query_vector=qvec,
+                  filters=SearchFilters(sources=("task",))).hits
+    with pool.connection() as conn, conn.transaction():
+        conn.execute("SET LOCAL enable_indexscan = off")
+        exact = [r[0] for r in conn.execute(
+            "SELECT id::text FROM tasks WHERE owner_id = 'alice' ORDER BY embedding <=> %s LIMIT 25", (qvec,)
+        ).fetchall()]
+    assert [h.id for h in hits] == exact
