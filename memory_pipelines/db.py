@@ -93,7 +93,11 @@ def connect(url: str, *, vector: bool = True, autocommit: bool = False) -> psyco
 
 
 def _configure(conn: psycopg.Connection) -> None:
+    """pgvector types, and a plan per execution: psycopg prepares a statement run five times, and a
+    generic plan cannot see how many rows an owner holds (a sequential scan for one that holds none)."""
     register_vector(conn)
+    conn.execute("SET plan_cache_mode = force_custom_plan")
+    conn.commit()
 
 
 def get_pool(url: str, *, min_size: int = 1, max_size: int = 8) -> ConnectionPool:

@@ -8,8 +8,8 @@ LoCoMo (locomo_dev) it beat keyword, semantic and RRF on recall@5, recall@10 and
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any, Protocol
 
 
@@ -25,6 +25,15 @@ SEMANTIC_WEIGHT, KEYWORD_WEIGHT, SINGLE_SOURCE_FACTOR = 0.6, 0.4, 0.7
 RRF_K = 60
 
 
+def rescored(hit: Any, **changes: Any) -> Any:
+    """A shallow copy of `hit` with some fields changed (cheaper than dataclasses.replace, which
+    re-runs __init__; fusion copies hundreds of hits per query)."""
+    new = copy.copy(hit)
+    for name, value in changes.items():
+        setattr(new, name, value)
+    return new
+
+
 def _key(hit: Any) -> tuple[str, str]:
     return hit.source, hit.id
 
@@ -38,11 +47,11 @@ def weighted_fusion(semantic: list[Any], keyword: list[Any]) -> list[Any]:
         s, k = sem.get(key), kw.get(key)
         if s is not None and k is not None:
             score = SEMANTIC_WEIGHT * s.score + KEYWORD_WEIGHT * k.score
-            out.append(replace(s, score=score, keyword=k.score))
+            out.append(rescored(s, score=score, keyword=k.score))
         elif s is not None:
-            out.append(replace(s, score=s.score * SINGLE_SOURCE_FACTOR))
+            out.append(rescored(s, score=s.score * SINGLE_SOURCE_FACTOR))
         else:
-            out.append(replace(k, score=k.score * SINGLE_SOURCE_FACTOR))
+            out.append(rescored(k, score=k.score * SINGLE_SOURCE_FACTOR))
     return sorted(out, key=lambda h: (-h.score, h.source, h.id))
 
 
@@ -55,7 +64,7 @@ def rrf_fusion(semantic: list[Any], keyword: list[Any], k: int = RRF_K) -> list[
             scores[_key(h)] = scores.get(_key(h), 0.0) + 1.0 / (k + rank)
             first.setdefault(_key(h), h)
     kw = {_key(h): h.score for h in keyword}
-    out = [replace(first[key], score=score, keyword=kw.get(key)) for key, score in scores.items()]
+    out = [rescored(first[key], score=score, keyword=kw.get(key)) for key, score in scores.items()]
     return sorted(out, key=lambda h: (-h.score, h.source, h.id))
 
 

@@ -22,7 +22,7 @@ from .db import pgvector_version
 from .embeddings import Embedder, EmbeddingError
 from .embeddings.base import to_array
 from .errors import ValidationError, check_storable
-from .fusion import FUSIONS
+from .fusion import FUSIONS, rescored
 from .text.glossary import expand
 from .text.keywords import has_cjk, jaccard, terms
 
@@ -191,6 +191,8 @@ def _plan_vector_scan(
     )
     if filtered > cap and _has_extra_filters(f):
         filtered = _count_capped(conn, joined, clauses, params, cap)
+    if filtered == 0:
+        return "empty"
     if filtered <= cap:
         conn.execute("SET LOCAL enable_indexscan = off")
         return "exact"
@@ -234,6 +236,8 @@ def _semantic_source(
         )
     with conn.transaction():
         plan = _plan_vector_scan(conn, source, vclauses, params, wanted, f)
+        if plan == "empty":
+            return []
         rows = conn.execute(sql, params, binary=True).fetchall()
         found = rows[0][-1] if source == "memory" and rows else len(rows)
         if plan != "exact" and found < wanted:
@@ -303,6 +307,14 @@ _BM25_STATS = (
 )
 
 
+# Whether the owner has anything indexed for the source: the stored statistics first (a key lookup), the
+# documents only for an owner whose statistics were never refreshed.
+_INDEXED = (
+    "SELECT EXISTS (SELECT 1 FROM keyword_stats WHERE owner_id = %(owner)s AND source = %(ksource)s)"
+    " OR EXISTS (SELECT 1 FROM keyword_docs WHERE owner_id = %(owner)s AND source = %(ksource)s)"
+)
+
+
 def _keyword_source(
     conn: psycopg.Connection, source: str, owner: str, qterms: dict[str, float], f: SearchFilters, k: int
 ) -> list[Hit]:
@@ -323,6 +335,8 @@ def _keyword_source(
     }
     clauses = _where(source, owner, f, params)
     params["ksource"] = "fragment" if source == "memory" else source
+    if not conn.execute(_INDEXED, params).fetchone()[0]:
+        return []
     if _has_extra_filters(f):
         return _keyword_query(conn, source, clauses, params, _EXACT_DOC)[0]
     top = _PRUNED_DOC + " ORDER BY bm25 DESC LIMIT %(over)s"
@@ -508,7 +522,7 @@ def calibrate_semantic(hits: list[Hit], embedder: Embedder, query: str) -> list[
     for h in hits:
         floor = embedder.floor_for(qlang, language(h.text))
         cal = max(0.0, (h.score - floor) / (1.0 - floor)) if floor < 1 else h.score
-        out.append(replace(h, score=cal))
+        out.append(rescored(h, score=cal))
     return out
 
 
@@ -517,5 +531,5 @@ def calibrate_keyword(hits: list[Hit]) -> list[Hit]:
     out = []
     for h in hits:
         cal = h.score if h.extra.get("matched_by") == "jaccard" else h.score / (h.score + KEYWORD_SATURATION)
-        out.append(replace(h, score=cal, keyword=cal))
+        out.append(rescored(h, score=cal, keyword=cal))
     return sorted(out, key=lambda h: h.score, reverse=True)
