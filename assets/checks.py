@@ -8,7 +8,7 @@ downstream of the checked one in it.
 
 import dagster as dg
 
-from memory_pipelines.keyword_index import KEYWORD_SOURCES, keyword_staleness
+from memory_pipelines.keyword_index import KEYWORD_SOURCES, keyword_staleness, stale_stat_owners
 from memory_pipelines.migrate import stored_dimension
 from memory_pipelines.sources import EMBEDDED_SOURCES, SOURCES
 
@@ -112,19 +112,22 @@ def _consistency_check(source: str) -> dg.AssetChecksDefinition:
 def _freshness_check(source: str) -> dg.AssetChecksDefinition:
     @dg.asset_check(
         asset=keyword_assets[source], name="keyword_freshness",
-        description="Every active row is keyword-indexed at its current content; no entry for removed rows.",
+        description="Every active row is keyword-indexed at its current content; no entry for removed rows; "
+                    "every owner's stored BM25 statistics count what is indexed.",
     )
     def _check(memory: MemoryResource) -> dg.AssetCheckResult:
         with memory.runtime.pool.connection() as conn:
             lag = keyword_staleness(conn, source)
-        fresh = lag["stale"] == 0 and lag["orphaned"] == 0
+            stale_stats = len(stale_stat_owners(conn, source))
+        fresh = lag["stale"] == 0 and lag["orphaned"] == 0 and stale_stats == 0
         return dg.AssetCheckResult(
             passed=fresh,
             severity=dg.AssetCheckSeverity.WARN,
             description=None if fresh else f"{lag['stale']} rows changed since indexed, "
-                                           f"{lag['orphaned']} entries of removed rows",
+                                           f"{lag['orphaned']} entries of removed rows, "
+                                           f"{stale_stats} owners with stale BM25 statistics",
             metadata={"rows_stale": lag["stale"], "entries_orphaned": lag["orphaned"],
-                      "rows_active": lag["active"]},
+                      "rows_active": lag["active"], "owners_stale_statistics": stale_stats},
         )
 
     return _check

@@ -139,6 +139,32 @@ def test_keyword_weights_are_sklearn_tfidf(db_url, pool):
     assert any("数据库" in k[1] for k in stored)  # jieba segmented the Chinese title
 
 
+def test_keyword_check_warns_on_stale_bm25_statistics_until_the_refresh(db_url, pool):
+    """An ingest indexes its rows inline; the stored statistics lag until the keyword asset runs."""
+    from assets.keywords import keyword_assets
+    from memory_pipelines.keyword_index import index_rows
+
+    _seed(pool, n_tasks=5)
+    res = _resource(db_url)
+    selection = [keyword_assets["task"], *_checks_of("task_keywords")]
+    first = dg.materialize(selection, resources={"memory": res}, run_config=QUIET)
+    assert _checks(first)["task_keywords:keyword_freshness"] is True
+    with pool.connection() as conn:
+        task = add_task(conn, "carol", "rotate the signing key", "before it expires")
+        src = SOURCES["task"]
+        rows = conn.execute(f"SELECT t.id::text, t.owner_id, {src.text_sql}, t.content_hash FROM {src.from_sql}"
+                            " WHERE t.id = %s", (task,)).fetchall()
+        with conn.transaction():
+            index_rows(conn, "task", rows)
+    check_only = dg.materialize(selection, resources={"memory": res}, run_config=QUIET,
+                                selection=dg.AssetSelection.checks_for_assets(keyword_assets["task"]))
+    evaluation = check_only.get_asset_check_evaluations()[0]
+    assert evaluation.passed is False and evaluation.metadata["owners_stale_statistics"].value == 1
+    again = dg.materialize(selection, resources={"memory": res}, run_config=QUIET)
+    assert _checks(again)["task_keywords:keyword_freshness"] is True
+    assert _meta(again, "task_keywords")[0]["owners_stats_refreshed"] == 1
+
+
 def test_partitioned_run_over_all_buckets(db_url, pool, fake_embedder):
     _seed(pool)
     res = _resource(db_url)
