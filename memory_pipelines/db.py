@@ -40,12 +40,67 @@ def embedded_url(settings: Settings) -> str:
     return server.get_uri()  # type: ignore[attr-defined]
 
 
+EMBEDDED_CONFIG_FILE = "memory_pipelines.conf"
+
+
+def embedded_config(total_memory: int | None = None) -> dict[str, str]:
+    """Settings of the embedded server: shared_buffers an eighth of the machine's memory, from 128 MB up
+    to 1 GB (PostgreSQL's 128 MB default holds little of a 100k-row vector index and its keyword postings;
+    the rest is read through the OS cache page by page), and JIT off (compiling a plan costs more than it
+    saves on queries of a few milliseconds)."""
+    if total_memory is None:
+        import psutil
+
+        total_memory = psutil.virtual_memory().total
+    mb = max(128, min(1024, total_memory // (8 << 20)))
+    return {"shared_buffers": f"{mb}MB", "jit": "off"}
+
+
+def write_embedded_config(pgdata: Path) -> bool:
+    """Write our settings to `pgdata/memory_pipelines.conf`, included from postgresql.conf (so ALTER SYSTEM
+    still overrides them). True when a file changed: a restart is needed for shared_buffers."""
+    conf = pgdata / "postgresql.conf"
+    if not conf.exists():
+        return False
+    changed = False
+    include = f"include_if_exists = '{EMBEDDED_CONFIG_FILE}'"
+    text = conf.read_text()
+    if include not in text:
+        conf.write_text(f"{text}\n# memory_pipelines: settings of the embedded server\n{include}\n")
+        changed = True
+    ours = pgdata / EMBEDDED_CONFIG_FILE
+    body = "".join(f"{name} = '{value}'\n" for name, value in embedded_config().items())
+    if not ours.exists() or ours.read_text() != body:
+        ours.write_text(body)
+        ours.chmod(0o644)
+        changed = True
+    return changed
+
+
+def _shared_buffers_mb(server) -> int:
+    with psycopg.connect(server.get_uri(), autocommit=True, connect_timeout=10) as conn:
+        row = conn.execute("SELECT setting::bigint * 8 / 1024 FROM pg_settings WHERE name = 'shared_buffers'")
+        return int(row.fetchone()[0])
+
+
 def start_embedded_server(pgdata: Path, attempts: int = 3):
-    """Start (or join) a pgserver in `pgdata`, retrying transient start-up failures.
+    """Start (or join) a pgserver in `pgdata` with our settings, retrying transient start-up failures.
 
     As root, pgserver creates a system user for the server on first start; several processes doing
-    so at once can collide on /etc/passwd's lock, which a retry resolves.
+    so at once can collide on /etc/passwd's lock, which a retry resolves. pgserver runs initdb itself, so
+    on the very first start the settings are written afterwards and the server restarted to apply them,
+    unless another process already uses it (then the next start applies them).
     """
+    server = _get_server(pgdata, attempts)
+    if write_embedded_config(pgdata):
+        wanted = int(embedded_config()["shared_buffers"].removesuffix("MB"))
+        if _shared_buffers_mb(server) != wanted:
+            server.cleanup()  # stops the server only if this process is its last user
+            server = _get_server(pgdata, attempts)
+    return server
+
+
+def _get_server(pgdata: Path, attempts: int):
     import pgserver
 
     for attempt in range(1, attempts + 1):
@@ -97,6 +152,7 @@ def _configure(conn: psycopg.Connection) -> None:
     generic plan cannot see how many rows an owner holds (a sequential scan for one that holds none)."""
     register_vector(conn)
     conn.execute("SET plan_cache_mode = force_custom_plan")
+    conn.execute("SET jit = off")  # also on a server of one's own: JIT compiles for longer than these queries run
     conn.commit()
 
 

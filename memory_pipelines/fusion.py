@@ -8,7 +8,6 @@ LoCoMo (locomo_dev) it beat keyword, semantic and RRF on recall@5, recall@10 and
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -26,11 +25,12 @@ RRF_K = 60
 
 
 def rescored(hit: Any, **changes: Any) -> Any:
-    """A shallow copy of `hit` with some fields changed (cheaper than dataclasses.replace, which
-    re-runs __init__; fusion copies hundreds of hits per query)."""
-    new = copy.copy(hit)
-    for name, value in changes.items():
-        setattr(new, name, value)
+    """A shallow copy of `hit` with some fields changed. Fusion copies hundreds of hits per query, so
+    this copies the instance dict directly (dataclasses.replace re-runs __init__; copy.copy goes
+    through the pickle protocol, ~10× slower)."""
+    new = object.__new__(type(hit))
+    new.__dict__.update(hit.__dict__)
+    new.__dict__.update(changes)
     return new
 
 

@@ -7,6 +7,7 @@ lower-cased words on non-alphanumerics (``_`` is kept so identifiers like ``rate
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import re
@@ -208,8 +209,10 @@ def jaccard(a: str, b: str) -> float:
     return jaccard_sets(term_set(a), term_set(b), a, b)
 
 
+@functools.lru_cache(maxsize=8192)
 def term_set(text: str) -> frozenset[str]:
-    """The set of terms of `text` (what `jaccard` compares); compute once and reuse for many pairs."""
+    """The set of terms of `text` (what `jaccard` compares); cached, as the same memories come back
+    build after build (segmenting one costs ~0.1 ms)."""
     return frozenset(terms(text))
 
 

@@ -1,0 +1,45 @@
+"""The embedded server runs with the project's settings: larger shared buffers, JIT off."""
+
+from __future__ import annotations
+
+import os
+
+import psycopg
+import pytest
+
+from memory_pipelines.db import EMBEDDED_CONFIG_FILE, embedded_config, write_embedded_config
+
+GIB = 1 << 30
+
+
+def test_shared_buffers_are_an_eighth_of_memory_between_128_mb_and_1_gb():
+    assert embedded_config(512 << 20)["shared_buffers"] == "128MB"
+    assert embedded_config(4 * GIB)["shared_buffers"] == "512MB"
+    assert embedded_config(64 * GIB)["shared_buffers"] == "1024MB"
+    assert embedded_config(GIB)["jit"] == "off"
+
+
+def test_config_is_included_once_and_rewritten_only_when_it_changes(tmp_path):
+    assert write_embedded_config(tmp_path) is False  # no cluster yet: pgserver's initdb comes first
+    conf = tmp_path / "postgresql.conf"
+    conf.write_text("max_connections = 100\n")
+    assert write_embedded_config(tmp_path) is True
+    assert write_embedded_config(tmp_path) is False
+    assert conf.read_text().count(EMBEDDED_CONFIG_FILE) == 1
+    assert "shared_buffers = '" in (tmp_path / EMBEDDED_CONFIG_FILE).read_text()
+
+
+@pytest.mark.skipif(bool(os.environ.get("DATABASE_URL")), reason="settings of the embedded server only")
+def test_the_embedded_test_server_runs_with_them(server_url):
+    """conftest starts it with start_embedded_server: a fresh cluster, restarted once to apply them."""
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        mb = conn.execute("SELECT setting::bigint * 8 / 1024 FROM pg_settings WHERE name = 'shared_buffers'")
+        assert f"{mb.fetchone()[0]}MB" == embedded_config()["shared_buffers"]
+        assert conn.execute("SHOW jit").fetchone()[0] == "off"
+
+
+def test_pooled_sessions_plan_every_execution_and_skip_jit(pool):
+    """get_pool configures every connection (the pool fixture comes from it)."""
+    with pool.connection() as conn:
+        assert conn.execute("SHOW plan_cache_mode").fetchone()[0] == "force_custom_plan"
+        assert conn.execute("SHOW jit").fetchone()[0] == "off"
