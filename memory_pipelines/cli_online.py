@@ -31,8 +31,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from .api import create_app
+    from .runtime import warm_up
 
     rt = _runtime()
+    warm_up()
     print(f"memory_pipelines API on http://{args.host}:{args.port} (docs at /docs); "
           "every endpoint but /health needs `Authorization: Bearer <key>`", file=sys.stderr)
     uvicorn.run(create_app(rt), host=args.host, port=args.port, log_level="info")
@@ -42,8 +44,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_mcp(args: argparse.Namespace) -> int:
     _need("mcp")
     from .mcp_server import run_http, run_stdio
+    from .runtime import warm_up
 
     rt = _runtime()
+    warm_up()
     if args.transport == "stdio":
         run_stdio(rt, rt.settings.default_owner)  # stdout carries the protocol: print nothing
     else:

@@ -1,13 +1,17 @@
-"""The embedded server runs with the project's settings: larger shared buffers, JIT off."""
+"""Start-up settings: the embedded server's (larger shared buffers, JIT off), pooled sessions', and the
+warm-up of long-running servers."""
 
 from __future__ import annotations
 
+import gc
 import os
 
 import psycopg
 import pytest
 
 from memory_pipelines.db import EMBEDDED_CONFIG_FILE, embedded_config, write_embedded_config
+from memory_pipelines.runtime import warm_up
+from memory_pipelines.text import keywords
 
 GIB = 1 << 30
 
@@ -43,3 +47,13 @@ def test_pooled_sessions_plan_every_execution_and_skip_jit(pool):
     with pool.connection() as conn:
         assert conn.execute("SHOW plan_cache_mode").fetchone()[0] == "force_custom_plan"
         assert conn.execute("SHOW jit").fetchone()[0] == "off"
+
+
+def test_warm_up_loads_the_segmenter_and_freezes_what_is_loaded():
+    gc.unfreeze()
+    try:
+        warm_up()
+        assert keywords._jieba_module is not None
+        assert gc.get_freeze_count() > 10_000  # the segmenter's tables among them
+    finally:
+        gc.unfreeze()
