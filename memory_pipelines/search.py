@@ -272,8 +272,9 @@ def _hit(source: str, row: tuple, *, semantic: float | None = None, keyword: flo
 # owner could leave the best postings all filtered out.
 KEYWORD_POSTINGS_PER_TERM = 200
 # The pruned path ranks documents before checking them against their table (active, owner): it reads this
-# many per wanted result, and re-runs unbounded in the rare case that too few of them pass.
-KEYWORD_OVERFETCH = {"memory": 4}
+# many per wanted result (fragments for memories, several of which may roll up to one memory), and re-runs
+# unbounded in the rare case that too few of them pass.
+KEYWORD_OVERFETCH, KEYWORD_OVERFETCH_FRAGMENTS = 2, 4
 _EXACT_DOC = (
     "SELECT k.item_id, sum(w.qidf * k.tf * (%(k1)s + 1)"
     " / (k.tf + %(k1)s * (1 - %(b)s + %(b)s * d.doc_len / stats.avglen))) AS bm25"
@@ -331,7 +332,7 @@ def _keyword_source(
         "k1": BM25_K1,
         "b": BM25_B,
         "per_term": max(KEYWORD_POSTINGS_PER_TERM, 4 * k),
-        "over": KEYWORD_OVERFETCH.get(source, 2) * k,
+        "over": (KEYWORD_OVERFETCH_FRAGMENTS if source == "memory" else KEYWORD_OVERFETCH) * k,
     }
     clauses = _where(source, owner, f, params)
     params["ksource"] = "fragment" if source == "memory" else source
