@@ -41,24 +41,25 @@ def fit_to_budget(profile: str, lines: Sequence[str], budget: int) -> Fitted:
         snippet = truncate_to_tokens(snippet, budget)
     used = count_tokens(snippet)
     header_cost = count_tokens(("\n\n" if snippet else "") + HEADER)
-    kept: list[tuple[int, str, int]] = []
+    kept: list[tuple[int, str, int]] = []  # (index, line, its tokens)
     for i, raw in enumerate(lines):
         line = truncate_to_tokens(raw, MAX_ITEM_TOKENS)
-        cost = count_tokens("\n" + line) + (0 if kept else header_cost)
+        tokens = count_tokens(line)
+        cost = tokens + 1 + (0 if kept else header_cost)  # + the newline before it
         if used + cost <= budget:
-            kept.append((i, line, cost))
+            kept.append((i, line, tokens))
             used += cost
     block = _join(snippet, [line for _, line, _ in kept])
-    tokens = count_tokens(block)
-    while kept and tokens > budget:  # the additive count was short by a merge across a boundary
+    total = count_tokens(block)
+    while kept and total > budget:  # the additive count was short by a merge across a boundary
         kept.pop()
         block = _join(snippet, [line for _, line, _ in kept])
-        tokens = count_tokens(block)
+        total = count_tokens(block)
     return Fitted(
         block=block,
-        tokens=tokens,
+        tokens=total,
         included=[i for i, _, _ in kept],
         profile_included=bool(snippet),
         lines={i: line for i, line, _ in kept},
-        line_tokens={i: count_tokens(line) for i, line, _ in kept},
+        line_tokens={i: n for i, _, n in kept},
     )
