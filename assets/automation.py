@@ -18,8 +18,8 @@ import json
 import dagster as dg
 import psycopg
 
-from memory_pipelines.errors import UserError
-from memory_pipelines.sources import EMBEDDED_SOURCES, SOURCES
+from memory_pipelines.infra.errors import UserError
+from memory_pipelines.vocabulary import INDEXED, INDEXED_NAMES
 
 from .embeddings import (
     BUCKETS,
@@ -75,8 +75,8 @@ weekly_tuning = dg.ScheduleDefinition(
 def pending_by_bucket(conn: psycopg.Connection) -> dict[str, dict[str, int]]:
     """Rows with no embedding at all, per source and bucket (reads the partial pending indexes only)."""
     out: dict[str, dict[str, int]] = {}
-    for name in EMBEDDED_SOURCES:
-        table = SOURCES[name].table
+    for name in INDEXED_NAMES:
+        table = INDEXED[name].table
         rows = conn.execute(
             f"SELECT abs(hashtext(id::text)::bigint) %% %s, count(*) FROM {table}"
             " WHERE embedding IS NULL GROUP BY 1",

@@ -8,9 +8,9 @@ downstream of the checked one in it.
 
 import dagster as dg
 
-from memory_pipelines.keyword_index import KEYWORD_SOURCES, keyword_staleness, stale_stat_owners
-from memory_pipelines.migrate import stored_dimension
-from memory_pipelines.sources import EMBEDDED_SOURCES, SOURCES
+from memory_pipelines.index.keywords import keyword_staleness, stale_stat_owners
+from memory_pipelines.infra.migrate import stored_dimension
+from memory_pipelines.vocabulary import INDEXED, INDEXED_NAMES
 
 from .embeddings import BUCKETS, embedding_assets
 from .keywords import keyword_assets
@@ -33,7 +33,7 @@ def _bucket_clause(buckets: list[int]) -> str:
 
 def coverage(conn, source_name: str, model: str, buckets: list[int]) -> tuple[int, int]:
     """(active rows without a current embedding from `model`, active rows) in the given buckets."""
-    source = SOURCES[source_name]
+    source = INDEXED[source_name]
     row = conn.execute(
         "SELECT count(*) FILTER (WHERE t.embedding IS NULL OR t.embedding_model IS DISTINCT FROM %(model)s"
         " OR t.embedded_hash IS DISTINCT FROM t.content_hash), count(*)"
@@ -45,7 +45,7 @@ def coverage(conn, source_name: str, model: str, buckets: list[int]) -> tuple[in
 
 def embedded_mix(conn, source_name: str, buckets: list[int]) -> dict[str, int]:
     """Embedded active rows per `model / dimension` in the given buckets."""
-    source = SOURCES[source_name]
+    source = INDEXED[source_name]
     rows = conn.execute(
         "SELECT coalesce(t.embedding_model, '?') || ' / ' || vector_dims(t.embedding), count(*)"
         f" FROM {source.from_sql} WHERE {source.active_sql} AND t.embedding IS NOT NULL"
@@ -133,6 +133,6 @@ def _freshness_check(source: str) -> dg.AssetChecksDefinition:
     return _check
 
 
-embedding_checks = [f(s) for s in EMBEDDED_SOURCES for f in (_coverage_check, _consistency_check)]
-keyword_checks = [_freshness_check(s) for s in KEYWORD_SOURCES]
+embedding_checks = [f(s) for s in INDEXED_NAMES for f in (_coverage_check, _consistency_check)]
+keyword_checks = [_freshness_check(s) for s in INDEXED_NAMES]
 all_checks = embedding_checks + keyword_checks

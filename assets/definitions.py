@@ -9,7 +9,7 @@ import os
 
 import dagster as dg
 
-from memory_pipelines.errors import ConfigError
+from memory_pipelines.infra.errors import ConfigError
 
 from .automation import jobs, schedules, sensors
 from .checks import all_checks

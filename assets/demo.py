@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from memory_pipelines.corpus.load import load_demo
+from memory_pipelines.pipelines.demo import load_demo
 
 from .resources import MemoryResource
 

@@ -10,9 +10,9 @@ once across runs, and `memory_db_writes` caps the database-heavy maintenance ste
 
 import dagster as dg
 
-from memory_pipelines.indexing import BackfillResult, embed_buckets, ensure_vector_indexes, finish_memories
-from memory_pipelines.sources import EMBEDDED_SOURCES, SOURCES
+from memory_pipelines.index.vectors import BackfillResult, embed_buckets, ensure_vector_indexes, finish_memories
 from memory_pipelines.store.ingest import finish_deferred
+from memory_pipelines.vocabulary import INDEXED, INDEXED_NAMES
 
 from .resources import MemoryResource
 
@@ -26,12 +26,12 @@ bucket_partitions = dg.StaticPartitionsDefinition([str(i) for i in range(BUCKETS
 # The tables the application writes; Dagster does not materialise them, it reads them.
 SOURCE_TABLES: dict[str, dg.AssetSpec] = {
     name: dg.AssetSpec(
-        key=dg.AssetKey(["memory_db", SOURCES[name].table]),
+        key=dg.AssetKey(["memory_db", INDEXED[name].table]),
         group_name="sources",
         kinds={"postgres"},
-        description=f"The `{SOURCES[name].table}` table, written by the application (HTTP API, MCP, ingest).",
+        description=f"The `{INDEXED[name].table}` table, written by the application (HTTP API, MCP, ingest).",
     )
-    for name in EMBEDDED_SOURCES
+    for name in INDEXED_NAMES
 }
 SOURCE_TABLES["fragment"] = SOURCE_TABLES["fragment"].replace_attributes(
     description="The `fragments` table: memory chunks written by ingest (agent-mem)."
@@ -77,7 +77,7 @@ def result_metadata(result: BackfillResult, dimension: int, buckets: list[int]) 
 
 
 def _build_embedding_asset(source: str) -> dg.AssetsDefinition:
-    table = SOURCES[source].table
+    table = INDEXED[source].table
 
     @dg.asset(
         key=embedding_asset_key(source),
@@ -124,7 +124,7 @@ def _build_embedding_asset(source: str) -> dg.AssetsDefinition:
     return _embeddings
 
 
-embedding_assets: dict[str, dg.AssetsDefinition] = {s: _build_embedding_asset(s) for s in EMBEDDED_SOURCES}
+embedding_assets: dict[str, dg.AssetsDefinition] = {s: _build_embedding_asset(s) for s in INDEXED_NAMES}
 
 
 @dg.asset(

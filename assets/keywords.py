@@ -15,7 +15,8 @@ import time
 
 import dagster as dg
 
-from memory_pipelines.keyword_index import KEYWORD_SOURCES, index_source, keyword_staleness
+from memory_pipelines.index.keywords import index_source, keyword_staleness
+from memory_pipelines.vocabulary import INDEXED_NAMES
 
 from .embeddings import DB_WRITE_POOL, SOURCE_TABLES
 from .resources import MemoryResource
@@ -68,4 +69,4 @@ def _build_keyword_asset(source: str) -> dg.AssetsDefinition:
     return _keywords
 
 
-keyword_assets: dict[str, dg.AssetsDefinition] = {s: _build_keyword_asset(s) for s in KEYWORD_SOURCES}
+keyword_assets: dict[str, dg.AssetsDefinition] = {s: _build_keyword_asset(s) for s in INDEXED_NAMES}

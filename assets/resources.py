@@ -8,11 +8,11 @@ import dagster as dg
 from psycopg_pool import ConnectionPool
 from pydantic import PrivateAttr
 
-from memory_pipelines.db import database_url, get_pool
 from memory_pipelines.embeddings import Embedder, make_embedder
-from memory_pipelines.llm import ChatLLM
-from memory_pipelines.runtime import Runtime, open_runtime
-from memory_pipelines.settings import Settings
+from memory_pipelines.infra.db import database_url, get_pool
+from memory_pipelines.infra.llm import ChatLLM
+from memory_pipelines.infra.runtime import Runtime, open_runtime
+from memory_pipelines.infra.settings import Settings
 
 _lock = threading.Lock()
 _embedders: dict[tuple, Embedder] = {}  # real models are loaded once per process, not once per step

@@ -15,10 +15,10 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from memory_pipelines.db import database_url, get_pool
 from memory_pipelines.embeddings import FakeEmbedder
-from memory_pipelines.evaluation import scratch_database
-from memory_pipelines.settings import get_settings
+from memory_pipelines.infra.db import database_url, get_pool
+from memory_pipelines.infra.settings import get_settings
+from memory_pipelines.pipelines.evaluation import scratch_database
 
 WORDS = [
     "deploy",

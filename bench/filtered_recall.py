@@ -16,8 +16,8 @@ import time
 
 from _common import emit, load_tasks, log, note, scratch, topic_vector
 
-from memory_pipelines.db import get_pool
-from memory_pipelines.search import SearchFilters, search
+from memory_pipelines.infra.db import get_pool
+from memory_pipelines.retrieval.search import SearchFilters, search
 
 
 def exact(conn, table: str, owner: str, q) -> list[str]:

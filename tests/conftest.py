@@ -15,11 +15,11 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from memory_pipelines.db import close_pools, get_pool, start_embedded_server
 from memory_pipelines.embeddings import FakeEmbedder
-from memory_pipelines.migrate import migrate
-from memory_pipelines.runtime import Runtime
-from memory_pipelines.settings import Settings
+from memory_pipelines.infra.db import close_pools, get_pool, start_embedded_server
+from memory_pipelines.infra.migrate import migrate
+from memory_pipelines.infra.runtime import Runtime
+from memory_pipelines.infra.settings import Settings
 from tests.fake_openai import fake_openai  # noqa: F401  (fixture)
 
 warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")

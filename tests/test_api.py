@@ -17,10 +17,10 @@ import uvicorn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memory_pipelines.api import create_app
-from memory_pipelines.auth import create_key, resolve_key, revoke_key
-from memory_pipelines.indexing import embed_all
-from memory_pipelines.keyword_index import index_all
+from memory_pipelines.index.keywords import index_all
+from memory_pipelines.index.vectors import embed_all
+from memory_pipelines.infra.auth import create_key, resolve_key, revoke_key
+from memory_pipelines.surfaces.http import create_app
 from tests.factories import add_learning, add_task
 
 TABLES = ("projects", "memories", "fragments", "memory_versions", "memory_arbitrations", "tasks", "learnings",
@@ -438,7 +438,7 @@ def test_fuzz_keys_are_401_never_5xx(live, key):
 # -- CLI: keys and serve ---------------------------------------------------------------------------
 
 def _cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "memory_pipelines.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "memory_pipelines.surfaces.cli", *args], capture_output=True,
                           text=True, env={**os.environ, **env}, timeout=120)
 
 
@@ -468,7 +468,7 @@ def test_cli_serve_answers_health_and_keys(db_url, runtime):
     port = sock.getsockname()[1]
     sock.close()
     env = {**os.environ, "DATABASE_URL": db_url, "MEMORY_PIPELINES_EMBEDDER": "fake"}
-    proc = subprocess.Popen([sys.executable, "-m", "memory_pipelines.cli", "serve", "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "memory_pipelines.surfaces.cli", "serve", "--port", str(port)],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         health = None

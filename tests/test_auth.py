@@ -6,8 +6,8 @@ import hashlib
 
 import pytest
 
-from memory_pipelines.auth import create_key, list_keys, resolve_key, revoke_key
-from memory_pipelines.errors import ValidationError
+from memory_pipelines.infra.auth import create_key, list_keys, resolve_key, revoke_key
+from memory_pipelines.infra.errors import ValidationError
 
 
 def test_create_and_resolve(pool) -> None:

@@ -10,7 +10,7 @@ import sys
 def _run(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(
-        [sys.executable, "-m", "memory_pipelines.cli", *args],
+        [sys.executable, "-m", "memory_pipelines.surfaces.cli", *args],
         capture_output=True,
         text=True,
         env=full_env,

@@ -11,10 +11,10 @@ from memory_pipelines.context.config import activate, add_config
 from memory_pipelines.context.log import record_feedback
 from memory_pipelines.context.scoring import ScoringConfig
 from memory_pipelines.embeddings import FakeEmbedder
-from memory_pipelines.errors import NotFoundError, ValidationError
-from memory_pipelines.indexing import embed_all
-from memory_pipelines.keyword_index import index_all
-from memory_pipelines.search import SearchFilters, search
+from memory_pipelines.index.keywords import index_all
+from memory_pipelines.index.vectors import embed_all
+from memory_pipelines.infra.errors import NotFoundError, ValidationError
+from memory_pipelines.retrieval.search import SearchFilters, search
 from memory_pipelines.text.keywords import jaccard
 from memory_pipelines.text.tokens import count_tokens
 from tests.factories import add_capability, add_event, add_goal, add_learning, add_task

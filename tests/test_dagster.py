@@ -15,8 +15,8 @@ from assets.definitions import defs
 from assets.embeddings import BUCKETS, PROVIDER_POOL, embedding_assets
 from assets.materialize import RANGE_TAGS, materialize_all
 from assets.resources import MemoryResource
-from memory_pipelines.indexing import count_pending
-from memory_pipelines.sources import EMBEDDED_SOURCES, SOURCES
+from memory_pipelines.index.vectors import count_pending
+from memory_pipelines.vocabulary import INDEXED, INDEXED_NAMES
 from tests.factories import add_capability, add_learning, add_memory, add_task
 
 warnings.filterwarnings("ignore", category=dg.BetaWarning)
@@ -40,12 +40,12 @@ def _seed(pool, n_tasks: int = 40) -> None:
 
 def _pending(pool, model: str) -> dict[str, int]:
     with pool.connection() as conn:
-        return {s: count_pending(conn, s, model)[0] for s in EMBEDDED_SOURCES}
+        return {s: count_pending(conn, s, model)[0] for s in INDEXED_NAMES}
 
 
 def _active(pool) -> dict[str, int]:
     with pool.connection() as conn:
-        return {s: count_pending(conn, s, "none")[1] for s in EMBEDDED_SOURCES}
+        return {s: count_pending(conn, s, "none")[1] for s in INDEXED_NAMES}
 
 
 def _meta(result: dg.ExecuteInProcessResult, key: str) -> list[dict]:
@@ -84,7 +84,7 @@ def test_definitions_load():
                                                    "weekly_tuning"}
     assert [s.name for s in repo.sensor_defs] == ["unembedded_rows_sensor"]
     graph = defs.resolve_asset_graph()
-    for source in EMBEDDED_SOURCES:
+    for source in INDEXED_NAMES:
         node = graph.get(dg.AssetKey(f"{source}_embeddings"))
         assert node.partitions_def.get_partition_keys() == [str(b) for b in range(BUCKETS)]
         assert node.backfill_policy is not None
@@ -99,7 +99,7 @@ def test_materialize_all_on_real_database(db_url, pool, fake_embedder):
     out = materialize_all(progress=False, resource=res)
     assert out["success"], out
     assert out["checks"] and all(out["checks"].values()), out["checks"]
-    assert _pending(pool, fake_embedder.model_name) == dict.fromkeys(EMBEDDED_SOURCES, 0)
+    assert _pending(pool, fake_embedder.model_name) == dict.fromkeys(INDEXED_NAMES, 0)
     active = _active(pool)
     assert out["embedded"] == sum(active.values()) and out["failed"] == 0
     assert out["assets"]["task_embeddings"]["model"] == fake_embedder.model_name
@@ -122,7 +122,7 @@ def test_keyword_weights_are_sklearn_tfidf(db_url, pool):
     res = _resource(db_url)
     result = dg.materialize([keyword_assets["task"]], resources={"memory": res}, run_config=QUIET)
     assert _meta(result, "task_keywords")[0]["rows_indexed"] == 13
-    src = SOURCES["task"]
+    src = INDEXED["task"]
     with pool.connection() as conn:
         docs = conn.execute(f"SELECT t.id::text, {src.text_sql} FROM {src.from_sql}"
                             " WHERE t.owner_id = 'alice'"
@@ -142,7 +142,7 @@ def test_keyword_weights_are_sklearn_tfidf(db_url, pool):
 def test_keyword_check_warns_on_stale_bm25_statistics_until_the_refresh(db_url, pool):
     """An ingest indexes its rows inline; the stored statistics lag until the keyword asset runs."""
     from assets.keywords import keyword_assets
-    from memory_pipelines.keyword_index import index_rows
+    from memory_pipelines.index.keywords import index_rows
 
     _seed(pool, n_tasks=5)
     res = _resource(db_url)
@@ -151,7 +151,7 @@ def test_keyword_check_warns_on_stale_bm25_statistics_until_the_refresh(db_url, 
     assert _checks(first)["task_keywords:keyword_freshness"] is True
     with pool.connection() as conn:
         task = add_task(conn, "carol", "rotate the signing key", "before it expires")
-        src = SOURCES["task"]
+        src = INDEXED["task"]
         rows = conn.execute(f"SELECT t.id::text, t.owner_id, {src.text_sql}, t.content_hash FROM {src.from_sql}"
                             " WHERE t.id = %s", (task,)).fetchall()
         with conn.transaction():
@@ -169,16 +169,16 @@ def test_partitioned_run_over_all_buckets(db_url, pool, fake_embedder):
     _seed(pool)
     res = _resource(db_url)
     selection = [*embedding_assets.values(), *embedding_checks]
-    embedded = dict.fromkeys(EMBEDDED_SOURCES, 0)
+    embedded = dict.fromkeys(INDEXED_NAMES, 0)
     for key in [str(b) for b in range(BUCKETS)]:
         result = dg.materialize(selection, partition_key=key, resources={"memory": res}, run_config=QUIET)
         assert result.success and all(_checks(result).values())  # judged on its own bucket only
-        for source in EMBEDDED_SOURCES:
+        for source in INDEXED_NAMES:
             (meta,) = _meta(result, f"{source}_embeddings")
             assert meta["buckets"] == [int(key)] and meta["rows_failed"] == 0
             embedded[source] += meta["rows_embedded"]
     assert embedded == _active(pool)  # every row exactly once across the buckets
-    assert _pending(pool, fake_embedder.model_name) == dict.fromkeys(EMBEDDED_SOURCES, 0)
+    assert _pending(pool, fake_embedder.model_name) == dict.fromkeys(INDEXED_NAMES, 0)
 
 
 def test_killed_run_resumes_and_embeds_every_row_exactly_once(db_url, pool, fake_embedder):
@@ -293,7 +293,7 @@ def test_other_buckets_are_left_alone(db_url, pool, fake_embedder, source):
 
 def test_executor_choice_is_checked():
     from assets.definitions import select_executor
-    from memory_pipelines.errors import ConfigError
+    from memory_pipelines.infra.errors import ConfigError
 
     assert select_executor("multiprocess").name == "multiprocess"
     with pytest.raises(ConfigError, match="not an executor"):
@@ -304,7 +304,7 @@ def test_bulk_load_defers_the_index_and_the_last_loader_builds_it(db_url, pool):
     import psycopg
 
     from assets.embeddings import vector_indexes
-    from memory_pipelines.indexing import INDEX_LOCK_KEY, index_exists
+    from memory_pipelines.index.vectors import INDEX_LOCK_KEY, index_exists
 
     with pool.connection() as conn:
         conn.execute("INSERT INTO tasks (owner_id, title, description) SELECT 'alice', 'bulk task ' || i,"

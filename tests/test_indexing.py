@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from memory_pipelines.embeddings import FakeEmbedder
-from memory_pipelines.indexing import embed_all, embed_source, pending_total
-from memory_pipelines.keyword_index import index_all, index_source
+from memory_pipelines.index.keywords import index_all, index_source
+from memory_pipelines.index.vectors import embed_all, embed_source, pending_total
 from tests.factories import add_learning, add_memory, add_task
 
 LONG = " ".join(

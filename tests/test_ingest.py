@@ -14,10 +14,9 @@ import pytest
 
 from memory_pipelines.embeddings import FakeEmbedder
 from memory_pipelines.embeddings.base import to_array
-from memory_pipelines.errors import ValidationError
-from memory_pipelines.indexing import count_pending
-from memory_pipelines.llm import ChatLLM
-from memory_pipelines.sources import SOURCES
+from memory_pipelines.index.vectors import count_pending
+from memory_pipelines.infra.errors import ValidationError
+from memory_pipelines.infra.llm import ChatLLM
 from memory_pipelines.store.ingest import (
     MAX_CONTENT_CHARS,
     conflict_threshold_for,
@@ -25,6 +24,7 @@ from memory_pipelines.store.ingest import (
     ingest_memory,
 )
 from memory_pipelines.store.read import get_memories, search_memories
+from memory_pipelines.vocabulary import INDEXED
 from tests.fake_openai import FakeOpenAI, fake_openai  # noqa: F401
 
 T = 0.5  # conflict threshold for the bag-of-words FakeEmbedder (related test texts score 0.6-0.9)
@@ -176,7 +176,7 @@ def test_long_memory_is_chunked_into_embedded_fragments(pool, fake_embedder) -> 
     with pool.connection() as conn:
         frags = conn.execute(
             f"SELECT t.id, t.content, t.embedding, t.embedding_model, t.embedded_hash = t.content_hash,"
-            f" {SOURCES['fragment'].text_sql} FROM {SOURCES['fragment'].from_sql} WHERE t.memory_id = %s"
+            f" {INDEXED['fragment'].text_sql} FROM {INDEXED['fragment'].from_sql} WHERE t.memory_id = %s"
             " ORDER BY t.chunk_index",
             (r.id,),
         ).fetchall()
@@ -273,7 +273,7 @@ def test_llm_replace_keeps_old_version_and_logs(pool, fake_embedder, fake_openai
     assert frags == [(PGV_B,)] and stale == 0
     with pool.connection() as conn:  # the new fragment is embedded from the text the backfill would build
         text, vec = conn.execute(
-            f"SELECT {SOURCES['fragment'].text_sql}, t.embedding FROM {SOURCES['fragment'].from_sql}"
+            f"SELECT {INDEXED['fragment'].text_sql}, t.embedding FROM {INDEXED['fragment'].from_sql}"
             " WHERE t.memory_id = %s",
             (first.id,),
         ).fetchone()

@@ -6,11 +6,11 @@ import math
 
 import pytest
 
-from memory_pipelines.corpus.load import load_demo
 from memory_pipelines.embeddings import FakeEmbedder
-from memory_pipelines.errors import ValidationError
-from memory_pipelines.indexing import embed_source
-from memory_pipelines.learnings import (
+from memory_pipelines.index.vectors import embed_source
+from memory_pipelines.infra.errors import ValidationError
+from memory_pipelines.pipelines.demo import load_demo
+from memory_pipelines.retrieval.learnings import (
     LearningQuery,
     freshness_points,
     get_recent_learnings,

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from memory_pipelines.errors import ConfigError
-from memory_pipelines.llm import ChatLLM, LLMError
-from memory_pipelines.settings import Settings
+from memory_pipelines.infra.errors import ConfigError
+from memory_pipelines.infra.llm import ChatLLM, LLMError
+from memory_pipelines.infra.settings import Settings
 from tests.fake_openai import FakeOpenAI, fake_openai  # noqa: F401 - the fixture (until conftest has it)
 
 

@@ -20,8 +20,8 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from memory_pipelines.auth import create_key, revoke_key
-from memory_pipelines.mcp_server import build_http_app
+from memory_pipelines.infra.auth import create_key, revoke_key
+from memory_pipelines.surfaces.mcp import build_http_app
 from tests.test_api import EN, ZH, LiveServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,7 +100,7 @@ def _rows(pool) -> dict[str, int]:
 
 def test_stdio_session_full_flow_for_the_configured_owner(db_url, runtime, tmp_path):
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "memory_pipelines.cli", "mcp", "--transport", "stdio"],
+        command=sys.executable, args=["-m", "memory_pipelines.surfaces.cli", "mcp", "--transport", "stdio"],
         cwd=str(ROOT),
         env={"DATABASE_URL": db_url, "MEMORY_PIPELINES_EMBEDDER": "fake", "MEMORY_PIPELINES_OWNER": "carol",
              "MEMORY_PIPELINES_HOME": str(tmp_path), "PYTHONPATH": str(ROOT)},
@@ -193,7 +193,7 @@ def test_cli_mcp_http_serves_tools_behind_keys(db_url, runtime, tmp_path):
     sock.close()
     env = {**os.environ, "DATABASE_URL": db_url, "MEMORY_PIPELINES_EMBEDDER": "fake",
            "MEMORY_PIPELINES_HOME": str(tmp_path)}
-    cmd = [sys.executable, "-m", "memory_pipelines.cli", "mcp", "--transport", "http", "--port", str(port)]
+    cmd = [sys.executable, "-m", "memory_pipelines.surfaces.cli", "mcp", "--transport", "http", "--port", str(port)]
     proc = subprocess.Popen(cmd, env=env, cwd=str(ROOT), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}/mcp"
     try:

@@ -8,8 +8,8 @@ import sys
 import psycopg
 import pytest
 
-from memory_pipelines.errors import ConfigError
-from memory_pipelines.migrate import load_migrations, migrate, reembed
+from memory_pipelines.infra.errors import ConfigError
+from memory_pipelines.infra.migrate import load_migrations, migrate, reembed
 
 TABLES = {
     "tasks",
@@ -70,7 +70,7 @@ def test_rerun_is_a_no_op(empty_db_url):
 
 def test_two_processes_migrating_at_once(empty_db_url):
     code = (
-        "import sys; from memory_pipelines.migrate import migrate; "
+        "import sys; from memory_pipelines.infra.migrate import migrate; "
         "print(len(migrate(sys.argv[1], 384, 'fake')))"
     )
     procs = [

@@ -12,9 +12,9 @@ import pytest
 from memory_pipelines.embeddings.base import EmbeddingAuthError, EmbeddingError
 from memory_pipelines.embeddings.fake import fake_vector
 from memory_pipelines.embeddings.openai_provider import MAX_INPUT_TOKENS, OpenAIEmbedder
-from memory_pipelines.errors import ConfigError
-from memory_pipelines.retry import RetriesExhausted, backoff_delay, call_with_retries
-from memory_pipelines.settings import Settings
+from memory_pipelines.infra.errors import ConfigError
+from memory_pipelines.infra.retry import RetriesExhausted, backoff_delay, call_with_retries
+from memory_pipelines.infra.settings import Settings
 from memory_pipelines.text.tokens import count_tokens
 from tests.fake_openai import FakeOpenAI, fake_openai  # noqa: F401 - the fixture (until conftest has it)
 

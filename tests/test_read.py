@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from memory_pipelines.errors import NotFoundError, ValidationError
-from memory_pipelines.llm import ChatLLM
+from memory_pipelines.infra.errors import NotFoundError, ValidationError
+from memory_pipelines.infra.llm import ChatLLM
 from memory_pipelines.store.ingest import ingest_memory
 from memory_pipelines.store.read import (
     get_memories,

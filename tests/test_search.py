@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from memory_pipelines.disclosure import detail, related, summary_search
 from memory_pipelines.embeddings import FakeEmbedder
-from memory_pipelines.errors import NotFoundError, ValidationError
-from memory_pipelines.indexing import embed_all
-from memory_pipelines.keyword_index import index_all
-from memory_pipelines.search import SearchFilters, search
+from memory_pipelines.index.keywords import index_all
+from memory_pipelines.index.vectors import embed_all
+from memory_pipelines.infra.errors import NotFoundError, ValidationError
+from memory_pipelines.retrieval.disclosure import detail, related, summary_search
+from memory_pipelines.retrieval.search import SearchFilters, search
 from tests.factories import add_capability, add_learning, add_memory, add_task
 
 

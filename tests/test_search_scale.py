@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from memory_pipelines import search as search_module
-from memory_pipelines.indexing import embed_all
-from memory_pipelines.keyword_index import STORED_DF_MIN, index_rows, index_source, stale_stat_owners
-from memory_pipelines.search import SearchFilters, search
+from memory_pipelines.retrieval import search as search_module
+from memory_pipelines.index.keywords import STORED_DF_MIN, index_rows, index_source, stale_stat_owners
+from memory_pipelines.index.vectors import embed_all
+from memory_pipelines.retrieval.search import SearchFilters, search
 from tests.factories import add_task
 
 

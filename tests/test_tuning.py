@@ -15,20 +15,21 @@ import pytest
 
 from memory_pipelines.context.builder import build_memory_context
 from memory_pipelines.context.config import activate, active_config, add_config, list_configs
+from memory_pipelines.context.exploration import exploration_order, explore_rate
 from memory_pipelines.context.log import record_feedback
-from memory_pipelines.context.scoring import MODES, ScoringConfig
-from memory_pipelines.db import get_pool
-from memory_pipelines.errors import ConfigError, NotFoundError
-from memory_pipelines.indexing import embed_all
-from memory_pipelines.keyword_index import index_all
+from memory_pipelines.context.scoring import ScoringConfig
+from memory_pipelines.index.keywords import index_all
+from memory_pipelines.index.vectors import embed_all
+from memory_pipelines.infra.db import get_pool
+from memory_pipelines.infra.errors import ConfigError, NotFoundError
 from memory_pipelines.tuning.evaluate import evaluate, per_build_metrics, rerank_scores, summarize
 from memory_pipelines.tuning.fit import FitOptions, fit_parameters
 from memory_pipelines.tuning.frames import load_log, time_split
 from memory_pipelines.tuning.pipeline import run_tuning, tune_and_evaluate
 from memory_pipelines.tuning.publish import Gate, decide
-from memory_pipelines.tuning.randomize import exploration_order, explore_rate
 from memory_pipelines.tuning.report import format_result, hit_rate_table, write_plots
 from memory_pipelines.tuning.simulate import SimSpec, hidden_truth, simulate_log, write_log_rows
+from memory_pipelines.vocabulary import CONTEXT_MODES as MODES
 from tests.factories import add_event, add_goal, add_learning, add_task
 
 
@@ -278,7 +279,7 @@ def test_exploration_is_off_by_default_and_validated():
 def _cli(args: list[str], db_url: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "DATABASE_URL": db_url, "MEMORY_PIPELINES_EMBEDDER": "fake"}
     return subprocess.run(
-        [sys.executable, "-m", "memory_pipelines.cli", *args],
+        [sys.executable, "-m", "memory_pipelines.surfaces.cli", *args],
         capture_output=True,
         text=True,
         env=env,

@@ -13,19 +13,18 @@ import numpy as np
 from psycopg_pool import ConnectionPool
 
 from ..embeddings import Embedder
-from ..errors import ValidationError, check_storable
-from ..search import embed_query
-from ..tuning.randomize import exploration_order, explore_rate, should_explore
+from ..infra.errors import ValidationError, check_storable
+from ..retrieval.search import embed_query
+from ..vocabulary import CONTEXT_MODES, DEFAULT_BUDGET, MAX_BUDGET, MIN_BUDGET
 from .budget import fit_to_budget
 from .config import active_config
+from .exploration import exploration_order, explore_rate, should_explore
 from .log import write_log
 from .mmr import mmr_select
 from .retrieve import Candidate, event_candidates, load_profile, score_all, semantic_candidates
-from .scoring import MODES
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BUDGET = 800
 MMR_LAMBDA = 0.7
 _executor = ThreadPoolExecutor(max_workers=6, thread_name_prefix="context")
 
@@ -92,10 +91,10 @@ def _validate(query: str, mode: str, budget: int) -> None:
     if not isinstance(query, str) or not query.strip():
         raise ValidationError("query", "must be a non-empty string")
     check_storable("query", query)
-    if mode not in MODES:
-        raise ValidationError("mode", f"must be one of {list(MODES)}")
-    if not isinstance(budget, int) or isinstance(budget, bool) or not 50 <= budget <= 32000:
-        raise ValidationError("token_budget", "must be an integer from 50 to 32000")
+    if mode not in CONTEXT_MODES:
+        raise ValidationError("mode", f"must be one of {list(CONTEXT_MODES)}")
+    if not isinstance(budget, int) or isinstance(budget, bool) or not MIN_BUDGET <= budget <= MAX_BUDGET:
+        raise ValidationError("token_budget", f"must be an integer from {MIN_BUDGET} to {MAX_BUDGET}")
 
 
 def build_memory_context(

@@ -7,7 +7,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from ..errors import NotFoundError
+from ..infra.errors import NotFoundError
 from .scoring import ScoringConfig
 
 

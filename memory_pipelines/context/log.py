@@ -10,7 +10,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from ..errors import NotFoundError, ValidationError
+from ..infra.errors import NotFoundError, ValidationError
 from .retrieve import Candidate
 
 

@@ -10,13 +10,12 @@ import numpy as np
 from psycopg_pool import ConnectionPool
 
 from ..embeddings import Embedder
-from ..search import SearchFilters, search
+from ..retrieval.search import SearchFilters, search
 from ..text.keywords import terms
+from ..vocabulary import EVENT_TYPES, EVENT_WINDOW_HOURS, SEARCH_SOURCES
 from .scoring import ScoringConfig
 
-EVENT_TYPES = ("task_failed", "task_completed", "alert", "layer2_health", "escalation")
 EVENT_BASE_RELEVANCE = 0.5  # seed 001; a query-term overlap adds up to another 0.5
-SEMANTIC_SOURCES = ("task", "learning", "capability", "memory")
 
 
 @dataclass
@@ -53,7 +52,7 @@ def semantic_candidates(
         owner,
         query,
         mode="hybrid" if qvec is not None else "keyword",
-        filters=SearchFilters(sources=SEMANTIC_SOURCES, as_of=as_of),
+        filters=SearchFilters(sources=SEARCH_SOURCES, as_of=as_of),
         limit=depth,
         query_vector=qvec,
     )
@@ -83,7 +82,7 @@ def event_candidates(
     pool: ConnectionPool, owner: str, query: str, mode: str, now: datetime, limit: int = 10
 ) -> list[Candidate]:
     """Recent events of the seed's types: 24 h (72 h in debug), newest first, window as a parameter."""
-    hours = 72 if mode == "debug" else 24
+    hours = EVENT_WINDOW_HOURS.get(mode, EVENT_WINDOW_HOURS["default"])
     with pool.connection() as conn:
         rows = conn.execute(
             "SELECT id::text, type, payload, created_at FROM events"

@@ -9,25 +9,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-MODES = ("plan", "execute", "debug", "chat")
-SOURCES = ("task", "learning", "capability", "memory", "event", "okr")
+from ..vocabulary import seed_half_lives, seed_mode_weights
 
-SEED_HALF_LIVES: dict[str, float | None] = {
-    "task": 30,
-    "learning": 90,
-    "event": 1,
-    "okr": None,
-    "capability": None,
-    "memory": None,
-}
-SEED_MODE_WEIGHTS: dict[str, dict[str, float]] = {
-    "task": {"plan": 1.0, "execute": 1.2, "debug": 1.0, "chat": 0.8},
-    "learning": {"plan": 0.8, "execute": 1.0, "debug": 1.5, "chat": 0.6},
-    "event": {"plan": 0.5, "execute": 0.8, "debug": 1.5, "chat": 0.3},
-    "okr": {"plan": 1.5, "execute": 0.5, "debug": 0.3, "chat": 1.0},
-    "capability": {"plan": 1.0, "execute": 1.2, "debug": 1.0, "chat": 0.8},
-    "memory": {"plan": 1.0, "execute": 1.0, "debug": 1.0, "chat": 1.0},
-}
+SEED_HALF_LIVES: dict[str, float | None] = seed_half_lives()
+SEED_MODE_WEIGHTS: dict[str, dict[str, float]] = seed_mode_weights()
 
 
 def time_decay(age_days: float | None, half_life_days: float | None) -> float:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..errors import ConfigError
-from ..settings import Settings
+from ..infra.errors import ConfigError
+from ..infra.settings import Settings
 from .base import Embedder, EmbeddingAuthError, EmbeddingError, normalise
 from .fake import FakeEmbedder
 

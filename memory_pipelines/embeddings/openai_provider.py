@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import ConfigError
-from ..retry import RetriesExhausted, call_with_retries, describe_error, status_code
+from ..infra.errors import ConfigError
+from ..infra.retry import RetriesExhausted, call_with_retries, describe_error, status_code
 from ..text.tokens import count_tokens, truncate_to_tokens
 from .base import Embedder, EmbeddingAuthError, EmbeddingError, normalise
 
 if TYPE_CHECKING:
-    from ..settings import Settings
+    from ..infra.settings import Settings
 
 KNOWN_DIMENSIONS: dict[str, int] = {
     "text-embedding-3-small": 1536,

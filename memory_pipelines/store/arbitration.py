@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ..llm import ChatLLM
+from ..infra.llm import ChatLLM
 from ..text.keywords import jaccard
 from ..text.summary import extractive_summary
 from ..text.summary import tags as extract_tags

@@ -34,15 +34,15 @@ import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from ..db import transaction
 from ..embeddings import Embedder, EmbeddingError, normalise
 from ..embeddings.base import to_array
-from ..errors import ValidationError, check_storable
-from ..indexing import embed_source, finish_memories
-from ..keyword_index import index_rows
-from ..llm import ChatLLM
-from ..search import MEMORY_TYPES
+from ..index.keywords import index_rows
+from ..index.vectors import embed_source, finish_memories
+from ..infra.db import transaction
+from ..infra.errors import ValidationError, check_storable
+from ..infra.llm import ChatLLM
 from ..text.chunks import chunk_text
+from ..vocabulary import CONTENT_TYPES
 from .arbitration import Candidate, Decision, arbitrate, summarise
 from .memories import content_hash, new_memory_id
 from .projects import ensure_project, project_key_from_name
@@ -165,8 +165,8 @@ def validate_input(
             "content", f"must be at most {MAX_CONTENT_CHARS} characters, got {len(content)}"
         )
     check_storable("content", content)
-    if content_type not in MEMORY_TYPES:
-        raise ValidationError("content_type", f"must be one of {list(MEMORY_TYPES)}, got {content_type!r}")
+    if content_type not in CONTENT_TYPES:
+        raise ValidationError("content_type", f"must be one of {list(CONTENT_TYPES)}, got {content_type!r}")
     name = _opt_str("project_name", project_name, MAX_NAME_CHARS)
     key = _opt_str("project_key", project_key, MAX_NAME_CHARS)
     if name is None and key is None:

@@ -13,9 +13,10 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from ..embeddings import Embedder
-from ..errors import NotFoundError, ValidationError, check_storable
-from ..search import MEMORY_TYPES, SearchFilters, embed_query, search
+from ..infra.errors import NotFoundError, ValidationError, check_storable
+from ..retrieval.search import SearchFilters, embed_query, search
 from ..text.keywords import terms
+from ..vocabulary import CONTENT_TYPES
 from .ingest import validate_owner
 from .projects import project_key_from_name
 
@@ -40,8 +41,8 @@ def _limit(value: object, default: int, maximum: int) -> int:
 def _content_type(field: str, value: object, allow_all: bool) -> str | None:
     if value is None or (allow_all and value == "all"):
         return None
-    if value not in MEMORY_TYPES:
-        allowed = [*MEMORY_TYPES, "all"] if allow_all else list(MEMORY_TYPES)
+    if value not in CONTENT_TYPES:
+        allowed = [*CONTENT_TYPES, "all"] if allow_all else list(CONTENT_TYPES)
         raise ValidationError(field, f"must be one of {allowed}, got {value!r}")
     return str(value)
 

@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..context.scoring import MODES, ScoringConfig
+from ..context.scoring import ScoringConfig
+from ..vocabulary import CONTEXT_MODES as MODES
 from .frames import labelled, resolved_population
 
 HIT_KS = (1, 3, 5)

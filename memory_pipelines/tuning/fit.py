@@ -28,8 +28,9 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 from threadpoolctl import threadpool_limits
 
-from ..context.scoring import MODES, ScoringConfig
-from ..errors import ValidationError
+from ..context.scoring import ScoringConfig
+from ..infra.errors import ValidationError
+from ..vocabulary import CONTEXT_MODES as MODES
 from .frames import labelled, resolved_population
 
 LN2 = math.log(2)

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 from psycopg_pool import ConnectionPool
 
-from ..errors import ValidationError
+from ..infra.errors import ValidationError
 
 BUILD_COLUMNS = (
     "retrieval_id",

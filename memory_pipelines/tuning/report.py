@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..context.scoring import MODES, SOURCES
+from ..vocabulary import CONTEXT_MODES as MODES
+from ..vocabulary import SOURCE_NAMES as SOURCES
 from .frames import labelled, resolved_population
 
 AGE_EDGES = (0.0, 1.0, 7.0, 30.0, 90.0, 365.0, math.inf)

@@ -20,7 +20,8 @@ import pandas as pd
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from ..context.scoring import MODES, ScoringConfig
+from ..context.scoring import ScoringConfig
+from ..vocabulary import CONTEXT_MODES as MODES
 from .frames import BUILD_COLUMNS, CANDIDATE_COLUMNS, LogFrames, normalize_builds, normalize_candidates
 
 SEMANTIC_MIX = {"task": 0.4, "learning": 0.3, "capability": 0.1, "memory": 0.2}

@@ -14,22 +14,13 @@ from pathlib import Path
 
 import psycopg
 
+from ..vocabulary import LOCK_MIGRATE, VECTOR_COLUMNS
 from .db import connect, describe_url
 from .errors import ConfigError
 
-LOCK_KEY = 7_245_001  # pg_advisory_lock key shared by every process of this project
+LOCK_KEY = LOCK_MIGRATE
 _NAME = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
 
-# Every vector column, with its HNSW index (recreated when the dimension changes).
-VECTOR_COLUMNS: list[tuple[str, str, str | None]] = [
-    ("tasks", "embedding", "tasks_embedding_hnsw"),
-    ("learnings", "embedding", "learnings_embedding_hnsw"),
-    ("capabilities", "embedding", "capabilities_embedding_hnsw"),
-    ("fragments", "embedding", "fragments_embedding_hnsw"),
-    ("memories", "avg_embedding", "memories_avg_embedding_hnsw"),
-    ("events", "embedding", None),
-    ("memory_versions", "avg_embedding", None),
-]
 
 
 @dataclass(frozen=True)
@@ -45,8 +36,9 @@ class Migration:
 
 def sql_dir() -> Path:
     """The migrations folder: packaged copy first, else the repository's `sql/`."""
-    packaged = Path(__file__).with_name("sql")
-    return packaged if packaged.is_dir() else Path(__file__).resolve().parents[1] / "sql"
+    package = Path(__file__).resolve().parents[1]
+    packaged = package / "sql"  # in a wheel: memory_pipelines/sql
+    return packaged if packaged.is_dir() else package.parent / "sql"
 
 
 def load_migrations(folder: Path | None = None) -> list[Migration]:

@@ -10,11 +10,11 @@ from __future__ import annotations
 import argparse
 import json
 
-from .errors import ConfigError, ValidationError
+from ...infra.errors import ConfigError, ValidationError
 
 
 def _runtime():
-    from .runtime import open_runtime
+    from ...infra.runtime import open_runtime
 
     return open_runtime()
 
@@ -32,10 +32,10 @@ def _require_extra() -> None:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     _require_extra()
-    from .tuning.fit import FitOptions
-    from .tuning.pipeline import run_tuning
-    from .tuning.publish import jsonable
-    from .tuning.report import format_result
+    from ...tuning.fit import FitOptions
+    from ...tuning.pipeline import run_tuning
+    from ...tuning.publish import jsonable
+    from ...tuning.report import format_result
 
     if not 0 < args.holdout_fraction < 1:
         raise ValidationError("--holdout-fraction", "must be between 0 and 1 (exclusive)")
@@ -63,7 +63,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def cmd_scoring_list(args: argparse.Namespace) -> int:
-    from .context.config import list_configs
+    from ...context.config import list_configs
 
     rt = _runtime()
     rows = list_configs(rt.pool)
@@ -82,7 +82,7 @@ def cmd_scoring_list(args: argparse.Namespace) -> int:
 
 
 def cmd_scoring_activate(args: argparse.Namespace) -> int:
-    from .context.config import activate
+    from ...context.config import activate
 
     rt = _runtime()
     activate(rt.pool, args.version)

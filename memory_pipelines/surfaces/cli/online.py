@@ -7,13 +7,13 @@ import json
 import sys
 from typing import Any
 
-from .errors import UserError
+from ...infra.errors import UserError
 
 _EXTRA_HINT = "Fix: pip install 'memory-pipelines[api]' (FastAPI, uvicorn and the mcp SDK)."
 
 
 def _runtime() -> Any:
-    from .runtime import open_runtime
+    from ...infra.runtime import open_runtime
 
     return open_runtime()
 
@@ -30,8 +30,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     _need("uvicorn")
     import uvicorn
 
-    from .api import create_app
-    from .runtime import warm_up
+    from ...infra.runtime import warm_up
+    from ..http import create_app
 
     rt = _runtime()
     warm_up()
@@ -43,8 +43,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_mcp(args: argparse.Namespace) -> int:
     _need("mcp")
-    from .mcp_server import run_http, run_stdio
-    from .runtime import warm_up
+    from ...infra.runtime import warm_up
+    from ..mcp import run_http, run_stdio
 
     rt = _runtime()
     warm_up()
@@ -59,7 +59,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 
 def cmd_keys_create(args: argparse.Namespace) -> int:
-    from .auth import create_key
+    from ...infra.auth import create_key
 
     rt = _runtime()
     key_id, key = create_key(rt.pool, args.owner, name=args.name)
@@ -76,7 +76,7 @@ def _fmt(value: Any) -> str:
 
 
 def cmd_keys_list(args: argparse.Namespace) -> int:
-    from .auth import list_keys
+    from ...infra.auth import list_keys
 
     rt = _runtime()
     keys = list_keys(rt.pool, owner=args.owner)
@@ -96,7 +96,7 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
 
 
 def cmd_keys_revoke(args: argparse.Namespace) -> int:
-    from .auth import revoke_key
+    from ...infra.auth import revoke_key
 
     rt = _runtime()
     if not revoke_key(rt.pool, args.key):

@@ -16,9 +16,8 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from .embeddings import Embedder, EmbeddingAuthError, EmbeddingError
-from .migrate import VECTOR_COLUMNS
-from .sources import EMBEDDED_SOURCES, SOURCES, Source
+from ..embeddings import Embedder, EmbeddingAuthError, EmbeddingError
+from ..vocabulary import INDEXED, INDEXED_NAMES, VECTOR_COLUMNS, IndexedText
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +44,7 @@ class BackfillResult:
         return self.embedded / self.seconds if self.seconds > 0 else 0.0
 
 
-def _pending_sql(source: Source, bucketed: bool) -> str:
+def _pending_sql(source: IndexedText, bucketed: bool) -> str:
     bucket = " AND abs(hashtext(t.id::text)::bigint) %% %(buckets)s = %(bucket)s" if bucketed else ""
     return (
         f"SELECT t.id::text, {source.text_sql}, t.content_hash FROM {source.from_sql}"
@@ -71,7 +70,7 @@ def count_pending(
     buckets: int | None = None,
 ) -> tuple[int, int]:
     """(rows needing an embedding, active rows) for one source, or for one hash bucket of it."""
-    source = SOURCES[source_name]
+    source = INDEXED[source_name]
     row = conn.execute(
         f"SELECT count(*) FILTER (WHERE t.embedding IS NULL OR t.embedding_model IS DISTINCT FROM %(model)s"
         f" OR t.embedded_hash IS DISTINCT FROM t.content_hash), count(*) FROM {source.from_sql}"
@@ -82,7 +81,7 @@ def count_pending(
 
 
 def _write_batch(
-    conn: psycopg.Connection, source: Source, rows: list[tuple], vectors, model: str
+    conn: psycopg.Connection, source: IndexedText, rows: list[tuple], vectors, model: str
 ) -> int:
     """COPY one batch into the staging table and apply it with a single UPDATE; returns rows updated."""
     conn.execute(
@@ -120,7 +119,7 @@ def finish_memories(conn: psycopg.Connection, model: str) -> int:
     return cur.rowcount
 
 
-def _index_for(source: Source) -> str | None:
+def _index_for(source: IndexedText) -> str | None:
     for table, _column, index in VECTOR_COLUMNS:
         if table == source.table:
             return index
@@ -153,7 +152,7 @@ def embed_source(
     `defer_index` drops the source's HNSW index before the load and rebuilds it after; by default it
     does so when more than half of a table of over 2,000 rows needs embedding.
     """
-    source = SOURCES[source_name]
+    source = INDEXED[source_name]
     model = embedder.model_name
     result = BackfillResult(source=source_name, model=model)
     size = batch_size or max(embedder.batch_size, 16)
@@ -211,13 +210,13 @@ def embed_all(
     pool: ConnectionPool, embedder: Embedder, progress: ProgressFn | None = None
 ) -> list[BackfillResult]:
     """Embed every pending row of every embedded source."""
-    return [embed_source(pool, embedder, name, progress=progress) for name in EMBEDDED_SOURCES]
+    return [embed_source(pool, embedder, name, progress=progress) for name in INDEXED_NAMES]
 
 
 def pending_total(pool: ConnectionPool, model: str) -> int:
     """Rows of all embedded sources still needing an embedding from `model`."""
     with pool.connection() as conn:
-        return sum(count_pending(conn, name, model)[0] for name in EMBEDDED_SOURCES)
+        return sum(count_pending(conn, name, model)[0] for name in INDEXED_NAMES)
 
 
 # --- bucketed backfills (the Dagster partitions) with a coordinated HNSW deferral --------------------------
@@ -226,7 +225,7 @@ INDEX_BUILD_MEMORY = "512MB"
 INDEX_LOCK_KEY = 7_245_002  # advisory lock namespace: (INDEX_LOCK_KEY, position of the table's vector column)
 
 
-def _lock_id(source: Source) -> int:
+def _lock_id(source: IndexedText) -> int:
     return next(i for i, (table, _c, _x) in enumerate(VECTOR_COLUMNS) if table == source.table)
 
 
@@ -235,7 +234,7 @@ def index_exists(conn: psycopg.Connection, index: str) -> bool:
     return conn.execute("SELECT to_regclass(%s) IS NOT NULL", (index,)).fetchone()[0]
 
 
-def _build_index(conn: psycopg.Connection, source: Source) -> bool:
+def _build_index(conn: psycopg.Connection, source: IndexedText) -> bool:
     """Create the source's HNSW index if it is missing; True when it was built now."""
     index = _index_for(source)
     if not index or index_exists(conn, index):
@@ -252,7 +251,7 @@ def _build_index(conn: psycopg.Connection, source: Source) -> bool:
 
 
 @contextmanager
-def _loader_lock(pool: ConnectionPool, source: Source) -> Iterator[psycopg.Connection]:
+def _loader_lock(pool: ConnectionPool, source: IndexedText) -> Iterator[psycopg.Connection]:
     """Hold a shared advisory lock for the load: concurrent bucket runs each hold one."""
     with pool.connection() as conn:
         try:
@@ -265,7 +264,7 @@ def _loader_lock(pool: ConnectionPool, source: Source) -> Iterator[psycopg.Conne
             conn.commit()
 
 
-def _rebuild_if_last(pool: ConnectionPool, source: Source) -> bool:
+def _rebuild_if_last(pool: ConnectionPool, source: IndexedText) -> bool:
     """Build a missing index unless another loader still holds its shared lock (then that one builds it)."""
     with pool.connection() as conn:
         key = (INDEX_LOCK_KEY, _lock_id(source))
@@ -301,7 +300,7 @@ def embed_buckets(
     index. Every run ends by building a missing index when no other loader is active, so a killed run
     never leaves search without its index for longer than the next run.
     """
-    source = SOURCES[source_name]
+    source = INDEXED[source_name]
     model = embedder.model_name
     todo = sorted({int(b) for b in bucket_list})
     whole = len(todo) == buckets

@@ -12,10 +12,8 @@ from dataclasses import dataclass
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from .sources import SOURCES
-from .text.keywords import term_counts
-
-KEYWORD_SOURCES = ("task", "learning", "capability", "fragment")
+from ..text.keywords import term_counts
+from ..vocabulary import INDEXED, INDEXED_NAMES
 
 
 @dataclass
@@ -28,7 +26,7 @@ class KeywordResult:
 
 
 def _stale_sql(source_name: str, full: bool) -> str:
-    source = SOURCES[source_name]
+    source = INDEXED[source_name]
     stale = "" if full else " AND kd.content_hash IS DISTINCT FROM t.content_hash"
     return (
         f"SELECT t.id::text, t.owner_id, {source.text_sql}, t.content_hash FROM {source.from_sql}"
@@ -90,7 +88,7 @@ def index_rows(conn: psycopg.Connection, source_name: str, rows: list[tuple[str,
 
 def remove_inactive(conn: psycopg.Connection, source_name: str) -> int:
     """Drop index rows of items that were deleted or deactivated."""
-    source = SOURCES[source_name]
+    source = INDEXED[source_name]
     cur = conn.execute(
         "DELETE FROM keyword_docs kd WHERE kd.source = %(source)s AND NOT EXISTS ("
         f" SELECT 1 FROM {source.from_sql} WHERE t.id::text = kd.item_id AND {source.active_sql})",
@@ -185,14 +183,14 @@ def index_source(
 
 def index_all(pool: ConnectionPool, *, full: bool = False) -> list[KeywordResult]:
     """Refresh the keyword table of every source."""
-    return [index_source(pool, name, full=full) for name in KEYWORD_SOURCES]
+    return [index_source(pool, name, full=full) for name in INDEXED_NAMES]
 
 
 
 def keyword_staleness(conn: psycopg.Connection, source_name: str) -> dict[str, int]:
     """How far the keyword table of one source lags its rows: active rows not (re)indexed since they last
     changed, index entries of rows deleted or deactivated, and rows indexed."""
-    source = SOURCES[source_name]
+    source = INDEXED[source_name]
     stale, active = conn.execute(
         "SELECT count(*) FILTER (WHERE kd.content_hash IS DISTINCT FROM t.content_hash), count(*)"
         f" FROM {source.from_sql} LEFT JOIN keyword_docs kd ON kd.source = %(s)s AND kd.item_id = t.id::text"

@@ -22,16 +22,16 @@ from typing import Any
 from psycopg.conninfo import make_conninfo
 from psycopg_pool import ConnectionPool
 
-from .context.builder import build_memory_context
-from .db import close_pool, connect, get_pool
-from .embeddings import Embedder
-from .errors import ValidationError
-from .indexing import embed_source
-from .keyword_index import index_source
-from .migrate import migrate
-from .search import SearchFilters, search
-from .store.memories import insert_memory
-from .store.projects import ensure_project
+from ..context.builder import build_memory_context
+from ..embeddings import Embedder
+from ..index.keywords import index_source
+from ..index.vectors import embed_source
+from ..infra.db import close_pool, connect, get_pool
+from ..infra.errors import ValidationError
+from ..infra.migrate import migrate
+from ..retrieval.search import SearchFilters, search
+from ..store.memories import insert_memory
+from ..store.projects import ensure_project
 
 METHODS = ("keyword", "semantic", "hybrid", "hybrid_rrf", "context")
 KS = (5, 10)

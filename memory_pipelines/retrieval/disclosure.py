@@ -10,9 +10,9 @@ from typing import Any
 
 from psycopg_pool import ConnectionPool
 
-from .embeddings import Embedder
-from .embeddings.base import to_array
-from .errors import NotFoundError, ValidationError, check_storable
+from ..embeddings import Embedder
+from ..embeddings.base import to_array
+from ..infra.errors import NotFoundError, ValidationError, check_storable
 from .search import SearchFilters, SearchResult, search
 
 _DETAIL_SQL = {

@@ -18,10 +18,10 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import AfterValidator, Field
 
-from .api.encode import jsonable
-from .api.models import MAX_CONTENT, MAX_ID, MAX_IDS, MAX_QUERY, storable
-from .errors import NotFoundError, UserError, ValidationError
-from .runtime import Runtime
+from ..infra.errors import NotFoundError, UserError, ValidationError
+from ..infra.runtime import Runtime
+from .encode import jsonable
+from .http.models import MAX_CONTENT, MAX_ID, MAX_IDS, MAX_QUERY, storable
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ def bearer_key(headers: Mapping[str, str] | None) -> str | None:
 
 def key_owner(pool: Any) -> OwnerResolver:
     """The resolver for HTTP: the owner of the request's bearer key."""
-    from .auth import resolve_key
+    from ..infra.auth import resolve_key
 
     def resolve(headers: Mapping[str, str] | None) -> str:
         key = bearer_key(headers)
@@ -101,10 +101,10 @@ def _utc(value: datetime | None) -> datetime | None:
 
 def build_server(runtime: Runtime, owner_resolver: OwnerResolver, llm: Any = _UNSET) -> MCPServer:
     """An MCP server with the `mem.*` tools over one runtime."""
-    from .context.builder import build_memory_context
-    from .llm import ChatLLM
-    from .store.ingest import ingest_memory
-    from .store.read import get_memories, list_projects, search_memories, timeline
+    from ..context.builder import build_memory_context
+    from ..infra.llm import ChatLLM
+    from ..store.ingest import ingest_memory
+    from ..store.read import get_memories, list_projects, search_memories, timeline
 
     if llm is _UNSET:
         llm = ChatLLM.from_settings(runtime.settings)
@@ -263,7 +263,7 @@ class BearerKeyMiddleware:
         from starlette.datastructures import Headers
         from starlette.responses import JSONResponse
 
-        from .auth import resolve_key
+        from ..infra.auth import resolve_key
 
         key = bearer_key(Headers(scope=scope))
         owner = await anyio.to_thread.run_sync(resolve_key, self.pool, key) if key else None

@@ -18,19 +18,17 @@ import numpy as np
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from .db import pgvector_version
-from .embeddings import Embedder, EmbeddingError
-from .embeddings.base import to_array
-from .errors import ValidationError, check_storable
+from ..embeddings import Embedder, EmbeddingError
+from ..embeddings.base import to_array
+from ..infra.db import pgvector_version
+from ..infra.errors import ValidationError, check_storable
+from ..text.glossary import expand
+from ..text.keywords import has_cjk, jaccard, terms
+from ..vocabulary import CONTENT_TYPES, SEARCH_MODES, SEARCH_SOURCES, SOURCES
 from .fusion import FUSIONS, rescored
-from .text.glossary import expand
-from .text.keywords import has_cjk, jaccard, terms
 
 log = logging.getLogger(__name__)
 
-SEARCH_SOURCES = ("task", "learning", "capability", "memory")
-MEMORY_TYPES = ("requirement", "plan", "development", "testing", "insight")
-MODES = ("semantic", "keyword", "hybrid")
 # Hybrid search reads this many candidates per channel and source; and how each channel's score maps to
 # [0, 1] before fusion. Chosen on ../shared/bench/locomo_dev (README, "Choosing the hybrid default").
 HYBRID_MIN_DEPTH, HYBRID_MAX_DEPTH = 50, 200
@@ -62,9 +60,9 @@ class SearchFilters:
                 "sources", f"must be a non-empty subset of {list(SEARCH_SOURCES)}, got {bad}"
             )
         if self.memory_types is not None:
-            wrong = [t for t in self.memory_types if t not in MEMORY_TYPES]
+            wrong = [t for t in self.memory_types if t not in CONTENT_TYPES]
             if wrong or not self.memory_types:
-                raise ValidationError("memory_types", f"must be a non-empty subset of {list(MEMORY_TYPES)}")
+                raise ValidationError("memory_types", f"must be a non-empty subset of {list(CONTENT_TYPES)}")
         if self.time_range_days is not None and not self.time_range_days > 0:
             raise ValidationError("time_range_days", "must be a positive number of days")
         sources = self.sources
@@ -119,7 +117,6 @@ _SELECT = {
         " 'speaker', t.speaker, 'tags', t.tags)",
     ),
 }
-_TABLE = {"task": "tasks", "learning": "learnings", "capability": "capabilities", "memory": "memories"}
 
 
 def _where(source: str, owner: str, f: SearchFilters, params: dict) -> list[str]:
@@ -149,7 +146,7 @@ def _where(source: str, owner: str, f: SearchFilters, params: dict) -> list[str]
 def _from(source: str) -> str:
     if source == "memory":
         return "memories t JOIN projects p ON p.id = t.project_id"
-    return f"{_TABLE[source]} t"
+    return f"{SOURCES[source].table} t"
 
 
 def _count_capped(conn: psycopg.Connection, table: str, clauses: list[str], params: dict, cap: int) -> int:
@@ -181,7 +178,7 @@ def _plan_vector_scan(
     exceeded). Should the estimate be too high and the index scan come back short, the caller re-runs
     the query as an exact scan (`_semantic_source`).
     """
-    table = "fragments" if source == "memory" else _TABLE[source]
+    table = "fragments" if source == "memory" else SOURCES[source].table
     cap = EXACT_SCAN_MAX_ROWS
     filtered = _count_capped(conn, table, ["owner_id = %(owner)s"], params, cap)
     joined = (
@@ -359,7 +356,7 @@ def _keyword_query(
         )
     else:
         item = "t.id"
-        join = f"JOIN {_TABLE[source]} t ON t.id = doc.item_id::uuid"
+        join = f"JOIN {SOURCES[source].table} t ON t.id = doc.item_id::uuid"
     title, body, extra = _SELECT[source]
     emb = "t.avg_embedding" if source == "memory" else "t.embedding"
     sql = (
@@ -402,8 +399,8 @@ def _validate(query: str, mode: str, limit: int, min_score: float | None) -> Non
     if not isinstance(query, str) or not query.strip():
         raise ValidationError("query", "must be a non-empty string")
     check_storable("query", query)
-    if mode not in MODES:
-        raise ValidationError("mode", f"must be one of {list(MODES)}")
+    if mode not in SEARCH_MODES:
+        raise ValidationError("mode", f"must be one of {list(SEARCH_MODES)}")
     if not isinstance(limit, int) or not 1 <= limit <= 100:
         raise ValidationError("limit", "must be an integer from 1 to 100")
     if min_score is not None and not 0 <= min_score <= 1:

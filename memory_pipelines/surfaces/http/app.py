@@ -16,10 +16,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from ..errors import ConfigError, NotFoundError, UserError, ValidationError
-from ..runtime import Runtime
+from ...infra.errors import ConfigError, NotFoundError, UserError, ValidationError
+from ...infra.runtime import Runtime
+from ..encode import to_json
 from . import models as m
-from .encode import to_json
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ def _split_ids(raw: str) -> list[str]:
 
 
 def _owner_dependency(runtime: Runtime) -> Callable[..., str]:
-    from ..auth import resolve_key
+    from ...infra.auth import resolve_key
 
     def current_owner(
         request: Request,
@@ -132,12 +132,12 @@ def _owner_dependency(runtime: Runtime) -> Callable[..., str]:
 
 def create_app(runtime: Runtime, llm: Any = _UNSET) -> FastAPI:
     """The API over one runtime. `llm` defaults to the configured chat model (None: a fallback)."""
-    from ..context.builder import build_memory_context
-    from ..context.log import record_feedback
-    from ..disclosure import detail, related, summary_search
-    from ..llm import ChatLLM
-    from ..store.ingest import ingest_memory
-    from ..store.read import get_memories, list_projects, memory_versions, search_memories, timeline
+    from ...context.builder import build_memory_context
+    from ...context.log import record_feedback
+    from ...infra.llm import ChatLLM
+    from ...retrieval.disclosure import detail, related, summary_search
+    from ...store.ingest import ingest_memory
+    from ...store.read import get_memories, list_projects, memory_versions, search_memories, timeline
 
     if llm is _UNSET:
         llm = ChatLLM.from_settings(runtime.settings)

@@ -9,13 +9,12 @@ from __future__ import annotations
 import sys
 import threading
 
-from .context.builder import build_memory_context
-from .context.scoring import MODES
-from .indexing import count_pending
-from .search import search
-from .sources import EMBEDDED_SOURCES
-from .status import collect_status, format_status
-from .text.keywords import has_cjk
+from ...context.builder import build_memory_context
+from ...index.vectors import count_pending
+from ...pipelines.status import collect_status, format_status
+from ...retrieval.search import search
+from ...text.keywords import has_cjk
+from ...vocabulary import CONTEXT_MODES, INDEXED_NAMES
 
 SAMPLE_QUERIES = ("令牌过期导致 401", "auth error expired token")
 CONTEXT_QUERY = "auth error after the token expired: 认证失败怎么排查?"
@@ -35,7 +34,7 @@ def print_search(rt, owner: str, query: str, limit: int = 8) -> None:
 
 def print_contexts(rt, owner: str, query: str = CONTEXT_QUERY) -> None:
     """Print the context block of one query in every mode."""
-    for mode in MODES:
+    for mode in CONTEXT_MODES:
         result = build_memory_context(rt.pool, rt.embedder, owner, query, mode=mode)
         print(
             f"\n=== context [{owner}] mode={mode}: {result.token_used}/{result.token_budget} tokens, "
@@ -63,7 +62,7 @@ class EmbeddingProgress:
 
     def _counts(self) -> tuple[int, int]:
         with self.rt.pool.connection() as conn:
-            pairs = [count_pending(conn, name, self.rt.embedder.model_name) for name in EMBEDDED_SOURCES]
+            pairs = [count_pending(conn, name, self.rt.embedder.model_name) for name in INDEXED_NAMES]
         pending, total = sum(p for p, _ in pairs), sum(t for _, t in pairs)
         return total - pending, total
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import random
 
-from ..errors import ConfigError
+from ..infra.errors import ConfigError
 
 EXPLORE_RATE_ENV = "MEMORY_PIPELINES_EXPLORE_RATE"
 MAX_EXPLORE_RATE = 0.5

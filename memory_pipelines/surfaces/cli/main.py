@@ -11,12 +11,12 @@ import sys
 import warnings
 from collections.abc import Callable
 
-from .embeddings.base import EmbeddingError
-from .errors import UserError
+from ...embeddings.base import EmbeddingError
+from ...infra.errors import UserError
 
 # Modules that add their own commands: each has `register(sub)` adding sub-parsers with
 # `set_defaults(func=...)`. Add a module here to add its commands.
-COMMAND_MODULES: list[str] = ["cli_online", "cli_tuning"]
+COMMAND_MODULES: list[str] = ["online", "tuning"]
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 
@@ -30,7 +30,7 @@ def command(name: str):
 
 
 def _runtime():
-    from .runtime import open_runtime
+    from ...infra.runtime import open_runtime
 
     return open_runtime()
 
@@ -43,10 +43,10 @@ def _bar(total: int, desc: str):
 
 @command("migrate")
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from .db import database_url, describe_url
-    from .embeddings import make_embedder
-    from .migrate import migrate, reembed
-    from .settings import get_settings
+    from ...embeddings import make_embedder
+    from ...infra.db import database_url, describe_url
+    from ...infra.migrate import migrate, reembed
+    from ...infra.settings import get_settings
 
     settings = get_settings()
     embedder = make_embedder(settings)
@@ -67,7 +67,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 @command("status")
 def cmd_status(args: argparse.Namespace) -> int:
-    from .status import collect_status, format_status
+    from ...pipelines.status import collect_status, format_status
 
     rt = _runtime()
     info = collect_status(rt)
@@ -77,7 +77,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 @command("embed")
 def cmd_embed(args: argparse.Namespace) -> int:
-    from .keyword_index import index_all
+    from ...index.keywords import index_all
 
     rt = _runtime()
     results = embed_with_bar(rt)
@@ -87,7 +87,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
 
 def embed_with_bar(rt) -> list:
     """Embed every pending row with a progress bar on stderr."""
-    from .indexing import embed_all, pending_total
+    from ...index.vectors import embed_all, pending_total
 
     total = pending_total(rt.pool, rt.embedder.model_name)
     with _bar(total, f"embedding ({rt.embedder.model_name})") as bar:
@@ -103,7 +103,7 @@ def embed_with_bar(rt) -> list:
 def cmd_run(args: argparse.Namespace) -> int:
     import time
 
-    from .main_job import EmbeddingProgress, print_report
+    from .run import EmbeddingProgress, print_report
 
     try:
         from assets.materialize import materialize_all
@@ -127,7 +127,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 @command("search")
 def cmd_search(args: argparse.Namespace) -> int:
-    from .search import SearchFilters, search
+    from ...retrieval.search import SearchFilters, search
 
     rt = _runtime()
     filters = SearchFilters(sources=tuple(args.source) if args.source else SearchFilters().sources)
@@ -149,7 +149,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 @command("context")
 def cmd_context(args: argparse.Namespace) -> int:
-    from .context.builder import build_memory_context
+    from ...context.builder import build_memory_context
 
     rt = _runtime()
     result = build_memory_context(
@@ -177,10 +177,10 @@ def cmd_context(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .db import database_url
-    from .embeddings import make_embedder
-    from .evaluation import evaluate, format_table
-    from .settings import get_settings
+    from ...embeddings import make_embedder
+    from ...infra.db import database_url
+    from ...infra.settings import get_settings
+    from ...pipelines.evaluation import evaluate, format_table
 
     settings = get_settings()
     embedder = make_embedder(settings)
@@ -249,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, fn in COMMANDS.items():
         sub.choices[name].set_defaults(func=fn)
     for module in COMMAND_MODULES:
-        importlib.import_module(f"memory_pipelines.{module}").register(sub)
+        importlib.import_module(f"{__package__}.{module}").register(sub)
     return parser
 
 

@@ -16,8 +16,8 @@ from typing import Any
 
 from psycopg_pool import ConnectionPool
 
-from .embeddings import Embedder, EmbeddingError
-from .errors import ValidationError
+from ..embeddings import Embedder, EmbeddingError
+from ..infra.errors import ValidationError
 
 WEIGHTS = {"task_type": 10, "failure_class": 8, "event_type": 6, "failure_pattern": 4}
 FRESHNESS = ((7, 3), (30, 2))  # (max age in days, points); older gets 1

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .db import describe_url, pgvector_version
-from .indexing import count_pending
-from .migrate import stored_dimension
-from .runtime import Runtime
-from .sources import EMBEDDED_SOURCES, SOURCES
+from ..index.vectors import count_pending
+from ..infra.db import describe_url, pgvector_version
+from ..infra.migrate import stored_dimension
+from ..infra.runtime import Runtime
+from ..vocabulary import INDEXED, INDEXED_NAMES
 
 _PLAIN_TABLES = (
     "goals",
@@ -40,9 +40,9 @@ def collect_status(rt: Runtime) -> dict[str, Any]:
             "embedded_sources": {},
             "tables": {},
         }
-        for name in EMBEDDED_SOURCES:
+        for name in INDEXED_NAMES:
             pending, active = count_pending(conn, name, rt.embedder.model_name)
-            info["embedded_sources"][SOURCES[name].table] = {
+            info["embedded_sources"][INDEXED[name].table] = {
                 "active": active,
                 "embedded": active - pending,
                 "pending": pending,

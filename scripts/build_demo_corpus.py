@@ -15,7 +15,7 @@ Run from the repository root::
 
     python -m memory_pipelines.corpus.build_demo
 
-It validates the corpus with :func:`check` and writes ``memory_pipelines/corpus/data/demo.json``.
+It validates the corpus with :func:`check` and writes ``memory_pipelines/pipelines/data/demo.json``.
 Standard library only, no network.
 """
 
@@ -31,7 +31,7 @@ from typing import Any
 
 SEED = 20260101
 REF_DATE = date(2026, 1, 1)  # "today" of the story; ages count back from it
-OUT_PATH = Path(__file__).resolve().parent / "data" / "demo.json"
+OUT_PATH = Path(__file__).resolve().parents[1] / "memory_pipelines" / "pipelines" / "data" / "demo.json"
 
 OWNERS = ["team-alpha", "team-beta", "solo-gamma"]
 TASK_TYPES = ("dev", "review", "qa", "audit", "research", "talk", "data")

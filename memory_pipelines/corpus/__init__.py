@@ -1,1 +1,0 @@
-"""The bundled demo corpus: a bilingual history of an agent team (see `build_demo.py`)."""

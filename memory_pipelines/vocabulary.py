@@ -1,0 +1,215 @@
+"""What every layer must agree on: sources, modes, content types, limits and advisory-lock keys.
+
+API models, MCP schemas, CLI choices, SQL CHECKs (by migration), scoring and search read from here, so a
+concept is spelled once. Adding a source is one `Source` entry here plus its migration.
+
+Two kinds of source:
+- *indexed texts* (`INDEXED`): rows whose words are embedded and keyword-indexed (`task`, `learning`,
+  `capability`, and `fragment`, the chunks of agent-mem memories);
+- *scored sources* (`SOURCES`): what search and the context builder rank (`task`, `learning`, `capability`,
+  `memory`, `event`, `okr`); `memory` is reached through its fragments' index.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+# -- modes and content types ---------------------------------------------------------------------------------
+
+ContextMode = Literal["plan", "execute", "debug", "chat"]
+CONTEXT_MODES: tuple[str, ...] = get_args(ContextMode)
+"""What a context block is for; each weighs the sources differently (seed 001's MODE_WEIGHT)."""
+
+SearchMode = Literal["semantic", "keyword", "hybrid"]
+SEARCH_MODES: tuple[str, ...] = get_args(SearchMode)
+"""How search ranks: vectors, BM25 keywords, or both fused."""
+
+ContentType = Literal["requirement", "plan", "development", "testing", "insight"]
+CONTENT_TYPES: tuple[str, ...] = get_args(ContentType)
+"""The kinds of agent-mem memory (also a CHECK on memories.content_type)."""
+
+Scope = Literal["all", "requirement", "plan", "development", "testing", "insight"]
+"""A content type, or all of them."""
+
+CONTENT_TYPES_TEXT = (
+    "content_type is exactly one of five: 'requirement' (requirements and constraints), 'plan' (plans, "
+    "schedules, milestones), 'development' (implementation, code details, architecture), 'testing' "
+    "(tests, verification, regressions), 'insight' (lessons, patterns, decisions)."
+)
+
+# -- limits (every surface validates with these) ---------------------------------------------------------------
+
+MAX_QUERY = 2_000
+"""Characters of a search or context query."""
+MAX_CONTENT = 100_000
+"""Characters of one memory (about 25k-50k tokens: a long design document); larger input is refused."""
+MAX_NAME = 200
+"""Characters of project_key, project_name, owner, speaker."""
+MAX_PATH = 1_000
+"""Characters of machine_name, project_path."""
+MAX_ID = 200
+"""Characters of one item id."""
+MAX_IDS = 100
+"""Ids per get request."""
+MAX_SEARCH_LIMIT = 100
+MAX_TIMELINE_LIMIT = 200
+MAX_TOP_K = 50
+MIN_TS = 946_684_800
+"""2000-01-01T00:00:00Z: the earliest memory timestamp accepted."""
+MAX_TS = 32_503_680_000
+"""3000-01-01T00:00:00Z: the schema's upper bound of a Unix timestamp."""
+TS_FUTURE_SLACK = 86_400
+"""A memory's ts may be at most one day ahead of the server clock."""
+DEFAULT_BUDGET = 800
+MIN_BUDGET, MAX_BUDGET = 50, 32_000
+"""Token budget of a context block."""
+MAX_KEY_CHARS = 512
+"""Characters of an API key as sent; longer is rejected before any lookup."""
+
+# -- advisory locks: (namespace, key) pairs; each namespace means one thing ------------------------------------
+
+LOCK_MIGRATE = 7_245_001
+"""pg_advisory_lock(LOCK_MIGRATE): one process applies migrations at a time."""
+LOCK_PROJECT = 7_245_002
+"""pg_advisory_xact_lock(LOCK_PROJECT, hashtext(project_id)): one ingest per project at a time."""
+LOCK_INDEX = 7_245_003
+"""pg_advisory_lock(LOCK_INDEX, n): bulk loaders of the n-th vector column share, the index builder excludes."""
+
+# -- partitions ---------------------------------------------------------------------------------------------------
+
+BUCKETS = 8
+"""Embedding work is split into this many static hash buckets of the row id."""
+
+
+def bucket_sql(alias: str = "t") -> str:
+    """The bucket of a row: `abs(hashtext(id::text)::bigint) % buckets` (bigint: no overflow).
+
+    Use with a `%(buckets)s` parameter; the one spelling of the expression for SQL everywhere."""
+    return f"abs(hashtext({alias}.id::text)::bigint) %% %(buckets)s"
+
+
+# -- sources -------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IndexedText:
+    """A table whose rows are embedded and keyword-indexed, and the one definition of their text.
+
+    `text_sql` is the indexed text (the item's words plus the context a question would name: type,
+    project, speaker, date); `content_hash` marks when a row must be re-embedded.
+    """
+
+    name: str
+    table: str
+    id_type: str
+    from_sql: str
+    text_sql: str
+    active_sql: str = "t.is_active"
+    vector_column: str = "embedding"
+
+    @property
+    def index_name(self) -> str:
+        return f"{self.table}_{self.vector_column}_hnsw"
+
+
+@dataclass(frozen=True)
+class Source:
+    """A kind of item that search or the context builder ranks."""
+
+    name: str
+    table: str
+    id_type: str
+    half_life_days: float | None
+    mode_weights: dict[str, float]
+    indexed_as: str | None = None
+    """The `INDEXED` entry whose vectors and keywords reach it (None: not searched, e.g. okr)."""
+    searchable: bool = False
+    """Reached by search (semantic + keyword), hence a candidate of a context build's semantic retrieval."""
+
+
+_DATE = "to_char(t.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
+
+INDEXED: dict[str, IndexedText] = {
+    "task": IndexedText(
+        name="task",
+        table="tasks",
+        id_type="uuid",
+        from_sql="tasks t",
+        text_sql=(
+            "t.title || E'\\n' || t.description || E'\\n[task · ' || coalesce(t.task_type, '-') || ' · '"
+            f" || t.status || coalesce(' · ' || t.project_key, '') || ' · ' || {_DATE} || ']'"
+        ),
+    ),
+    "learning": IndexedText(
+        name="learning",
+        table="learnings",
+        id_type="uuid",
+        from_sql="learnings t",
+        text_sql=(
+            "t.title || E'\\n' || t.content || E'\\n[learning · ' || coalesce(t.task_type, '-')"
+            " || coalesce(' · ' || t.failure_class, '') || coalesce(' · ' || t.category, '')"
+            f" || ' · ' || {_DATE} || ']'"
+        ),
+    ),
+    "capability": IndexedText(
+        name="capability",
+        table="capabilities",
+        id_type="uuid",
+        from_sql="capabilities t",
+        text_sql="t.name || E'\\n' || t.description",
+    ),
+    "fragment": IndexedText(
+        name="fragment",
+        table="fragments",
+        id_type="text",
+        from_sql="fragments t JOIN memories m ON m.id = t.memory_id JOIN projects p ON p.id = m.project_id",
+        text_sql=(
+            "coalesce(m.speaker || ': ', '') || t.content || E'\\n[' || p.project_name || ' · ' || m.content_type"
+            " || ' · ' || to_char(m.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') || ']'"
+        ),
+        active_sql="m.is_active",
+    ),
+}
+
+SOURCES: dict[str, Source] = {
+    "task": Source("task", "tasks", "uuid", 30, {"plan": 1.0, "execute": 1.2, "debug": 1.0, "chat": 0.8},
+                   indexed_as="task", searchable=True),
+    "learning": Source("learning", "learnings", "uuid", 90, {"plan": 0.8, "execute": 1.0, "debug": 1.5, "chat": 0.6},
+                       indexed_as="learning", searchable=True),
+    "capability": Source("capability", "capabilities", "uuid", None,
+                         {"plan": 1.0, "execute": 1.2, "debug": 1.0, "chat": 0.8},
+                         indexed_as="capability", searchable=True),
+    "memory": Source("memory", "memories", "text", None, {"plan": 1.0, "execute": 1.0, "debug": 1.0, "chat": 1.0},
+                     indexed_as="fragment", searchable=True),
+    "event": Source("event", "events", "uuid", 1, {"plan": 0.5, "execute": 0.8, "debug": 1.5, "chat": 0.3}),
+    "okr": Source("okr", "goals", "uuid", None, {"plan": 1.5, "execute": 0.5, "debug": 0.3, "chat": 1.0}),
+}
+
+SOURCE_NAMES: tuple[str, ...] = tuple(SOURCES)
+SEARCH_SOURCES: tuple[str, ...] = tuple(n for n, s in SOURCES.items() if s.searchable)
+INDEXED_NAMES: tuple[str, ...] = tuple(INDEXED)
+KEYWORD_SOURCE_OF: dict[str, str] = {n: s.indexed_as for n, s in SOURCES.items() if s.indexed_as}
+"""Scored source → the keyword-table source that indexes it (memory → fragment)."""
+
+VECTOR_COLUMNS: list[tuple[str, str, str | None]] = [
+    *((i.table, i.vector_column, i.index_name) for i in INDEXED.values()),
+    ("memories", "avg_embedding", "memories_avg_embedding_hnsw"),
+    ("events", "embedding", None),
+    ("memory_versions", "avg_embedding", None),
+]
+"""Every vector column, with its HNSW index (recreated when the dimension changes)."""
+
+EVENT_TYPES: tuple[str, ...] = ("task_failed", "task_completed", "alert", "layer2_health", "escalation")
+"""The event types a context build reads as recent events (seed 001)."""
+EVENT_WINDOW_HOURS = {"default": 24, "debug": 72}
+
+
+def seed_half_lives() -> dict[str, float | None]:
+    """Default half-life (days, None = no decay) per scored source."""
+    return {n: s.half_life_days for n, s in SOURCES.items()}
+
+
+def seed_mode_weights() -> dict[str, dict[str, float]]:
+    """Default mode weights per scored source."""
+    return {n: dict(s.mode_weights) for n, s in SOURCES.items()}
