@@ -11,7 +11,7 @@ once across runs, and `memory_db_writes` caps the database-heavy maintenance ste
 import dagster as dg
 
 from memory_pipelines.index.vectors import BackfillResult, embed_buckets, ensure_vector_indexes, finish_memories
-from memory_pipelines.store.ingest import finish_deferred
+from memory_pipelines.pipelines.deferred import finish_deferred
 from memory_pipelines.vocabulary import INDEXED, INDEXED_NAMES
 
 from .resources import MemoryResource

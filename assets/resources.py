@@ -11,7 +11,7 @@ from pydantic import PrivateAttr
 from memory_pipelines.embeddings import Embedder, make_embedder
 from memory_pipelines.infra.db import database_url, get_pool
 from memory_pipelines.infra.llm import ChatLLM
-from memory_pipelines.infra.runtime import Runtime, open_runtime
+from memory_pipelines.runtime import Runtime, open_runtime
 from memory_pipelines.infra.settings import Settings
 
 _lock = threading.Lock()

@@ -26,7 +26,7 @@ from psycopg.types.json import Jsonb
 from memory_pipelines.context.builder import build_memory_context
 from memory_pipelines.index.keywords import index_source
 from memory_pipelines.infra.db import get_pool
-from memory_pipelines.infra.runtime import warm_up
+from memory_pipelines.runtime import warm_up
 from memory_pipelines.text.keywords import jaccard
 
 

@@ -54,7 +54,8 @@ MAX_IDS = 100
 """Ids per get request."""
 MAX_SEARCH_LIMIT = 100
 MAX_TIMELINE_LIMIT = 200
-MAX_TOP_K = 50
+MAX_TOP_K = 100
+"""Matches of a progressive-disclosure search or related call."""
 MIN_TS = 946_684_800
 """2000-01-01T00:00:00Z: the earliest memory timestamp accepted."""
 MAX_TS = 32_503_680_000

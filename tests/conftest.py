@@ -18,7 +18,7 @@ from psycopg.conninfo import make_conninfo
 from memory_pipelines.embeddings import FakeEmbedder
 from memory_pipelines.infra.db import close_pools, get_pool, start_embedded_server
 from memory_pipelines.infra.migrate import migrate
-from memory_pipelines.infra.runtime import Runtime
+from memory_pipelines.runtime import Runtime
 from memory_pipelines.infra.settings import Settings
 from tests.fake_openai import fake_openai  # noqa: F401  (fixture)
 

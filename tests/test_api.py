@@ -17,6 +17,7 @@ import uvicorn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from memory_pipelines import Memory
 from memory_pipelines.index.keywords import index_all
 from memory_pipelines.index.vectors import embed_all
 from memory_pipelines.infra.auth import create_key, resolve_key, revoke_key
@@ -53,7 +54,7 @@ class LiveServer:
 
 @pytest.fixture
 def live(runtime) -> Iterator[str]:
-    with LiveServer(create_app(runtime, llm=None)) as srv:
+    with LiveServer(create_app(Memory(runtime, llm=None))) as srv:
         yield srv.url
 
 

@@ -17,14 +17,13 @@ from memory_pipelines.embeddings.base import to_array
 from memory_pipelines.index.vectors import count_pending
 from memory_pipelines.infra.errors import ValidationError
 from memory_pipelines.infra.llm import ChatLLM
+from memory_pipelines.pipelines.deferred import finish_deferred
 from memory_pipelines.store.ingest import (
-    MAX_CONTENT_CHARS,
     conflict_threshold_for,
-    finish_deferred,
     ingest_memory,
 )
 from memory_pipelines.store.read import get_memories, search_memories
-from memory_pipelines.vocabulary import INDEXED
+from memory_pipelines.vocabulary import INDEXED, MAX_CONTENT
 from tests.fake_openai import FakeOpenAI, fake_openai  # noqa: F401
 
 T = 0.5  # conflict threshold for the bag-of-words FakeEmbedder (related test texts score 0.6-0.9)
@@ -120,7 +119,7 @@ GOOD = {"content": "x is y", "content_type": "insight", "project_name": "p"}
         ("alice", {"content": ""}, "content"),
         ("alice", {"content": "   \n"}, "content"),
         ("alice", {"content": 42}, "content"),
-        ("alice", {"content": "a" * (MAX_CONTENT_CHARS + 1)}, "content"),
+        ("alice", {"content": "a" * (MAX_CONTENT + 1)}, "content"),
         ("alice", {"content_type": "note"}, "content_type"),
         ("alice", {"content_type": None}, "content_type"),
         ("alice", {"project_name": None}, "project_name"),
@@ -149,7 +148,7 @@ def test_limits_are_inclusive(pool, fake_embedder) -> None:
         fake_embedder,
         None,
         "alice",
-        content="a " * (MAX_CONTENT_CHARS // 2),
+        content="a " * (MAX_CONTENT // 2),
         content_type="insight",
         project_key="k" * 200,
         ts=946_684_800,

@@ -20,6 +20,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from memory_pipelines import Memory
 from memory_pipelines.infra.auth import create_key, revoke_key
 from memory_pipelines.surfaces.mcp import build_http_app
 from tests.test_api import EN, ZH, LiveServer
@@ -120,7 +121,7 @@ def test_stdio_session_full_flow_for_the_configured_owner(db_url, runtime, tmp_p
 
 @pytest.fixture
 def mcp_http(runtime):
-    with LiveServer(build_http_app(runtime, llm=None)) as srv:
+    with LiveServer(build_http_app(Memory(runtime, llm=None))) as srv:
         yield f"{srv.url}/mcp"
 
 

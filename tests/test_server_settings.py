@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from memory_pipelines.infra.db import EMBEDDED_CONFIG_FILE, embedded_config, write_embedded_config
-from memory_pipelines.infra.runtime import warm_up
+from memory_pipelines.runtime import warm_up
 from memory_pipelines.text import keywords
 
 GIB = 1 << 30

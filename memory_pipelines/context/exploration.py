@@ -6,10 +6,9 @@ has the same chance to be shown at each position, so its labels are independent 
 the offline replay on those builds is unbiased (the evaluator reports them separately). The cost is a
 worse context for that share of builds, hence a small rate (0.02–0.05) and only where the agent tolerates it.
 
-The online builder (`context/builder.py`) uses it: with probability `explore_rate()` (or its `exploration`
-argument) a build injects `exploration_order(...)` instead of the MMR order and is logged `randomized`.
-
-This module imports no pandas, so the online builder can use it without the `dagster` extra.
+The builder (`builder.py`) takes the rate as its `exploration` argument; `Memory.context` passes
+`Settings.explore_rate` (MEMORY_PIPELINES_EXPLORE_RATE). A build with probability `rate` injects
+`exploration_order(...)` instead of the MMR order and is logged `randomized`.
 """
 
 from __future__ import annotations
@@ -17,27 +16,12 @@ from __future__ import annotations
 import os
 import random
 
-from ..infra.errors import ConfigError
-
-EXPLORE_RATE_ENV = "MEMORY_PIPELINES_EXPLORE_RATE"
-MAX_EXPLORE_RATE = 0.5
+from ..infra.settings import EXPLORE_RATE_ENV, parse_explore_rate
 
 
 def explore_rate(env: dict[str, str] | None = None) -> float:
     """The share of builds to randomise, from MEMORY_PIPELINES_EXPLORE_RATE (default 0: off)."""
-    raw = (env if env is not None else os.environ).get(EXPLORE_RATE_ENV, "").strip()
-    if not raw:
-        return 0.0
-    try:
-        rate = float(raw)
-    except ValueError:
-        rate = -1.0
-    if not 0.0 <= rate <= MAX_EXPLORE_RATE:
-        raise ConfigError(
-            f"{EXPLORE_RATE_ENV}={raw!r} is not a share from 0 to {MAX_EXPLORE_RATE}. "
-            f"Fix: set it to e.g. 0.02, or unset it to turn exploration off."
-        )
-    return rate
+    return parse_explore_rate((env if env is not None else os.environ).get(EXPLORE_RATE_ENV, ""))
 
 
 def should_explore(rate: float, rng: random.Random | None = None) -> bool:

@@ -15,12 +15,12 @@ from typing import Any
 
 from psycopg_pool import ConnectionPool
 
+from ..vocabulary import MAX_NAME
 from .errors import ValidationError
 
 KEY_PREFIX = "mp_"
 PREFIX_CHARS = 11  # "mp_" + 8 characters (48 random bits) shown in listings
 MAX_KEY_CHARS = 200
-MAX_NAME_CHARS = 200
 LAST_USED_RESOLUTION = "60 seconds"  # last_used_at is written at most this often per key
 
 
@@ -35,10 +35,10 @@ def _iso(value: datetime | None) -> str | None:
 
 def create_key(pool: ConnectionPool, owner: str, name: str | None = None) -> tuple[str, str]:
     """(key id, key) for a new key of `owner`. Store the key now: it cannot be shown again."""
-    if not isinstance(owner, str) or not owner.strip() or len(owner.strip()) > MAX_NAME_CHARS:
-        raise ValidationError("owner", f"must be a non-empty string of at most {MAX_NAME_CHARS} characters")
-    if name is not None and (not isinstance(name, str) or len(name) > MAX_NAME_CHARS):
-        raise ValidationError("name", f"must be a string of at most {MAX_NAME_CHARS} characters")
+    if not isinstance(owner, str) or not owner.strip() or len(owner.strip()) > MAX_NAME:
+        raise ValidationError("owner", f"must be a non-empty string of at most {MAX_NAME} characters")
+    if name is not None and (not isinstance(name, str) or len(name) > MAX_NAME):
+        raise ValidationError("name", f"must be a string of at most {MAX_NAME} characters")
     key = KEY_PREFIX + secrets.token_urlsafe(32)
     with pool.connection() as conn:
         row = conn.execute(

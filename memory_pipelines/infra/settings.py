@@ -6,6 +6,28 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .errors import ConfigError
+
+EXPLORE_RATE_ENV = "MEMORY_PIPELINES_EXPLORE_RATE"
+MAX_EXPLORE_RATE = 0.5
+
+
+def parse_explore_rate(raw: str) -> float:
+    """The share of context builds to randomise (empty: 0, off); a ConfigError outside [0, 0.5]."""
+    raw = raw.strip()
+    if not raw:
+        return 0.0
+    try:
+        rate = float(raw)
+    except ValueError:
+        rate = -1.0
+    if not 0.0 <= rate <= MAX_EXPLORE_RATE:
+        raise ConfigError(
+            f"{EXPLORE_RATE_ENV}={raw!r} is not a share from 0 to {MAX_EXPLORE_RATE}. "
+            f"Fix: set it to e.g. 0.02, or unset it to turn exploration off."
+        )
+    return rate
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -23,6 +45,7 @@ class Settings:
     openai_max_retries: int = 5
     fake_dimension: int = 384
     default_owner: str = "default"
+    explore_rate: float = 0.0  # share of context builds injected in random order (context/exploration.py)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -44,6 +67,7 @@ class Settings:
             openai_max_retries=int(env.get("OPENAI_MAX_RETRIES") or 5),
             fake_dimension=int(env.get("MEMORY_PIPELINES_FAKE_DIM") or 384),
             default_owner=env.get("MEMORY_PIPELINES_OWNER") or "default",
+            explore_rate=parse_explore_rate(env.get(EXPLORE_RATE_ENV, "")),
         )
 
 

@@ -7,7 +7,7 @@ from typing import Any
 from ..index.vectors import count_pending
 from ..infra.db import describe_url, pgvector_version
 from ..infra.migrate import stored_dimension
-from ..infra.runtime import Runtime
+from ..runtime import Runtime
 from ..vocabulary import INDEXED, INDEXED_NAMES
 
 _PLAIN_TABLES = (

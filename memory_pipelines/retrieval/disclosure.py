@@ -13,6 +13,7 @@ from psycopg_pool import ConnectionPool
 from ..embeddings import Embedder
 from ..embeddings.base import to_array
 from ..infra.errors import NotFoundError, ValidationError, check_storable
+from ..vocabulary import MAX_TOP_K
 from .search import SearchFilters, SearchResult, search
 
 _DETAIL_SQL = {
@@ -105,8 +106,8 @@ def related(
     exclude_self: bool = True,
 ) -> dict[str, Any]:
     """Related layer: the neighbours of an item of this owner, by its stored vector and its words."""
-    if not isinstance(top_k, int) or not 1 <= top_k <= 100:
-        raise ValidationError("topK", "must be an integer from 1 to 100")
+    if not isinstance(top_k, int) or not 1 <= top_k <= MAX_TOP_K:
+        raise ValidationError("topK", f"must be an integer from 1 to {MAX_TOP_K}")
     _source, (rid, title, body, _status, _meta, _created, emb) = _find(pool, owner, base_id)
     query = f"{title}\n{body or ''}"[:1000]
     qvec = to_array(emb)

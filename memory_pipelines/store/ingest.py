@@ -11,8 +11,8 @@ Flow of `ingest_memory`:
    `memory_arbitrations`; keyword-index the new fragments.
 
 If the embedding provider fails, the memory and its fragments are stored with embedding and
-arbitration status 'pending' and a DEFERRED arbitration row; `finish_deferred` embeds them later and
-runs the same conflict detection and arbitration.
+arbitration status 'pending' and a DEFERRED arbitration row; `pipelines.deferred.finish_deferred`
+embeds them later and runs the same conflict detection and arbitration.
 
 `ts` is the memory's own time (Unix seconds, default now): a new memory's `created_at` is set to it, so
 the date in its indexed text and in time filters is the date the memory is about. A REPLACE keeps the
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -35,28 +34,28 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from ..embeddings import Embedder, EmbeddingError, normalise
-from ..embeddings.base import to_array
 from ..index.keywords import index_rows
-from ..index.vectors import embed_source, finish_memories
 from ..infra.db import transaction
 from ..infra.errors import ValidationError, check_storable
 from ..infra.llm import ChatLLM
 from ..text.chunks import chunk_text
-from ..vocabulary import CONTENT_TYPES
+from ..vocabulary import (
+    CONTENT_TYPES,
+    LOCK_PROJECT,
+    MAX_CONTENT,
+    MAX_NAME,
+    MAX_PATH,
+    MIN_TS,
+    TS_FUTURE_SLACK,
+)
 from .arbitration import Candidate, Decision, arbitrate, summarise
 from .memories import content_hash, new_memory_id
 from .projects import ensure_project, project_key_from_name
 
 log = logging.getLogger(__name__)
 
-MAX_CONTENT_CHARS = 100_000  # about 25k-50k tokens: a long design document; larger input is refused
-MAX_NAME_CHARS = 200  # project_key, project_name, owner, speaker
-MAX_PATH_CHARS = 1000  # machine_name, project_path
 CHUNK_TOKENS, CHUNK_OVERLAP = 500, 50
-MIN_TS = 946_684_800  # 2000-01-01T00:00:00Z
-TS_FUTURE_SLACK = 86_400  # ts may be at most one day ahead of the server clock
 CANDIDATES = 3
-LOCK_NAMESPACE = 7_245_002  # first key of pg_advisory_xact_lock(int, int); the second is the project's hash
 
 # Cosine similarity at or above which an existing memory is a conflict candidate, per embedding model.
 # multilingual-e5-small (measured on memory texts with their "[project · type · date]" suffix):
@@ -137,7 +136,7 @@ def _opt_str(name: str, value: object, limit: int) -> str | None:
 
 def validate_owner(owner: object) -> str:
     """The owner id, stripped; ValidationError('owner') when empty or too long."""
-    value = _opt_str("owner", owner, MAX_NAME_CHARS)
+    value = _opt_str("owner", owner, MAX_NAME)
     if value is None:
         raise ValidationError("owner", "is required")
     return value
@@ -160,20 +159,20 @@ def validate_input(
     owner_id = validate_owner(owner)
     if not isinstance(content, str) or not content.strip():
         raise ValidationError("content", "must be a non-empty string")
-    if len(content) > MAX_CONTENT_CHARS:
+    if len(content) > MAX_CONTENT:
         raise ValidationError(
-            "content", f"must be at most {MAX_CONTENT_CHARS} characters, got {len(content)}"
+            "content", f"must be at most {MAX_CONTENT} characters, got {len(content)}"
         )
     check_storable("content", content)
     if content_type not in CONTENT_TYPES:
         raise ValidationError("content_type", f"must be one of {list(CONTENT_TYPES)}, got {content_type!r}")
-    name = _opt_str("project_name", project_name, MAX_NAME_CHARS)
-    key = _opt_str("project_key", project_key, MAX_NAME_CHARS)
+    name = _opt_str("project_name", project_name, MAX_NAME)
+    key = _opt_str("project_key", project_key, MAX_NAME)
     if name is None and key is None:
         raise ValidationError("project_name", "project_name or project_key is required")
     key = key or project_key_from_name(name or "")
-    if len(key) > MAX_NAME_CHARS:
-        raise ValidationError("project_key", f"must be at most {MAX_NAME_CHARS} characters")
+    if len(key) > MAX_NAME:
+        raise ValidationError("project_key", f"must be at most {MAX_NAME} characters")
     now = time.time() if now is None else now
     if ts is None:
         ts = int(now)
@@ -187,10 +186,10 @@ def validate_input(
         content_type=str(content_type),
         project_key=key,
         project_name=name or key,
-        machine_name=_opt_str("machine_name", machine_name, MAX_PATH_CHARS),
-        project_path=_opt_str("project_path", project_path, MAX_PATH_CHARS),
+        machine_name=_opt_str("machine_name", machine_name, MAX_PATH),
+        project_path=_opt_str("project_path", project_path, MAX_PATH),
         ts=int(ts),
-        speaker=_opt_str("speaker", speaker, MAX_NAME_CHARS),
+        speaker=_opt_str("speaker", speaker, MAX_NAME),
     )
 
 
@@ -206,7 +205,7 @@ def fragment_text(
     return f"{lead}{chunk}\n[{project_name} · {content_type} · {day}]"
 
 
-def _texts(
+def texts_for(
     chunks: Sequence[str], speaker: str | None, project_name: str, content_type: str, created_at: datetime
 ) -> list[str]:
     return [fragment_text(c, speaker, project_name, content_type, created_at) for c in chunks]
@@ -234,7 +233,7 @@ def _embed(embedder: Embedder, texts: list[str]) -> tuple[np.ndarray | None, str
 
 def lock_project(conn: psycopg.Connection, project_id: str) -> None:
     """Serialise conflict detection + write per project until the transaction ends."""
-    conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (LOCK_NAMESPACE, project_id))
+    conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (LOCK_PROJECT, project_id))
 
 
 def find_candidates(
@@ -308,7 +307,7 @@ def log_arbitration(
     )
 
 
-def _log_decision(
+def log_decision(
     conn: psycopg.Connection, owner: str, project_id: str, d: Decision, new_id: str | None, new_summary: str
 ) -> None:
     c = d.candidate
@@ -327,7 +326,7 @@ def _log_decision(
     )
 
 
-def _drop_fragments(conn: psycopg.Connection, memory_id: str) -> None:
+def drop_fragments(conn: psycopg.Connection, memory_id: str) -> None:
     """Delete a memory's fragments and their keyword-index rows."""
     conn.execute(
         "DELETE FROM keyword_docs WHERE source = 'fragment' AND item_id IN"
@@ -378,7 +377,7 @@ def _write_fragments(
 
 
 @dataclass
-class _NewContent:
+class NewContent:
     """The content a write puts into a memory row."""
 
     content: str
@@ -398,7 +397,7 @@ def _insert(
     memory_id: str,
     owner: str,
     project_id: str,
-    new: _NewContent,
+    new: NewContent,
     model: str,
     created_at: datetime,
 ) -> None:
@@ -435,8 +434,8 @@ def _insert(
     _write_fragments(conn, memory_id, owner, new.chunks, new.texts, new.vectors, model, created_at)
 
 
-def _replace(
-    conn: psycopg.Connection, embedder: Embedder, old_id: str, owner: str, project_name: str, new: _NewContent
+def replace_memory(
+    conn: psycopg.Connection, embedder: Embedder, old_id: str, owner: str, project_name: str, new: NewContent
 ) -> int:
     """Copy the old row into memory_versions and overwrite it with `new`; returns the version stored."""
     version = conn.execute(
@@ -451,7 +450,7 @@ def _replace(
         (version, old_id),
     )
     created_at = conn.execute("SELECT created_at FROM memories WHERE id = %s", (old_id,)).fetchone()[0]
-    texts = _texts(new.chunks, new.speaker, project_name, new.content_type, created_at)
+    texts = texts_for(new.chunks, new.speaker, project_name, new.content_type, created_at)
     vectors = new.vectors
     if texts != new.texts and vectors is not None:  # the old row's date differs: embed what it indexes
         vectors = _embed(embedder, texts)[0]
@@ -479,7 +478,7 @@ def _replace(
             "model": embedder.model_name,
         },
     )
-    _drop_fragments(conn, old_id)
+    drop_fragments(conn, old_id)
     _write_fragments(conn, old_id, owner, new.chunks, texts, vectors, embedder.model_name, created_at)
     return int(version)
 
@@ -524,9 +523,9 @@ def ingest_memory(
     created_at = datetime.fromtimestamp(inp.ts, UTC)
     chunks = chunk_text(inp.content, CHUNK_TOKENS, CHUNK_OVERLAP)
     summary, tags, summary_by = summarise(llm, inp.content)
-    texts = _texts(chunks, inp.speaker, stored_name, inp.content_type, created_at)
+    texts = texts_for(chunks, inp.speaker, stored_name, inp.content_type, created_at)
     vectors, embed_error = _embed(embedder, texts)
-    new = _NewContent(
+    new = NewContent(
         inp.content, inp.content_type, inp.ts, inp.speaker, summary, tags, summary_by, chunks, vectors, texts
     )
     memory_id = new_memory_id()
@@ -563,7 +562,7 @@ def _apply_live(
     project_id: str,
     project_name: str,
     memory_id: str,
-    new: _NewContent,
+    new: NewContent,
     d: Decision,
     created_at: datetime,
 ) -> IngestResult:
@@ -571,123 +570,12 @@ def _apply_live(
     sim = c.similarity if c else None
     cid = c.id if c else None
     if d.action == "SKIP" and c is not None:
-        _log_decision(conn, owner, project_id, d, None, new.summary)
+        log_decision(conn, owner, project_id, d, None, new.summary)
         return IngestResult("skipped", c.id, "SKIP", sim, cid)
     if d.action == "REPLACE" and c is not None:
-        _replace(conn, embedder, c.id, owner, project_name, new)
-        _log_decision(conn, owner, project_id, d, c.id, new.summary)
+        replace_memory(conn, embedder, c.id, owner, project_name, new)
+        log_decision(conn, owner, project_id, d, c.id, new.summary)
         return IngestResult("updated", c.id, "REPLACE", sim, cid)
     _insert(conn, memory_id, owner, project_id, new, embedder.model_name, created_at)
-    _log_decision(conn, owner, project_id, d, memory_id, new.summary)
+    log_decision(conn, owner, project_id, d, memory_id, new.summary)
     return IngestResult("created", memory_id, d.action, sim, cid)
-
-
-# --- deferred work ---------------------------------------------------------------------------------------
-
-
-def _pending_ids(pool: ConnectionPool, model: str) -> list[str]:
-    with pool.connection() as conn:
-        rows = conn.execute(
-            "SELECT id FROM memories WHERE arbitration_status = 'pending' AND is_active"
-            " AND embedding_status = 'done' AND embedding_model = %s ORDER BY created_at, id",
-            (model,),
-        ).fetchall()
-    return [r[0] for r in rows]
-
-
-def _settle_one(
-    pool: ConnectionPool, embedder: Embedder, llm: ChatLLM | None, memory_id: str, threshold: float | None
-) -> dict[str, Any] | None:
-    """Conflict detection + arbitration for one deferred memory, like a live ingest."""
-    model = embedder.model_name
-    with pool.connection() as conn:
-        head = conn.execute("SELECT project_id::text FROM memories WHERE id = %s", (memory_id,)).fetchone()
-    if head is None:
-        return None
-    with transaction(pool) as conn:
-        lock_project(conn, head[0])
-        row = conn.execute(
-            "SELECT m.owner_id, m.project_id::text, p.project_name, m.content, m.content_type, m.ts,"
-            " m.speaker, coalesce(m.summary, ''), m.tags,"
-            " coalesce(m.metadata->>'summary_by', 'extractive'), m.avg_embedding"
-            " FROM memories m JOIN projects p ON p.id = m.project_id WHERE m.id = %s AND m.is_active"
-            " AND m.arbitration_status = 'pending' AND m.embedding_status = 'done' FOR UPDATE OF m",
-            (memory_id,),
-        ).fetchone()
-        if row is None:  # settled by another worker meanwhile
-            return None
-        owner, project_id, project_name, content, ctype, ts, speaker, summary, tags, by, vec = row
-        limit = threshold if threshold is not None else conflict_threshold_for(model)
-        candidates = find_candidates(conn, owner, project_id, to_array(vec), model, limit, exclude=memory_id)
-        d = arbitrate(llm, summary, content, ctype, candidates)
-        c = d.candidate
-        if d.action in ("SKIP", "REPLACE") and c is not None:
-            if d.action == "REPLACE":
-                frags = conn.execute(
-                    "SELECT content, embedding FROM fragments WHERE memory_id = %s ORDER BY chunk_index",
-                    (memory_id,),
-                ).fetchall()
-                chunks = [f[0] for f in frags]
-                own_date = conn.execute(
-                    "SELECT created_at FROM memories WHERE id = %s", (memory_id,)
-                ).fetchone()[0]
-                new = _NewContent(
-                    content,
-                    ctype,
-                    int(ts),
-                    speaker,
-                    summary,
-                    list(tags or []),
-                    by,
-                    chunks,
-                    np.vstack([to_array(f[1]) for f in frags]),
-                    _texts(chunks, speaker, project_name, ctype, own_date),
-                )
-                _replace(conn, embedder, c.id, owner, project_name, new)
-            _drop_fragments(conn, memory_id)
-            conn.execute(
-                "UPDATE memories SET is_active = false, arbitration_status = 'done', updated_at = now(),"
-                " metadata = metadata || %s WHERE id = %s",
-                (Jsonb({"merged_into" if d.action == "REPLACE" else "duplicate_of": c.id}), memory_id),
-            )
-        else:
-            conn.execute("UPDATE memories SET arbitration_status = 'done' WHERE id = %s", (memory_id,))
-        _log_decision(conn, owner, project_id, d, memory_id, summary)
-    return {
-        "id": memory_id,
-        "action": d.action,
-        "candidate_id": c.id if c else None,
-        "similarity": c.similarity if c else None,
-    }
-
-
-def finish_deferred(
-    pool: ConnectionPool, embedder: Embedder, llm: ChatLLM | None, *, conflict_threshold: float | None = None
-) -> dict[str, Any]:
-    """Embed pending fragments, then arbitrate every memory whose arbitration was deferred.
-
-    A deferred memory that duplicates an existing one is deactivated (SKIP, `duplicate_of` in its
-    metadata) or folded into it (REPLACE: the old text becomes a version, `merged_into` in metadata).
-    Memories whose fragments still cannot be embedded stay pending for the next run.
-    """
-    backfill = embed_source(pool, embedder, "fragment")
-    with pool.connection() as conn:
-        finish_memories(conn, embedder.model_name)
-    outcomes = [
-        o
-        for mid in _pending_ids(pool, embedder.model_name)
-        if (o := _settle_one(pool, embedder, llm, mid, conflict_threshold)) is not None
-    ]
-    with pool.connection() as conn:
-        still = conn.execute(
-            "SELECT count(*) FROM memories WHERE arbitration_status = 'pending' AND is_active"
-        ).fetchone()[0]
-    return {
-        "embedded_fragments": backfill.embedded,
-        "failed_fragments": backfill.failed,
-        "arbitrated": len(outcomes),
-        "actions": dict(Counter(o["action"] for o in outcomes)),
-        "outcomes": outcomes,
-        "still_pending": int(still),
-        "errors": backfill.errors[:5],
-    }

@@ -16,14 +16,11 @@ from ..embeddings import Embedder
 from ..infra.errors import NotFoundError, ValidationError, check_storable
 from ..retrieval.search import SearchFilters, embed_query, search
 from ..text.keywords import terms
-from ..vocabulary import CONTENT_TYPES
+from ..vocabulary import CONTENT_TYPES, MAX_IDS, MAX_SEARCH_LIMIT, MAX_TIMELINE_LIMIT
 from .ingest import validate_owner
 from .projects import project_key_from_name
 
 SNIPPET_CHARS = 200
-MAX_SEARCH_LIMIT = 100
-MAX_GET_IDS = 100
-MAX_TIMELINE_LIMIT = 200
 NEXT_ACTION = "use_ids_to_call_mem_get"
 
 
@@ -209,8 +206,8 @@ def _validate_ids(ids: object) -> list[str]:
         raise ValidationError("ids", "must be a list of memory ids")
     if not ids:
         raise ValidationError("ids", "must contain at least one id")
-    if len(ids) > MAX_GET_IDS:
-        raise ValidationError("ids", f"at most {MAX_GET_IDS} ids per call, got {len(ids)}")
+    if len(ids) > MAX_IDS:
+        raise ValidationError("ids", f"at most {MAX_IDS} ids per call, got {len(ids)}")
     if not all(isinstance(i, str) and i.strip() and len(i) <= 200 for i in ids):
         raise ValidationError("ids", "every id must be a non-empty string")
     return list(dict.fromkeys(check_storable("ids", i.strip()) for i in ids))

@@ -12,27 +12,39 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import AfterValidator, Field
+from pydantic import Field
 
+from ..face import Memory
 from ..infra.errors import NotFoundError, UserError, ValidationError
-from ..infra.runtime import Runtime
+from ..vocabulary import (
+    CONTENT_TYPES_TEXT,
+    DEFAULT_BUDGET,
+    MAX_BUDGET,
+    MAX_CONTENT,
+    MAX_ID,
+    MAX_IDS,
+    MAX_NAME,
+    MAX_PATH,
+    MAX_QUERY,
+    MAX_SEARCH_LIMIT,
+    MAX_TIMELINE_LIMIT,
+    MAX_TS,
+    MIN_BUDGET,
+    ContentType,
+    ContextMode,
+    Scope,
+)
 from .encode import jsonable
-from .http.models import MAX_CONTENT, MAX_ID, MAX_IDS, MAX_QUERY, storable
+from .schema import Text
 
 log = logging.getLogger(__name__)
 
 OwnerResolver = Callable[[Mapping[str, str] | None], str]
-_UNSET: Any = object()
 
-CONTENT_TYPES_TEXT = (
-    "content_type is exactly one of five: 'requirement' (requirements and constraints), 'plan' (plans, "
-    "schedules, milestones), 'development' (implementation, code details, architecture), 'testing' "
-    "(tests, verification, regressions), 'insight' (lessons, patterns, decisions)."
-)
 
 INSTRUCTIONS = (
     "Long-term memory shared by all your sessions and machines. To recall, ALWAYS search first and get "
@@ -43,14 +55,11 @@ INSTRUCTIONS = (
     + CONTENT_TYPES_TEXT
 )
 
-ContentType = Literal["requirement", "plan", "development", "testing", "insight"]
-Scope = Literal["all", "requirement", "plan", "development", "testing", "insight"]
-Text = AfterValidator(storable)
 
 QueryArg = Annotated[str, Field(min_length=1, max_length=MAX_QUERY, description="What to look for."), Text]
-ProjectKeyArg = Annotated[str | None, Field(max_length=200, description="Only this project."), Text]
-ProjectNameArg = Annotated[str | None, Field(max_length=200, description="Project, by name."), Text]
-OptText200 = Annotated[str | None, Field(max_length=200), Text]
+ProjectKeyArg = Annotated[str | None, Field(max_length=MAX_NAME, description="Only this project."), Text]
+ProjectNameArg = Annotated[str | None, Field(max_length=MAX_NAME, description="Project, by name."), Text]
+OptName = Annotated[str | None, Field(max_length=MAX_NAME), Text]
 
 
 def config_owner(owner: str) -> OwnerResolver:
@@ -68,13 +77,11 @@ def bearer_key(headers: Mapping[str, str] | None) -> str | None:
     return key
 
 
-def key_owner(pool: Any) -> OwnerResolver:
+def key_owner(memory: Memory) -> OwnerResolver:
     """The resolver for HTTP: the owner of the request's bearer key."""
-    from ..infra.auth import resolve_key
 
     def resolve(headers: Mapping[str, str] | None) -> str:
-        key = bearer_key(headers)
-        owner = resolve_key(pool, key) if key else None
+        owner = memory.owner_of_key(bearer_key(headers))
         if owner is None:
             raise PermissionError("missing, unknown or revoked API key: send `Authorization: Bearer <key>`")
         return owner
@@ -99,16 +106,8 @@ def _utc(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
 
 
-def build_server(runtime: Runtime, owner_resolver: OwnerResolver, llm: Any = _UNSET) -> MCPServer:
-    """An MCP server with the `mem.*` tools over one runtime."""
-    from ..context.builder import build_memory_context
-    from ..infra.llm import ChatLLM
-    from ..store.ingest import ingest_memory
-    from ..store.read import get_memories, list_projects, search_memories, timeline
-
-    if llm is _UNSET:
-        llm = ChatLLM.from_settings(runtime.settings)
-    pool, embedder = runtime.pool, runtime.embedder
+def build_server(memory: Memory, owner_resolver: OwnerResolver) -> MCPServer:
+    """An MCP server with the `mem.*` tools over one `Memory`."""
     server = MCPServer("memory-pipelines", instructions=INSTRUCTIONS, version="0.1.0")
 
     def owner_of(ctx: Context) -> str:
@@ -132,23 +131,23 @@ def build_server(runtime: Runtime, owner_resolver: OwnerResolver, llm: Any = _UN
         content: Annotated[str, Field(min_length=1, max_length=MAX_CONTENT,
                                       description="The memory text, any language, Markdown welcome."), Text],
         content_type: Annotated[ContentType, Field(description="One of the five content types.")],
-        project_name: Annotated[str | None, Field(max_length=200, description=(
+        project_name: Annotated[str | None, Field(max_length=MAX_NAME, description=(
             "Human project name, e.g. 'agent-mem'. Required unless project_key is given.")), Text] = None,
-        project_key: Annotated[str | None, Field(max_length=200, description=(
+        project_key: Annotated[str | None, Field(max_length=MAX_NAME, description=(
             "Stable project id across machines; default derived from project_name.")), Text] = None,
-        machine_name: Annotated[str | None, Field(max_length=1000, description="Where it was written."),
+        machine_name: Annotated[str | None, Field(max_length=MAX_PATH, description="Where it was written."),
                                 Text] = None,
-        project_path: Annotated[str | None, Field(max_length=1000, description="Local path (source only)."),
+        project_path: Annotated[str | None, Field(max_length=MAX_PATH, description="Local path (source only)."),
                                 Text] = None,
-        ts: Annotated[int | None, Field(ge=0, le=32_503_680_000, description="Unix seconds; default now.")]
+        ts: Annotated[int | None, Field(ge=0, le=MAX_TS, description="Unix seconds; default now.")]
         = None,
-        speaker: Annotated[OptText200, Field(description="Who said or wrote it.")] = None,
+        speaker: Annotated[OptName, Field(description="Who said or wrote it.")] = None,
     ) -> dict[str, Any]:
         owner = owner_of(ctx)
         if not project_name and not project_key:
             raise ToolError("invalid `project_name`: give project_name or project_key. Add one, call again.")
-        return _call(lambda: ingest_memory(
-            pool, embedder, llm, owner, content=content, content_type=content_type,
+        return _call(lambda: memory.ingest(
+            owner, content=content, content_type=content_type,
             project_name=project_name, project_key=project_key, machine_name=machine_name,
             project_path=project_path, ts=ts, speaker=speaker,
         ).as_dict())
@@ -169,10 +168,10 @@ def build_server(runtime: Runtime, owner_resolver: OwnerResolver, llm: Any = _UN
         project_key: ProjectKeyArg = None,
         project_name: ProjectNameArg = None,
         scope: Annotated[Scope, Field(description="'all' or one content type.")] = "all",
-        limit: Annotated[int, Field(ge=1, le=100, description="How many matches.")] = 20,
+        limit: Annotated[int, Field(ge=1, le=MAX_SEARCH_LIMIT, description="How many matches.")] = 20,
     ) -> dict[str, Any]:
         owner = owner_of(ctx)
-        return _call(search_memories, pool, embedder, owner, query, project_key=project_key,
+        return _call(memory.find, owner, query, project_key=project_key,
                      project_name=project_name, scope=scope, limit=limit)
 
     @server.tool(
@@ -188,7 +187,7 @@ def build_server(runtime: Runtime, owner_resolver: OwnerResolver, llm: Any = _UN
                        Field(min_length=1, max_length=MAX_IDS, description="Memory ids from mem.search.")],
     ) -> dict[str, Any]:
         owner = owner_of(ctx)
-        return _call(get_memories, pool, owner, list(dict.fromkeys(ids)))
+        return _call(memory.get, owner, ids)
 
     @server.tool(
         name="mem.timeline",
@@ -206,12 +205,12 @@ def build_server(runtime: Runtime, owner_resolver: OwnerResolver, llm: Any = _UN
         since: Annotated[datetime | None, Field(description="Only memories at or after this time.")] = None,
         until: Annotated[datetime | None, Field(description="Only memories before this time.")] = None,
         content_type: Annotated[ContentType | None, Field(description="Only this content type.")] = None,
-        limit: Annotated[int, Field(ge=1, le=200, description="Page size.")] = 50,
+        limit: Annotated[int, Field(ge=1, le=MAX_TIMELINE_LIMIT, description="Page size.")] = 50,
         cursor: Annotated[str | None, Field(max_length=500, description="next_cursor of the previous page."),
                           Text] = None,
     ) -> dict[str, Any]:
         owner = owner_of(ctx)
-        return _call(timeline, pool, owner, project_key=project_key, project_name=project_name,
+        return _call(memory.timeline, owner, project_key=project_key, project_name=project_name,
                      since=_utc(since), until=_utc(until), content_type=content_type, limit=limit,
                      cursor=cursor)
 
@@ -221,7 +220,7 @@ def build_server(runtime: Runtime, owner_resolver: OwnerResolver, llm: Any = _UN
     )
     def list_projects_tool(ctx: Context) -> dict[str, Any]:
         owner = owner_of(ctx)
-        return _call(lambda: {"projects": list_projects(pool, owner)})
+        return _call(lambda: {"projects": memory.projects(owner)})
 
     @server.tool(
         name="mem.context",
@@ -229,20 +228,21 @@ def build_server(runtime: Runtime, owner_resolver: OwnerResolver, llm: Any = _UN
             "One ready-to-use memory context block for a task, within token_budget tokens: relevant tasks, "
             "learnings, capabilities and memories, recent events and active goals, scored and de-duplicated. "
             "query: the task or question. mode: plan | execute | debug | chat (what the context is for). "
-            "token_budget: 50-32000 (default 800). Returns block (the text to use), items (what was "
-            "included and why) and retrieval_id."
+            f"token_budget: {MIN_BUDGET}-{MAX_BUDGET} (default {DEFAULT_BUDGET}). Returns block (the text to "
+            "use), items (what was included and why) and retrieval_id."
         ),
     )
     def context_tool(
         ctx: Context,
         query: Annotated[str, Field(min_length=1, max_length=MAX_QUERY, description="The task or question."),
                          Text],
-        mode: Annotated[Literal["plan", "execute", "debug", "chat"], Field(description="What it is for.")]
+        mode: Annotated[ContextMode, Field(description="What it is for.")]
         = "execute",
-        token_budget: Annotated[int, Field(ge=50, le=32000, description="Token budget of the block.")] = 800,
+        token_budget: Annotated[int, Field(ge=MIN_BUDGET, le=MAX_BUDGET,
+                                           description="Token budget of the block.")] = DEFAULT_BUDGET,
     ) -> dict[str, Any]:
         owner = owner_of(ctx)
-        return _call(lambda: build_memory_context(pool, embedder, owner, query, mode=mode,
+        return _call(lambda: memory.context(owner, query, mode=mode,
                                                   token_budget=token_budget).as_dict())
 
     return server
@@ -251,9 +251,9 @@ def build_server(runtime: Runtime, owner_resolver: OwnerResolver, llm: Any = _UN
 class BearerKeyMiddleware:
     """ASGI middleware: HTTP requests without a valid (known, unrevoked) bearer key get 401."""
 
-    def __init__(self, app: Any, pool: Any) -> None:
+    def __init__(self, app: Any, memory: Memory) -> None:
         self.app = app
-        self.pool = pool
+        self.memory = memory
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -263,10 +263,8 @@ class BearerKeyMiddleware:
         from starlette.datastructures import Headers
         from starlette.responses import JSONResponse
 
-        from ..infra.auth import resolve_key
-
         key = bearer_key(Headers(scope=scope))
-        owner = await anyio.to_thread.run_sync(resolve_key, self.pool, key) if key else None
+        owner = await anyio.to_thread.run_sync(self.memory.owner_of_key, key)
         if owner is None:
             response = JSONResponse(
                 {"error": "missing, unknown or revoked API key: send `Authorization: Bearer <key>` "
@@ -277,20 +275,20 @@ class BearerKeyMiddleware:
         await self.app(scope, receive, send)
 
 
-def build_http_app(runtime: Runtime, host: str = "127.0.0.1", path: str = "/mcp", llm: Any = _UNSET) -> Any:
+def build_http_app(memory: Memory, host: str = "127.0.0.1", path: str = "/mcp") -> Any:
     """The streamable-HTTP ASGI app (MCP endpoint at `path`), behind bearer-key authentication."""
-    server = build_server(runtime, key_owner(runtime.pool), llm=llm)
+    server = build_server(memory, key_owner(memory))
     app = server.streamable_http_app(streamable_http_path=path, host=host)
-    return BearerKeyMiddleware(app, runtime.pool)
+    return BearerKeyMiddleware(app, memory)
 
 
-def run_stdio(runtime: Runtime, owner: str) -> None:
+def run_stdio(memory: Memory, owner: str) -> None:
     """Serve over stdin/stdout for one configured owner."""
-    build_server(runtime, config_owner(owner)).run("stdio")
+    build_server(memory, config_owner(owner)).run("stdio")
 
 
-def run_http(runtime: Runtime, host: str = "127.0.0.1", port: int = 8001) -> None:
+def run_http(memory: Memory, host: str = "127.0.0.1", port: int = 8001) -> None:
     """Serve streamable HTTP at http://host:port/mcp."""
     import uvicorn
 
-    uvicorn.run(build_http_app(runtime, host=host), host=host, port=port, log_level="info")
+    uvicorn.run(build_http_app(memory, host=host), host=host, port=port, log_level="info")

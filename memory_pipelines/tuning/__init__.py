@@ -3,5 +3,5 @@
 Pure logic (frames in, dicts out) lives in `fit`, `evaluate`, `report`, `simulate`; database I/O only in
 `frames.load_log`, `simulate.write_log_rows` and `publish`. The whole loop in one call:
 `memory_pipelines.tuning.pipeline.tune_and_evaluate(candidates, builds, train_mask, test_mask, active)`.
-Nothing is imported here, so `tuning.randomize` stays usable without pandas (the online builder needs it).
+Offline only: the online side (context, store) never imports it. Nothing is imported here.
 """

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from ...embeddings.base import EmbeddingError
 from ...infra.errors import UserError
+from ...vocabulary import CONTEXT_MODES, DEFAULT_BUDGET, MAX_BUDGET, MIN_BUDGET, SEARCH_MODES, SEARCH_SOURCES
 
 # Modules that add their own commands: each has `register(sub)` adding sub-parsers with
 # `set_defaults(func=...)`. Add a module here to add its commands.
@@ -30,9 +31,15 @@ def command(name: str):
 
 
 def _runtime():
-    from ...infra.runtime import open_runtime
+    from ...runtime import open_runtime
 
     return open_runtime()
+
+
+def _memory():
+    from ...face import Memory
+
+    return Memory.open(llm=None)
 
 
 def _bar(total: int, desc: str):
@@ -127,19 +134,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 @command("search")
 def cmd_search(args: argparse.Namespace) -> int:
-    from ...retrieval.search import SearchFilters, search
-
-    rt = _runtime()
-    filters = SearchFilters(sources=tuple(args.source) if args.source else SearchFilters().sources)
-    result = search(
-        rt.pool,
-        rt.embedder,
-        args.owner or rt.settings.default_owner,
-        args.query,
-        mode=args.mode,
-        filters=filters,
-        limit=args.limit,
-    )
+    memory = _memory()
+    owner = args.owner or memory.settings.default_owner
+    result = memory.search(owner, args.query, mode=args.mode, sources=args.source, limit=args.limit)
     if result.degraded:
         print(f"[degraded] {result.degraded}", file=sys.stderr)
     for h in result.hits:
@@ -149,17 +146,9 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 @command("context")
 def cmd_context(args: argparse.Namespace) -> int:
-    from ...context.builder import build_memory_context
-
-    rt = _runtime()
-    result = build_memory_context(
-        rt.pool,
-        rt.embedder,
-        args.owner or rt.settings.default_owner,
-        args.query,
-        mode=args.mode,
-        token_budget=args.budget,
-    )
+    memory = _memory()
+    owner = args.owner or memory.settings.default_owner
+    result = memory.context(owner, args.query, mode=args.mode, token_budget=args.budget)
     if args.json:
         print(json.dumps(result.as_dict(), ensure_ascii=False, indent=2, default=str))
     else:
@@ -226,15 +215,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("search", help="search one owner's memory (hybrid by default)")
     p.add_argument("query")
     p.add_argument("--owner", help="owner id (default MEMORY_PIPELINES_OWNER or 'default')")
-    p.add_argument("--mode", default="hybrid", choices=["semantic", "keyword", "hybrid"])
-    p.add_argument("--source", action="append", choices=["task", "learning", "capability", "memory"])
+    p.add_argument("--mode", default="hybrid", choices=SEARCH_MODES)
+    p.add_argument("--source", action="append", choices=SEARCH_SOURCES)
     p.add_argument("--limit", type=int, default=10)
 
     p = sub.add_parser("context", help="build the token-budgeted context block for a query (seed 001)")
     p.add_argument("query")
     p.add_argument("--owner", help="owner id (default MEMORY_PIPELINES_OWNER or 'default')")
-    p.add_argument("--mode", default="execute", choices=["plan", "execute", "debug", "chat"])
-    p.add_argument("--budget", type=int, default=800, help="token budget (default 800)")
+    p.add_argument("--mode", default="execute", choices=CONTEXT_MODES)
+    p.add_argument("--budget", type=int, default=DEFAULT_BUDGET,
+                   help=f"token budget, {MIN_BUDGET}-{MAX_BUDGET} (default {DEFAULT_BUDGET})")
     p.add_argument("--json", action="store_true", help="print the block, items and factors as JSON")
 
     p = sub.add_parser(

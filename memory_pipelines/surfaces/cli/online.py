@@ -12,10 +12,10 @@ from ...infra.errors import UserError
 _EXTRA_HINT = "Fix: pip install 'memory-pipelines[api]' (FastAPI, uvicorn and the mcp SDK)."
 
 
-def _runtime() -> Any:
-    from ...infra.runtime import open_runtime
+def _memory() -> Any:
+    from ...face import Memory
 
-    return open_runtime()
+    return Memory.open()
 
 
 def _need(module: str) -> None:
@@ -30,39 +30,36 @@ def cmd_serve(args: argparse.Namespace) -> int:
     _need("uvicorn")
     import uvicorn
 
-    from ...infra.runtime import warm_up
+    from ...runtime import warm_up
     from ..http import create_app
 
-    rt = _runtime()
+    memory = _memory()
     warm_up()
     print(f"memory_pipelines API on http://{args.host}:{args.port} (docs at /docs); "
           "every endpoint but /health needs `Authorization: Bearer <key>`", file=sys.stderr)
-    uvicorn.run(create_app(rt), host=args.host, port=args.port, log_level="info")
+    uvicorn.run(create_app(memory), host=args.host, port=args.port, log_level="info")
     return 0
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
     _need("mcp")
-    from ...infra.runtime import warm_up
+    from ...runtime import warm_up
     from ..mcp import run_http, run_stdio
 
-    rt = _runtime()
+    memory = _memory()
     warm_up()
     if args.transport == "stdio":
-        run_stdio(rt, rt.settings.default_owner)  # stdout carries the protocol: print nothing
+        run_stdio(memory, memory.settings.default_owner)  # stdout carries the protocol: print nothing
     else:
         _need("uvicorn")
         print(f"MCP streamable HTTP on http://{args.host}:{args.port}/mcp (bearer key required)",
               file=sys.stderr)
-        run_http(rt, host=args.host, port=args.port)
+        run_http(memory, host=args.host, port=args.port)
     return 0
 
 
 def cmd_keys_create(args: argparse.Namespace) -> int:
-    from ...infra.auth import create_key
-
-    rt = _runtime()
-    key_id, key = create_key(rt.pool, args.owner, name=args.name)
+    key_id, key = _memory().create_key(args.owner, name=args.name)
     print(key)
     print(f"created key {key_id} for owner {args.owner!r}. Store it now: it will not be shown again.",
           file=sys.stderr)
@@ -76,10 +73,7 @@ def _fmt(value: Any) -> str:
 
 
 def cmd_keys_list(args: argparse.Namespace) -> int:
-    from ...infra.auth import list_keys
-
-    rt = _runtime()
-    keys = list_keys(rt.pool, owner=args.owner)
+    keys = _memory().list_keys(owner=args.owner)
     if args.json:
         print(json.dumps(keys, indent=2, default=str))
         return 0
@@ -96,10 +90,7 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
 
 
 def cmd_keys_revoke(args: argparse.Namespace) -> int:
-    from ...infra.auth import revoke_key
-
-    rt = _runtime()
-    if not revoke_key(rt.pool, args.key):
+    if not _memory().revoke_key(args.key):
         raise UserError(f"no active key matches {args.key!r}. Fix: pass a key id or prefix from `keys list`.")
     print(f"revoked {args.key}")
     return 0

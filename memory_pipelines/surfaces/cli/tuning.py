@@ -14,7 +14,7 @@ from ...infra.errors import ConfigError, ValidationError
 
 
 def _runtime():
-    from ...infra.runtime import open_runtime
+    from ...runtime import open_runtime
 
     return open_runtime()
 

@@ -1,4 +1,4 @@
-"""`create_app(runtime)`: the HTTP API. Endpoints validate and shape requests and call the library, no more.
+"""`create_app(memory)`: the HTTP API. Endpoints validate requests, call the `Memory` face and encode the result.
 
 The owner always comes from the API key (`Authorization: Bearer KEY`), never from the request. Library calls
 block, so endpoints are plain `def` and FastAPI runs them in its threadpool.
@@ -16,8 +16,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from ...face import Memory
 from ...infra.errors import ConfigError, NotFoundError, UserError, ValidationError
-from ...infra.runtime import Runtime
+from ...vocabulary import MAX_SEARCH_LIMIT, MAX_TIMELINE_LIMIT
 from ..encode import to_json
 from . import models as m
 
@@ -28,7 +29,6 @@ _bearer = HTTPBearer(auto_error=False, description="A key from `memory-pipelines
 # Library field names that the API spells differently.
 _FIELD_ALIASES = {"token_budget": "tokenBudget", "top_k": "topK"}
 
-_UNSET: Any = object()
 
 
 class Unauthorized(Exception):
@@ -108,9 +108,7 @@ def _split_ids(raw: str) -> list[str]:
     return ids
 
 
-def _owner_dependency(runtime: Runtime) -> Callable[..., str]:
-    from ...infra.auth import resolve_key
-
+def _owner_dependency(memory: Memory) -> Callable[..., str]:
     def current_owner(
         request: Request,
         creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
@@ -118,10 +116,7 @@ def _owner_dependency(runtime: Runtime) -> Callable[..., str]:
         if creds is None or not creds.credentials:
             raise Unauthorized("missing API key: send `Authorization: Bearer <key>`; create one with "
                                "`memory-pipelines keys create --owner <owner>`")
-        key = creds.credentials
-        owner = None
-        if len(key) <= 512 and "\x00" not in key:
-            owner = resolve_key(runtime.pool, key)
+        owner = memory.owner_of_key(creds.credentials)
         if owner is None:
             raise Unauthorized("unknown or revoked API key")
         _same_owner(request.query_params.get("owner_id"), owner)
@@ -130,18 +125,8 @@ def _owner_dependency(runtime: Runtime) -> Callable[..., str]:
     return current_owner
 
 
-def create_app(runtime: Runtime, llm: Any = _UNSET) -> FastAPI:
-    """The API over one runtime. `llm` defaults to the configured chat model (None: a fallback)."""
-    from ...context.builder import build_memory_context
-    from ...context.log import record_feedback
-    from ...infra.llm import ChatLLM
-    from ...retrieval.disclosure import detail, related, summary_search
-    from ...store.ingest import ingest_memory
-    from ...store.read import get_memories, list_projects, memory_versions, search_memories, timeline
-
-    if llm is _UNSET:
-        llm = ChatLLM.from_settings(runtime.settings)
-    pool, embedder = runtime.pool, runtime.embedder
+def create_app(memory: Memory) -> FastAPI:
+    """The API over one `Memory` (its database, embedder and chat model)."""
     app = FastAPI(
         title="memory_pipelines",
         version="0.1.0",
@@ -150,66 +135,52 @@ def create_app(runtime: Runtime, llm: Any = _UNSET) -> FastAPI:
         "context. Every endpoint but /health needs `Authorization: Bearer <key>`; the key decides the owner.",
     )
     _install_error_handlers(app)
-    Owner = Annotated[str, Depends(_owner_dependency(runtime))]
+    Owner = Annotated[str, Depends(_owner_dependency(memory))]
 
     # -- health --------------------------------------------------------------------------------------------
     @app.get("/health", tags=["ops"], summary="Database reachable, embedding model (no auth)")
     def health() -> JSONResponse:
-        try:
-            with pool.connection(timeout=5) as conn:
-                conn.execute("SELECT 1")
-            database = "ok"
-        except Exception as exc:  # health reports, never raises
-            database = f"unreachable ({type(exc).__name__})"
-        body = {"status": "ok" if database == "ok" else "degraded", "database": database,
-                "embedding_model": embedder.model_name, "dimension": embedder.dimension,
-                "llm": getattr(llm, "model", None)}
-        return JSONResponse(body, status_code=200 if database == "ok" else 503)
+        body = memory.health()
+        return JSONResponse(body, status_code=200 if body["database"] == "ok" else 503)
 
-    # -- seed 000: progressive search ----------------------------------------------------------------------
+    # -- progressive search: summary → detail → related -----------------------------------------------------
     @app.post("/api/brain/memory/search", tags=["progressive search"], summary="Summary layer")
     def memory_search(body: m.SearchRequest, owner: Owner) -> JSONResponse:
         _same_owner(body.owner_id, owner)
         mode = "hybrid" if body.mode == "summary" else body.mode
-        return to_json(summary_search(pool, embedder, owner, body.query, top_k=body.top_k, mode=mode))
+        return to_json(memory.summary(owner, body.query, top_k=body.top_k, mode=mode))
 
     @app.get("/api/brain/memory/detail/{id}", tags=["progressive search"], summary="Detail layer")
     def memory_detail(id: Annotated[m.ItemId, Path(description="An id from a search match.")],  # noqa: A002
                       owner: Owner) -> JSONResponse:
-        return to_json(detail(pool, owner, id))
+        return to_json(memory.detail(owner, id))
 
     @app.post("/api/brain/memory/search-related", tags=["progressive search"], summary="Related layer")
     def memory_related(body: m.RelatedRequest, owner: Owner) -> JSONResponse:
         _same_owner(body.owner_id, owner)
-        return to_json(related(pool, embedder, owner, body.base_id, top_k=body.top_k,
-                               exclude_self=body.exclude_self))
+        return to_json(memory.related(owner, body.base_id, top_k=body.top_k, exclude_self=body.exclude_self))
 
     # -- context -------------------------------------------------------------------------------------------
     @app.post("/api/brain/memory/context", tags=["context"], summary="Token-budgeted memory context")
     def memory_context(body: m.ContextRequest, owner: Owner) -> JSONResponse:
         _same_owner(body.owner_id, owner)
-        result = build_memory_context(pool, embedder, owner, body.query, mode=body.mode,
-                                      token_budget=body.token_budget)
-        return to_json(result.as_dict())
+        return to_json(memory.context(owner, body.query, mode=body.mode, token_budget=body.token_budget))
 
     @app.post("/api/brain/memory/feedback", tags=["context"], summary="Mark which injected items were used")
     def memory_feedback(body: m.FeedbackRequest, owner: Owner) -> JSONResponse:
         _same_owner(body.owner_id, owner)
-        marked = record_feedback(pool, owner, body.retrieval_id, list(body.used_ids))
+        marked = memory.feedback(owner, body.retrieval_id, list(body.used_ids))
         return to_json({"retrieval_id": body.retrieval_id, "marked": marked})
 
-    # -- seed 004: memory centre ---------------------------------------------------------------------------
+    # -- memory centre -------------------------------------------------------------------------------------
     @app.post("/ingest/memory", tags=["memory centre"], summary="Write a memory (chunked, embedded, judged)")
     def ingest(body: m.IngestRequest, owner: Owner) -> JSONResponse:
         _same_owner(body.owner_id, owner)
-        if not body.project_name and not body.project_key:
-            raise ValidationError("project_name", "give project_name or project_key")
-        result = ingest_memory(
-            pool, embedder, llm, owner, content=body.content, content_type=body.content_type,
-            project_name=body.project_name, project_key=body.project_key, machine_name=body.machine_name,
-            project_path=body.project_path, ts=body.ts, speaker=body.speaker,
-        )
-        return to_json(result.as_dict())
+        return to_json(memory.ingest(
+            owner, content=body.content, content_type=body.content_type, project_name=body.project_name,
+            project_key=body.project_key, machine_name=body.machine_name, project_path=body.project_path,
+            ts=body.ts, speaker=body.speaker,
+        ))
 
     @app.get("/memories/search", tags=["memory centre"], summary="Stage 1: snippets and ids")
     def memories_search(
@@ -218,10 +189,10 @@ def create_app(runtime: Runtime, llm: Any = _UNSET) -> FastAPI:
         project_key: Annotated[m.Name | None, Query()] = None,
         project_name: Annotated[m.Name | None, Query()] = None,
         scope: Annotated[m.Scope, Query(description="all or one content type")] = "all",
-        limit: Annotated[int, Query(ge=1, le=100)] = 20,
+        limit: Annotated[int, Query(ge=1, le=MAX_SEARCH_LIMIT)] = 20,
     ) -> JSONResponse:
-        return to_json(search_memories(pool, embedder, owner, query, project_key=project_key,
-                                       project_name=project_name, scope=scope, limit=limit))
+        return to_json(memory.find(owner, query, project_key=project_key, project_name=project_name,
+                                   scope=scope, limit=limit))
 
     @app.get("/memories/timeline", tags=["memory centre"], summary="Memories in time order, paged")
     def memories_timeline(
@@ -231,12 +202,12 @@ def create_app(runtime: Runtime, llm: Any = _UNSET) -> FastAPI:
         since: Annotated[datetime | None, Query(description="ISO 8601 or Unix seconds")] = None,
         until: Annotated[datetime | None, Query(description="ISO 8601 or Unix seconds")] = None,
         content_type: Annotated[m.ContentType | None, Query()] = None,
-        limit: Annotated[int, Query(ge=1, le=200)] = 50,
+        limit: Annotated[int, Query(ge=1, le=MAX_TIMELINE_LIMIT)] = 50,
         cursor: Annotated[m.Cursor | None, Query(description="next_cursor of the previous page")] = None,
     ) -> JSONResponse:
-        return to_json(timeline(pool, owner, project_key=project_key, project_name=project_name,
-                                since=_utc(since), until=_utc(until), content_type=content_type, limit=limit,
-                                cursor=cursor))
+        return to_json(memory.timeline(owner, project_key=project_key, project_name=project_name,
+                                       since=_utc(since), until=_utc(until), content_type=content_type,
+                                       limit=limit, cursor=cursor))
 
     @app.get("/memories", tags=["memory centre"], summary="Stage 2: full content by ids")
     def memories_get(
@@ -244,14 +215,14 @@ def create_app(runtime: Runtime, llm: Any = _UNSET) -> FastAPI:
         ids: Annotated[str, Query(min_length=1, max_length=m.MAX_IDS * (m.MAX_ID + 1),
                                   description="Comma-separated memory ids from /memories/search")],
     ) -> JSONResponse:
-        return to_json(get_memories(pool, owner, _split_ids(ids)))
+        return to_json(memory.get(owner, _split_ids(ids)))
 
     @app.get("/memories/{memory_id}/versions", tags=["memory centre"], summary="Replaced versions")
     def memories_versions(memory_id: Annotated[m.ItemId, Path()], owner: Owner) -> JSONResponse:
-        return to_json({"memory_id": memory_id, "versions": memory_versions(pool, owner, memory_id)})
+        return to_json({"memory_id": memory_id, "versions": memory.versions(owner, memory_id)})
 
     @app.get("/projects", tags=["memory centre"], summary="The owner's projects")
     def projects(owner: Owner) -> JSONResponse:
-        return to_json({"projects": list_projects(pool, owner)})
+        return to_json({"projects": memory.projects(owner)})
 
     return app

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 
 from psycopg_pool import ConnectionPool
 
-from ..embeddings import Embedder, make_embedder
-from .db import database_url, get_pool
-from .migrate import migrate
-from .settings import Settings, get_settings
+from .embeddings import Embedder, make_embedder
+from .infra.db import database_url, get_pool
+from .infra.migrate import migrate
+from .infra.settings import Settings, get_settings
 
 
 @dataclass
@@ -37,8 +37,8 @@ def warm_up() -> None:
     """For long-running servers: load the Chinese segmenter and the tokenizer now rather than on the first
     request, then `gc.freeze()` what is loaded. Full (generation 2) collections otherwise traverse these
     large static tables: a 25–35 ms pause every ~75 context builds, which set the p99."""
-    from ..text.keywords import terms
-    from ..text.tokens import count_tokens
+    from .text.keywords import terms
+    from .text.tokens import count_tokens
 
     terms("预热分词器 warm up")
     count_tokens("warm up")

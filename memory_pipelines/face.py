@@ -1,0 +1,195 @@
+"""`Memory`: the public face. Its methods are what the surfaces (HTTP, MCP, CLI, Dagster's context job) do.
+
+A surface opens one `Memory` (database started or joined and migrated, pool, embedder, chat model),
+resolves the caller's owner, calls a method and only encodes the result. Every method takes the owner
+first and reads or writes that owner's rows only.
+
+    from memory_pipelines import Memory
+
+    memory = Memory.open()
+    memory.ingest("alice", content="Deploys go out on Tuesdays.", content_type="plan", project_name="ops")
+    print(memory.context("alice", "when do we deploy?", mode="plan").block)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from .runtime import Runtime, open_runtime
+from .vocabulary import DEFAULT_BUDGET
+
+if TYPE_CHECKING:
+    from psycopg_pool import ConnectionPool
+
+    from .context.builder import ContextResult
+    from .embeddings import Embedder
+    from .infra.llm import ChatLLM
+    from .infra.settings import Settings
+    from .retrieval.search import SearchResult
+    from .store.ingest import IngestResult
+
+_UNSET: Any = object()
+
+
+class Memory:
+    """One database, its embedder and chat model; the operations every surface offers."""
+
+    def __init__(self, runtime: Runtime, llm: ChatLLM | None = _UNSET) -> None:
+        """`llm` defaults to the configured chat model (None: the deterministic fallbacks)."""
+        if llm is _UNSET:
+            from .infra.llm import ChatLLM
+
+            llm = ChatLLM.from_settings(runtime.settings)
+        self.runtime = runtime
+        self.llm = llm
+
+    @classmethod
+    def open(cls, settings: Settings | None = None, embedder: Embedder | None = None,
+             llm: ChatLLM | None = _UNSET) -> Memory:
+        """Start or join the database (DATABASE_URL or the embedded server), migrate, open the pool."""
+        return cls(open_runtime(settings, embedder), llm)
+
+    @property
+    def pool(self) -> ConnectionPool:
+        return self.runtime.pool
+
+    @property
+    def embedder(self) -> Embedder:
+        return self.runtime.embedder
+
+    @property
+    def settings(self) -> Settings:
+        return self.runtime.settings
+
+    # -- operations ------------------------------------------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        """Whether the database answers, and which models serve."""
+        try:
+            with self.pool.connection(timeout=5) as conn:
+                conn.execute("SELECT 1")
+            database = "ok"
+        except Exception as exc:  # health reports, never raises
+            database = f"unreachable ({type(exc).__name__})"
+        return {"status": "ok" if database == "ok" else "degraded", "database": database,
+                "embedding_model": self.embedder.model_name, "dimension": self.embedder.dimension,
+                "llm": getattr(self.llm, "model", None)}
+
+    def owner_of_key(self, key: str | None) -> str | None:
+        """The owner of an API key, or None for a missing, malformed, unknown or revoked one."""
+        from .infra.auth import resolve_key
+        from .vocabulary import MAX_KEY_CHARS
+
+        if not key or len(key) > MAX_KEY_CHARS or "\x00" in key:
+            return None
+        return resolve_key(self.pool, key)
+
+    def search(self, owner: str, query: str, *, mode: str = "hybrid", sources: Sequence[str] | None = None,
+               limit: int = 10) -> SearchResult:
+        """Semantic, keyword or hybrid search over the owner's tasks, learnings, capabilities and memories."""
+        from .retrieval.search import SearchFilters, search
+
+        filters = SearchFilters(sources=tuple(sources)) if sources else SearchFilters()
+        return search(self.pool, self.embedder, owner, query, mode=mode, filters=filters, limit=limit)
+
+    def summary(self, owner: str, query: str, *, top_k: int = 5, mode: str = "hybrid") -> dict[str, Any]:
+        """Progressive disclosure, first layer: id, level, title, similarity, preview per match."""
+        from .retrieval.disclosure import summary_search
+
+        return summary_search(self.pool, self.embedder, owner, query, top_k=top_k, mode=mode)
+
+    def detail(self, owner: str, item_id: str) -> dict[str, Any]:
+        """Progressive disclosure, second layer: the full record of one item."""
+        from .retrieval.disclosure import detail
+
+        return detail(self.pool, owner, item_id)
+
+    def related(self, owner: str, base_id: str, *, top_k: int = 5, exclude_self: bool = True) -> dict[str, Any]:
+        """Progressive disclosure, third layer: the neighbours of one item."""
+        from .retrieval.disclosure import related
+
+        return related(self.pool, self.embedder, owner, base_id, top_k=top_k, exclude_self=exclude_self)
+
+    def context(self, owner: str, query: str, *, mode: str = "execute",
+                token_budget: int = DEFAULT_BUDGET) -> ContextResult:
+        """The token-budgeted context block for a query (logged for feedback and tuning)."""
+        from .context.builder import build_memory_context
+
+        return build_memory_context(self.pool, self.embedder, owner, query, mode=mode, token_budget=token_budget,
+                                    exploration=self.settings.explore_rate)
+
+    def feedback(self, owner: str, retrieval_id: str, used_ids: Sequence[str]) -> int:
+        """Mark which injected items of one of the owner's builds were used; returns how many were marked."""
+        from .context.log import record_feedback
+
+        return record_feedback(self.pool, owner, retrieval_id, list(used_ids))
+
+    def ingest(self, owner: str, *, content: str, content_type: str, project_name: str | None = None,
+               project_key: str | None = None, machine_name: str | None = None, project_path: str | None = None,
+               ts: int | None = None, speaker: str | None = None) -> IngestResult:
+        """Store one memory: chunked, embedded, summarised, tagged and arbitrated against similar ones."""
+        from .infra.errors import ValidationError
+        from .store.ingest import ingest_memory
+
+        if not project_name and not project_key:
+            raise ValidationError("project_name", "give project_name or project_key")
+        return ingest_memory(self.pool, self.embedder, self.llm, owner, content=content, content_type=content_type,
+                             project_name=project_name, project_key=project_key, machine_name=machine_name,
+                             project_path=project_path, ts=ts, speaker=speaker)
+
+    def find(self, owner: str, query: str, *, project_key: str | None = None, project_name: str | None = None,
+             scope: str = "all", limit: int = 20) -> dict[str, Any]:
+        """Memory centre, stage 1: snippets (≤ 200 characters) and ids of matching memories."""
+        from .store.read import search_memories
+
+        return search_memories(self.pool, self.embedder, owner, query, project_key=project_key,
+                               project_name=project_name, scope=scope, limit=limit)
+
+    def get(self, owner: str, ids: Sequence[str]) -> dict[str, Any]:
+        """Memory centre, stage 2: the full content of memories by id (unknown ids reported as not found)."""
+        from .store.read import get_memories
+
+        return get_memories(self.pool, owner, list(dict.fromkeys(ids)))
+
+    def timeline(self, owner: str, *, project_key: str | None = None, project_name: str | None = None,
+                 since: int | datetime | None = None, until: int | datetime | None = None,
+                 content_type: str | None = None, limit: int = 50, cursor: str | None = None) -> dict[str, Any]:
+        """Memories in time order, a page at a time."""
+        from .store.read import timeline
+
+        return timeline(self.pool, owner, project_key=project_key, project_name=project_name, since=since,
+                        until=until, content_type=content_type, limit=limit, cursor=cursor)
+
+    def versions(self, owner: str, memory_id: str) -> list[dict[str, Any]]:
+        """The replaced versions of one memory."""
+        from .store.read import memory_versions
+
+        return memory_versions(self.pool, owner, memory_id)
+
+    def projects(self, owner: str) -> list[dict[str, Any]]:
+        """The owner's projects with their memory counts."""
+        from .store.read import list_projects
+
+        return list_projects(self.pool, owner)
+
+    # -- keys --------------------------------------------------------------------------------------------------
+
+    def create_key(self, owner: str, name: str | None = None) -> tuple[str, str]:
+        """A new API key for `owner`: (key id, the key itself, shown once)."""
+        from .infra.auth import create_key
+
+        return create_key(self.pool, owner, name)
+
+    def list_keys(self, owner: str | None = None) -> list[dict[str, Any]]:
+        """Keys (never their secret), of one owner or all."""
+        from .infra.auth import list_keys
+
+        return list_keys(self.pool, owner)
+
+    def revoke_key(self, key_id_or_prefix: str) -> bool:
+        """Revoke a key by id or prefix; False when none matched."""
+        from .infra.auth import revoke_key
+
+        return revoke_key(self.pool, key_id_or_prefix)
