@@ -1,4 +1,4 @@
-"""Embedding backfill throughput: the pipeline against the seed's backfill script, same process, same data.
+"""Embedding backfill throughput: the pipeline against the spec's backfill script, same process, same data.
 
 100k synthetic tasks with no embedding. The provider is instant (a fixed block of unit vectors, no
 model, no network), so what is measured is the pipeline's own cost: keyset batches, binary COPY into a
@@ -6,7 +6,7 @@ staging table, one UPDATE per batch, commits, and the HNSW index (dropped for th
 rebuilt after it, which is included in the time). This is `embed_buckets` over all buckets, what the
 Dagster asset runs in a single-run backfill.
 
-The baseline is seed 001's `backfill-learning-embeddings.mjs`: batches of 50, one UPDATE per row
+The baseline is the context-builder spec's `backfill-learning-embeddings.mjs`: batches of 50, one UPDATE per row
 (autocommit, as node-postgres does), a 1 s pause after each batch, index kept. At 50 rows per second
 it would take over half an hour on 100k rows, so it runs on `--baseline-rows` rows (default 1,500)
 of the same table and its rate is extrapolated; the JSON says so.
@@ -72,7 +72,7 @@ def load_unembedded(pool, n: int, seed: int = 11) -> None:
 
 
 def seed_backfill(pool, embedder: Embedder, limit: int, batch: int = 50, pause: float = 1.0) -> int:
-    """Seed 001's script: SELECT 50 rows without embedding, embed them, UPDATE each row, sleep 1 s."""
+    """The context-builder spec's script: SELECT 50 rows without embedding, embed them, UPDATE each row, sleep 1 s."""
     done = 0
     with pool.connection() as conn:
         conn.autocommit = True

@@ -3,7 +3,7 @@
 Synthetic fake-embedded tasks and learnings (half each) for one owner plus goals and recent events;
 keyword index built and vacuumed (the steady state). The project's `build_memory_context` (hybrid
 retrieval over four sources, events, profile, MMR, the token budget, the retrieval log written) runs
-against the seed's approach as written in seed 001, measured in the same run on the same data and the same
+against the approach written in the context-builder spec, measured in the same run on the same data and the same
 pool: sequential vector search of tasks (top 20) and learnings (top 10) at pgvector's default ef_search,
 events, goals, Jaccard dedup and the len/2.5 budget, no keyword channel and no log. The baseline does far
 less work (and finds less: see bench/filtered_recall.py and the eval table), so the ratio says what the
@@ -31,7 +31,7 @@ from memory_pipelines.text.keywords import jaccard
 
 
 def seed_build(pool, owner: str, qvec, budget: int = 800) -> str:
-    """Seed 001's buildMemoryContext, phase 1–2, as the baseline."""
+    """The context-builder spec's buildMemoryContext, phase 1–2, as the baseline."""
     with pool.connection() as conn:
         tasks = conn.execute(
             "SELECT title, description, created_at, 1 - (embedding <=> %s) FROM tasks"

@@ -19,7 +19,7 @@ from typing import Literal, get_args
 
 ContextMode = Literal["plan", "execute", "debug", "chat"]
 CONTEXT_MODES: tuple[str, ...] = get_args(ContextMode)
-"""What a context block is for; each weighs the sources differently (seed 001's MODE_WEIGHT)."""
+"""What a context block is for; each weighs the sources differently (the context-builder spec: MODE_WEIGHT)."""
 
 SearchMode = Literal["semantic", "keyword", "hybrid"]
 SEARCH_MODES: tuple[str, ...] = get_args(SearchMode)
@@ -202,7 +202,7 @@ VECTOR_COLUMNS: list[tuple[str, str, str | None]] = [
 """Every vector column, with its HNSW index (recreated when the dimension changes)."""
 
 EVENT_TYPES: tuple[str, ...] = ("task_failed", "task_completed", "alert", "layer2_health", "escalation")
-"""The event types a context build reads as recent events (seed 001)."""
+"""The event types a context build reads as recent events (the context-builder spec)."""
 EVENT_WINDOW_HOURS = {"default": 24, "debug": 72}
 
 

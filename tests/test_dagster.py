@@ -304,7 +304,8 @@ def test_bulk_load_defers_the_index_and_the_last_loader_builds_it(db_url, pool):
     import psycopg
 
     from assets.embeddings import vector_indexes
-    from memory_pipelines.index.vectors import INDEX_LOCK_KEY, index_exists
+    from memory_pipelines.index.vectors import index_exists
+    from memory_pipelines.vocabulary import LOCK_INDEX
 
     with pool.connection() as conn:
         conn.execute("INSERT INTO tasks (owner_id, title, description) SELECT 'alice', 'bulk task ' || i,"
@@ -313,7 +314,7 @@ def test_bulk_load_defers_the_index_and_the_last_loader_builds_it(db_url, pool):
     # Another bucket run is still loading (it holds the loaders' shared lock): this run leaves the index
     # for that one to build.
     with psycopg.connect(db_url, autocommit=True) as other:
-        other.execute("SELECT pg_advisory_lock_shared(%s, 0)", (INDEX_LOCK_KEY,))
+        other.execute("SELECT pg_advisory_lock_shared(%s, 0)", (LOCK_INDEX,))
         first = dg.materialize([embedding_assets["task"]], partition_key="0", resources={"memory": res},
                                run_config=QUIET)
         assert _one(first, "task_embeddings")["index_rebuilt"] is False

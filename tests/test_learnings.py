@@ -1,4 +1,4 @@
-"""Seed 002: the weighted relevance of learnings, its fallback, and relevance beating recency."""
+"""The learnings spec: the weighted relevance of learnings, its fallback, and relevance beating recency."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def _ndcg5(ranked, gains: dict[str, int]) -> float:
 
 def test_relevance_beats_recency_on_the_labelled_demo_corpus(pool):
     """Graded labels per (task type, failure class) context: 2 when a learning matches both, 1 when it matches
-    one of them, 0 otherwise; nDCG@5 of seed 002's ordering against the newest-first ordering."""
+    one of them, 0 otherwise; nDCG@5 of the learnings spec's ordering against the newest-first ordering."""
     load_demo(pool)
     with pool.connection() as conn:
         rows = conn.execute(

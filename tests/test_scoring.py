@@ -1,4 +1,4 @@
-"""Pure scoring, MMR and budget (seed 001's acceptance figures)."""
+"""Pure scoring, MMR and budget (the context-builder spec: acceptance figures)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Search (seed 003 and 000): modes, filters inside the query, min score, limit, owner isolation."""
+"""Search (advanced-search and progressive-search specs): modes, filters inside the query, min score,
+limit, owner isolation."""
 
 from __future__ import annotations
 

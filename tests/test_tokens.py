@@ -30,4 +30,4 @@ def test_estimate_error_on_the_demo_corpus_is_small_and_the_seeds_is_not():
         seed = statistics.fmean(_relative_errors(lambda t: len(t) / 2.5, chinese))
         assert abs(ours) < 0.15
         assert abs(seed) > 2 * abs(ours)
-    assert statistics.fmean(_relative_errors(lambda t: len(t) / 2.5, True)) < -0.3  # the seed undercounts Chinese
+    assert statistics.fmean(_relative_errors(lambda t: len(t) / 2.5, True)) < -0.3  # undercounts Chinese

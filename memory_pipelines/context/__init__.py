@@ -1,1 +1,1 @@
-"""The context builder (seed 001): retrieval, scoring, MMR, token budget, and the retrieval log."""
+"""The context builder (the context-builder spec): retrieval, scoring, MMR, token budget, and the retrieval log."""

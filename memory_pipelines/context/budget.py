@@ -3,7 +3,7 @@
 Each line is tokenised once and lines are added while the running total fits; the finished block is
 then counted as a whole with the real tokenizer and trailing items are dropped should it be over (BPE
 counts are very nearly additive across newlines), so the block is never over budget. An item that does
-not fit is skipped and smaller ones after it may still fit (the seed stops at the first overflow).
+not fit is skipped and smaller ones after it may still fit (the spec's builder stops at the first overflow).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""build_memory_context (seed 001): retrieve in parallel, score, MMR, fit the budget, log the build."""
+"""build_memory_context (the context-builder spec): retrieve in parallel, score, MMR, fit the budget, log the build."""
 
 from __future__ import annotations
 

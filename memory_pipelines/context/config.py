@@ -12,7 +12,7 @@ from .scoring import ScoringConfig
 
 
 def active_config(pool: ConnectionPool) -> ScoringConfig:
-    """The active scoring config (the seed defaults if none is active)."""
+    """The active scoring config (the spec's defaults if none is active)."""
     with pool.connection() as conn:
         row = conn.execute(
             "SELECT version, half_lives, mode_weights FROM scoring_configs WHERE is_active"

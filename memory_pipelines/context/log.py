@@ -1,4 +1,4 @@
-"""The retrieval log: one row per build, one per scored candidate, the seed's memory_retrieval event,
+"""The retrieval log: one row per build, one per scored candidate, the spec's memory_retrieval event,
 and feedback on which injected items were used."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Similarity between two items is the cosine of their embeddings when both have one (of the same
 dimension), else the Jaccard similarity of their terms. Scores are divided by the best score first so
 λ weighs like against like. An item whose Jaccard similarity to an already chosen one is ≥ `max_jaccard`
-is never chosen, which is what seed 001 asks of the top results (pairwise Jaccard < 0.8).
+is never chosen, which is what the context-builder spec asks of the top results (pairwise Jaccard < 0.8).
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import numpy as np
 from ..text.keywords import jaccard_sets, term_set
 
 
-class Candidate(Protocol):
+class Selectable(Protocol):
     score: float
     text: str
     embedding: np.ndarray | None
 
 
-def jaccard_matrix(candidates: Sequence[Candidate]) -> np.ndarray:
+def jaccard_matrix(candidates: Sequence[Selectable]) -> np.ndarray:
     """Pairwise Jaccard similarity of the candidates' terms."""
     n = len(candidates)
     sets = [term_set(c.text) for c in candidates]
@@ -33,7 +33,7 @@ def jaccard_matrix(candidates: Sequence[Candidate]) -> np.ndarray:
     return out
 
 
-def similarity_matrix(candidates: Sequence[Candidate], jac: np.ndarray) -> np.ndarray:
+def similarity_matrix(candidates: Sequence[Selectable], jac: np.ndarray) -> np.ndarray:
     """Pairwise similarity: cosine where both items have a non-zero embedding of the same size, else Jaccard."""
     sim = jac.copy()
     by_dim: dict[int, list[int]] = {}
@@ -48,7 +48,7 @@ def similarity_matrix(candidates: Sequence[Candidate], jac: np.ndarray) -> np.nd
 
 
 def mmr_select(
-    candidates: Sequence[Candidate], k: int, lam: float = 0.7, max_jaccard: float = 0.8
+    candidates: Sequence[Selectable], k: int, lam: float = 0.7, max_jaccard: float = 0.8
 ) -> list[int]:
     """Indices of up to k candidates in MMR order."""
     if not candidates or k <= 0:

@@ -15,7 +15,7 @@ from ..text.keywords import terms
 from ..vocabulary import EVENT_TYPES, EVENT_WINDOW_HOURS, SEARCH_SOURCES
 from .scoring import ScoringConfig
 
-EVENT_BASE_RELEVANCE = 0.5  # seed 001; a query-term overlap adds up to another 0.5
+EVENT_BASE_RELEVANCE = 0.5  # the context-builder spec; a query-term overlap adds up to another 0.5
 
 
 @dataclass
@@ -73,7 +73,7 @@ def semantic_candidates(
 
 def _event_text(event_type: str, payload: dict[str, Any]) -> str:
     """`[type] value | value | …`: the payload's values without its keys (keys like "error" would make
-    every event look relevant to every query about errors), cut to 200 characters as in seed 001."""
+    every event look relevant to every query about errors), cut to 200 characters as in the context-builder spec."""
     values = [str(v) for v in payload.values() if v not in (None, "", [], {})] if isinstance(payload, dict) else []
     return f"[{event_type}] {' | '.join(values)[:200]}"
 
@@ -81,7 +81,7 @@ def _event_text(event_type: str, payload: dict[str, Any]) -> str:
 def event_candidates(
     pool: ConnectionPool, owner: str, query: str, mode: str, now: datetime, limit: int = 10
 ) -> list[Candidate]:
-    """Recent events of the seed's types: 24 h (72 h in debug), newest first, window as a parameter."""
+    """Recent events of the spec's types: 24 h (72 h in debug), newest first, window as a parameter."""
     hours = EVENT_WINDOW_HOURS.get(mode, EVENT_WINDOW_HOURS["default"])
     with pool.connection() as conn:
         rows = conn.execute(

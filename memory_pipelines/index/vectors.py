@@ -17,7 +17,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from ..embeddings import Embedder, EmbeddingAuthError, EmbeddingError
-from ..vocabulary import INDEXED, INDEXED_NAMES, VECTOR_COLUMNS, IndexedText
+from ..vocabulary import INDEXED, INDEXED_NAMES, LOCK_INDEX, VECTOR_COLUMNS, IndexedText
 
 log = logging.getLogger(__name__)
 
@@ -222,7 +222,6 @@ def pending_total(pool: ConnectionPool, model: str) -> int:
 # --- bucketed backfills (the Dagster partitions) with a coordinated HNSW deferral --------------------------
 
 INDEX_BUILD_MEMORY = "512MB"
-INDEX_LOCK_KEY = 7_245_002  # advisory lock namespace: (INDEX_LOCK_KEY, position of the table's vector column)
 
 
 def _lock_id(source: IndexedText) -> int:
@@ -255,7 +254,7 @@ def _loader_lock(pool: ConnectionPool, source: IndexedText) -> Iterator[psycopg.
     """Hold a shared advisory lock for the load: concurrent bucket runs each hold one."""
     with pool.connection() as conn:
         try:
-            conn.execute("SELECT pg_advisory_lock_shared(%s, %s)", (INDEX_LOCK_KEY, _lock_id(source)))
+            conn.execute("SELECT pg_advisory_lock_shared(%s, %s)", (LOCK_INDEX, _lock_id(source)))
             conn.commit()
             yield conn
         finally:
@@ -267,7 +266,7 @@ def _loader_lock(pool: ConnectionPool, source: IndexedText) -> Iterator[psycopg.
 def _rebuild_if_last(pool: ConnectionPool, source: IndexedText) -> bool:
     """Build a missing index unless another loader still holds its shared lock (then that one builds it)."""
     with pool.connection() as conn:
-        key = (INDEX_LOCK_KEY, _lock_id(source))
+        key = (LOCK_INDEX, _lock_id(source))
         got = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", key).fetchone()[0]
         conn.commit()
         if not got:

@@ -18,7 +18,6 @@ from ..vocabulary import LOCK_MIGRATE, VECTOR_COLUMNS
 from .db import connect, describe_url
 from .errors import ConfigError
 
-LOCK_KEY = LOCK_MIGRATE
 _NAME = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
 
 
@@ -71,7 +70,7 @@ def migrate(url: str, dimension: int, model_name: str) -> list[str]:
                 f"the database at {describe_url(url)} has no pgvector extension and it cannot be created: "
                 f"{exc}. Fix: install pgvector on that server (CREATE EXTENSION vector) or unset DATABASE_URL."
             ) from exc
-        conn.execute("SELECT pg_advisory_lock(%s)", (LOCK_KEY,))
+        conn.execute("SELECT pg_advisory_lock(%s)", (LOCK_MIGRATE,))
         try:
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS schema_migrations ("
@@ -92,7 +91,7 @@ def migrate(url: str, dimension: int, model_name: str) -> list[str]:
                         _record_dimension(conn, dimension, model_name)
                 applied.append(f"{mig.version:03d}_{mig.name}")
         finally:
-            conn.execute("SELECT pg_advisory_unlock(%s)", (LOCK_KEY,))
+            conn.execute("SELECT pg_advisory_unlock(%s)", (LOCK_MIGRATE,))
         check_dimension(conn, dimension, model_name, url)
     return applied
 
@@ -133,7 +132,7 @@ def check_dimension(conn: psycopg.Connection, dimension: int, model_name: str, u
 def reembed(url: str, dimension: int, model_name: str) -> None:
     """Switch every vector column to `dimension`, clearing embeddings so the backfill redoes them."""
     with connect(url, vector=False, autocommit=True) as conn:
-        conn.execute("SELECT pg_advisory_lock(%s)", (LOCK_KEY,))
+        conn.execute("SELECT pg_advisory_lock(%s)", (LOCK_MIGRATE,))
         try:
             with conn.transaction():
                 for table, column, index in VECTOR_COLUMNS:
@@ -151,4 +150,4 @@ def reembed(url: str, dimension: int, model_name: str) -> None:
                 conn.execute("UPDATE memories SET embedding_status = 'pending'")
                 _record_dimension(conn, dimension, model_name)
         finally:
-            conn.execute("SELECT pg_advisory_unlock(%s)", (LOCK_KEY,))
+            conn.execute("SELECT pg_advisory_unlock(%s)", (LOCK_MIGRATE,))

@@ -1,4 +1,4 @@
-"""Retrieval evaluation on a folder of `memories.jsonl` + `queries.jsonl` (see ../shared/bench/README.md).
+"""Retrieval evaluation on a folder of `memories.jsonl` + `queries.jsonl` (docs/architecture.md, "Benchmarks").
 
 The memories are loaded into a throwaway database on the same server (dropped afterwards), embedded
 with the configured model and keyword-indexed; each query is answered within its owner by keyword,

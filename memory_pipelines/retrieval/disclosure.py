@@ -1,4 +1,4 @@
-"""Progressive disclosure (seed 000): summary search → detail by id → related to a base id.
+"""Progressive disclosure (the progressive-search spec): summary search → detail by id → related to a base id.
 
 All three are scoped to the owner; an id of another owner is "not found", exactly like a missing one.
 """
@@ -53,7 +53,7 @@ def _find(pool: ConnectionPool, owner: str, item_id: str) -> tuple[str, tuple]:
 
 
 def detail(pool: ConnectionPool, owner: str, item_id: str) -> dict[str, Any]:
-    """The full record (seed 000's detail layer)."""
+    """The full record (the progressive-search spec: detail layer)."""
     source, (rid, title, body, status, metadata, created_at, _emb) = _find(pool, owner, item_id)
     return {
         "id": rid,

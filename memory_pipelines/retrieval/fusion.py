@@ -1,6 +1,6 @@
 """Fusing semantic and keyword result lists (pure functions over hits with `source`, `id`, `score`).
 
-`weighted` is seed 003's rule: 0.6 × semantic + 0.4 × keyword when both found the item, × 0.7 of its
+`weighted` is the advanced-search spec's rule: 0.6 × semantic + 0.4 × keyword when both found the item, × 0.7 of its
 one score when only one did; both inputs must already be calibrated onto [0, 1] (search.calibrate_*).
 `rrf` is reciprocal-rank fusion (k = 60), which ignores score scales. `weighted` is the default: on
 LoCoMo (locomo_dev) it beat keyword, semantic and RRF on recall@5, recall@10 and nDCG@10.
@@ -39,7 +39,7 @@ def _key(hit: Any) -> tuple[str, str]:
 
 
 def weighted_fusion(semantic: list[Any], keyword: list[Any]) -> list[Any]:
-    """Seed 003's weighted fusion; both inputs carry scores in [0, 1]."""
+    """The advanced-search spec's weighted fusion; both inputs carry scores in [0, 1]."""
     sem = {_key(h): h for h in semantic}
     kw = {_key(h): h for h in keyword}
     out = []

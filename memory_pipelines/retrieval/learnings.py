@@ -1,9 +1,9 @@
-"""Seed 002: relevant learnings for a task / failure / event, instead of the most recent ones.
+"""The learnings spec: relevant learnings for a task / failure / event, instead of the most recent ones.
 
 Phase 1 (`relevance_score`, in SQL and in Python for tests): task type match 10, failure class match 8
 (the learning's failure_class, or its content naming the class), trigger event match 6, category
 `failure_pattern` 4, freshness 3 (≤ 7 days) / 2 (≤ 30 days) / 1; highest total first.
-Phase 2 (seed 001): when the context has a description and learnings carry current-model embeddings,
+Phase 2 (the context-builder spec): when the context has a description and learnings carry current-model embeddings,
 vector similarity plus a keyword boost (the phase-1 score scaled into [0, BOOST_WEIGHT]); if the
 embedding provider fails it falls back to phase 1. `get_recent_learnings` is kept as the old fallback.
 """
@@ -27,7 +27,7 @@ BOOST_WEIGHT = 0.5
 
 @dataclass(frozen=True)
 class LearningQuery:
-    """What the caller knows: seed 002's context plus an optional free-text description."""
+    """What the caller knows: the learnings spec's context plus an optional free-text description."""
 
     task_type: str | None = None
     failure_class: str | None = None
@@ -58,7 +58,7 @@ def freshness_points(age_days: float) -> int:
 
 
 def relevance_score(learning: dict[str, Any], q: LearningQuery, age_days: float) -> dict[str, float]:
-    """Seed 002's score of one learning, by dimension (pure; the SQL below computes the same)."""
+    """The learnings spec's score of one learning, by dimension (pure; the SQL below computes the same)."""
     fc = (q.failure_class or "").upper()
     parts = {
         "task_type": WEIGHTS["task_type"] if q.task_type and learning.get("task_type") == q.task_type else 0,
@@ -127,7 +127,7 @@ def _score_params(owner: str, q: LearningQuery, now: datetime | None) -> dict[st
 def structured_learnings(
     pool: ConnectionPool, owner: str, q: LearningQuery, limit: int = 10, now: datetime | None = None
 ) -> list[ScoredLearning]:
-    """Phase 1: seed 002's weighted score, computed in SQL, best first (newest first on ties)."""
+    """Phase 1: the learnings spec's weighted score, computed in SQL, best first (newest first on ties)."""
     _validate(q, limit)
     params = {**_score_params(owner, q, now), "limit": limit}
     with pool.connection() as conn:
@@ -178,7 +178,7 @@ def search_relevant_learnings(
 
 
 def get_recent_learnings(pool: ConnectionPool, owner: str, limit: int = 20) -> list[ScoredLearning]:
-    """The pre-seed behaviour, kept as a fallback: the newest learnings."""
+    """The original behaviour, kept as a fallback: the newest learnings."""
     with pool.connection() as conn:
         rows = conn.execute(
             "SELECT id::text, title, content, task_type, failure_class, trigger_event, category, created_at"

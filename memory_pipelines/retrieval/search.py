@@ -30,7 +30,7 @@ from .fusion import FUSIONS, rescored
 log = logging.getLogger(__name__)
 
 # Hybrid search reads this many candidates per channel and source; and how each channel's score maps to
-# [0, 1] before fusion. Chosen on ../shared/bench/locomo_dev (README, "Choosing the hybrid default").
+# [0, 1] before fusion. Chosen on the LoCoMo dev folder (README, "Choosing the hybrid default").
 HYBRID_MIN_DEPTH, HYBRID_MAX_DEPTH = 50, 200
 KEYWORD_SATURATION = 10.0
 # At or below this many filtered rows, scan exactly: an exact scan costs ~6 µs a row here (5,000 rows: 32 ms
@@ -490,7 +490,7 @@ def search(
     if kw_future is not None:
         kw = kw_future.result()  # the keyword channel ran on its own connection, beside the semantic one
     if mode == "semantic" and qvec is not None:
-        ranked = sem  # raw cosine similarity, as seeds 000 and 003 report it
+        ranked = sem  # raw cosine similarity, as the progressive-search and advanced-search specs report it
     elif mode == "keyword" or qvec is None:
         ranked = calibrate_keyword(kw)
     else:

@@ -41,7 +41,7 @@ class InvalidAnswer(ValueError):
 
 
 @dataclass(frozen=True)
-class Candidate:
+class Neighbour:
     """An existing memory close to the new one."""
 
     id: str
@@ -56,7 +56,7 @@ class Decision:
     """The arbiter's verdict; `candidate` is the memory it applies to (None when there was none)."""
 
     action: str  # REPLACE | KEEP_BOTH | SKIP | CREATE
-    candidate: Candidate | None
+    candidate: Neighbour | None
     model: str
     reason: str
 
@@ -132,7 +132,7 @@ def _excerpt(text: str) -> str:
     return _clip(" ".join(text.split()), EXCERPT_CHARS)
 
 
-def arbiter_prompt(new_summary: str, new_content: str, new_type: str, candidates: Sequence[Candidate]) -> str:
+def arbiter_prompt(new_summary: str, new_content: str, new_type: str, candidates: Sequence[Neighbour]) -> str:
     """The user message: the new memory, then each candidate with its similarity."""
     lines = [
         f"NEW ({new_type})",
@@ -150,7 +150,7 @@ def arbiter_prompt(new_summary: str, new_content: str, new_type: str, candidates
     return "\n".join(lines)
 
 
-def parse_decision(answer: dict[str, Any], candidates: Sequence[Candidate]) -> tuple[str, Candidate, str]:
+def parse_decision(answer: dict[str, Any], candidates: Sequence[Neighbour]) -> tuple[str, Neighbour, str]:
     """Validate `{"action", "target_id"?, "reason"}` against the candidates shown."""
     action = answer.get("action")
     if not isinstance(action, str) or action.strip().upper() not in ACTIONS:
@@ -173,7 +173,7 @@ def normalised_text(text: str) -> str:
     return " ".join(unicodedata.normalize("NFKC", text).lower().split())
 
 
-def rules_decision(new_content: str, candidates: Sequence[Candidate], note: str = "") -> Decision:
+def rules_decision(new_content: str, candidates: Sequence[Neighbour], note: str = "") -> Decision:
     """The fallback: SKIP a near-identical candidate, else KEEP_BOTH; never REPLACE."""
     prefix = f"{note}; " if note else ""
     norm = normalised_text(new_content)
@@ -198,7 +198,7 @@ def rules_decision(new_content: str, candidates: Sequence[Candidate], note: str 
 
 
 def arbitrate(
-    llm: ChatLLM | None, new_summary: str, new_content: str, new_type: str, candidates: Sequence[Candidate]
+    llm: ChatLLM | None, new_summary: str, new_content: str, new_type: str, candidates: Sequence[Neighbour]
 ) -> Decision:
     """Decide what to do with a new memory given its nearest candidates (best first)."""
     if not candidates:

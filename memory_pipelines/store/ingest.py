@@ -48,7 +48,7 @@ from ..vocabulary import (
     MIN_TS,
     TS_FUTURE_SLACK,
 )
-from .arbitration import Candidate, Decision, arbitrate, summarise
+from .arbitration import Decision, Neighbour, arbitrate, summarise
 from .memories import content_hash, new_memory_id
 from .projects import ensure_project, project_key_from_name
 
@@ -246,7 +246,7 @@ def find_candidates(
     *,
     exclude: str | None = None,
     limit: int = CANDIDATES,
-) -> list[Candidate]:
+) -> list[Neighbour]:
     """Active, settled memories of this project at or above `threshold` cosine similarity, best first.
 
     An exact scan over the project's rows (a materialised CTE keeps the HNSW index, which filters
@@ -271,7 +271,7 @@ def find_candidates(
             "limit": limit,
         },
     ).fetchall()
-    return [Candidate(r[0], r[1], r[2], r[3], float(r[4])) for r in rows]
+    return [Neighbour(r[0], r[1], r[2], r[3], float(r[4])) for r in rows]
 
 
 def log_arbitration(

@@ -1,4 +1,4 @@
-"""The MCP surface (seed 004's `mem.*` tools, plus `mem.context`) on the official `mcp` SDK 2.x (`MCPServer`).
+"""The MCP surface: the memory-centre spec's `mem.*` tools, plus `mem.context`, on the `mcp` SDK 2.x (`MCPServer`).
 
 Tools validate and shape arguments and call the library. The owner is never an argument: `owner_resolver`
 gets the request's HTTP headers (None over stdio) and returns the owner, or raises `PermissionError`.

@@ -2,7 +2,7 @@
 
 If the tokenizer cannot load, `estimate_tokens` is used instead: 1 token per CJK character plus 1
 per 4 other characters. Against cl100k_base on the demo corpus its mean error is -9 % on Chinese and
-+9 % on English texts (mean absolute 11 % / 13 %, tests/test_tokens.py); the seed's `len / 2.5` is
++9 % on English texts (mean absolute 11 % / 13 %, tests/test_tokens.py); the spec's `len / 2.5` is
 -36 % on Chinese (a budget built on it overflows) and +74 % on English.
 """
 

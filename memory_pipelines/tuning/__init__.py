@@ -1,4 +1,4 @@
-"""Offline tuning of half-lives and mode weights from the retrieval log (seed 001, phase 3.3).
+"""Offline tuning of half-lives and mode weights from the retrieval log (context-builder spec, phase 3.3).
 
 Pure logic (frames in, dicts out) lives in `fit`, `evaluate`, `report`, `simulate`; database I/O only in
 `frames.load_log`, `simulate.write_log_rows` and `publish`. The whole loop in one call:

@@ -29,7 +29,7 @@ AGE_SCALE = {"task": 60.0, "learning": 200.0, "capability": 300.0, "memory": 120
 
 
 def hidden_truth() -> ScoringConfig:
-    """A plausible 'true' config that differs clearly from the seed defaults."""
+    """A plausible 'true' config that differs clearly from the spec's defaults."""
     return ScoringConfig(
         version=0,
         half_lives={

@@ -219,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source", action="append", choices=SEARCH_SOURCES)
     p.add_argument("--limit", type=int, default=10)
 
-    p = sub.add_parser("context", help="build the token-budgeted context block for a query (seed 001)")
+    p = sub.add_parser("context", help="build the token-budgeted context block for a query (the context-builder spec)")
     p.add_argument("query")
     p.add_argument("--owner", help="owner id (default MEMORY_PIPELINES_OWNER or 'default')")
     p.add_argument("--mode", default="execute", choices=CONTEXT_MODES)

@@ -35,7 +35,7 @@ class _Body(BaseModel):
 
 
 class SearchRequest(_Body):
-    """Seed 000 summary layer."""
+    """Progressive search, summary layer."""
 
     query: Query = Field(description="What to look for, any language.")
     top_k: int = Field(5, alias="topK", ge=1, le=MAX_TOP_K, description="How many matches (1-100).")
@@ -44,7 +44,7 @@ class SearchRequest(_Body):
 
 
 class RelatedRequest(_Body):
-    """Seed 000 related layer."""
+    """Progressive search, related layer."""
 
     base_id: ItemId = Field(description="An id from a search match.")
     top_k: int = Field(5, alias="topK", ge=1, le=MAX_TOP_K)
@@ -53,7 +53,7 @@ class RelatedRequest(_Body):
 
 
 class IngestRequest(_Body):
-    """Seed 004 `POST /ingest/memory`: project_name or project_key, content_type and content."""
+    """Memory centre `POST /ingest/memory`: project_name or project_key, content_type and content."""
 
     content: Content = Field(description="The memory text; the server chunks, embeds, summarises, tags it.")
     content_type: ContentType = Field(description="requirement | plan | development | testing | insight")
@@ -67,7 +67,7 @@ class IngestRequest(_Body):
 
 
 class ContextRequest(_Body):
-    """Token-budgeted context (seed 001)."""
+    """Token-budgeted context (the context-builder spec)."""
 
     query: Query
     mode: ContextMode = "execute"
