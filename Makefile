@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint bench dagster serve clean
+.PHONY: run test test-fast lint bench dagster serve clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,9 @@ run: $(STAMP)  ## the main job on the embedded defaults
 
 test: $(STAMP)  ## the whole suite against a real PostgreSQL
 	$(PY) -m pytest -q
+
+test-fast: $(STAMP)  ## the suite without the tests marked slow
+	$(PY) -m pytest -q -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check memory_pipelines assets tests bench

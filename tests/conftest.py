@@ -18,9 +18,11 @@ from psycopg.conninfo import make_conninfo
 from memory_pipelines.embeddings import FakeEmbedder
 from memory_pipelines.infra.db import close_pools, get_pool, start_embedded_server
 from memory_pipelines.infra.migrate import migrate
-from memory_pipelines.runtime import Runtime
 from memory_pipelines.infra.settings import Settings
-from tests.fake_openai import fake_openai  # noqa: F401  (fixture)
+from memory_pipelines.runtime import Runtime
+
+# Fixture modules: `fake_openai` (the local OpenAI-compatible server).
+pytest_plugins = ["tests.fake_openai"]
 
 warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")
 DIM = 384
@@ -39,10 +41,20 @@ def server_url() -> Iterator[str]:
     home = Path(tempfile.mkdtemp(prefix="mp-test-pg-"))
     home.chmod(0o755)
     server = start_embedded_server(home / "pgdata")
+    _skip_durability(server.get_uri())
     yield server.get_uri()
     close_pools()
     server.cleanup()
     shutil.rmtree(home, ignore_errors=True)
+
+
+def _skip_durability(url: str) -> None:
+    """The throw-away test cluster never waits for the disk: every test creates and drops a database, and
+    with fsync that cycle took twice as long (0.64 s against 0.29 s, measured on 2 busy cores)."""
+    with _admin(url) as conn:
+        for setting in ("fsync", "synchronous_commit", "full_page_writes"):
+            conn.execute(f"ALTER SYSTEM SET {setting} = off")
+        conn.execute("SELECT pg_reload_conf()")
 
 
 def _admin(url: str) -> psycopg.Connection:

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 
 def _run(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     full_env = {**os.environ, **(env or {})}
@@ -49,6 +51,7 @@ def test_status_against_a_database(db_url):
     assert '"pgvector"' in proc.stdout and '"tasks"' in proc.stdout
 
 
+@pytest.mark.slow
 def test_rejected_openai_key_is_one_clear_line(db_url, fake_openai):
     import psycopg
 
@@ -62,6 +65,7 @@ def test_rejected_openai_key_is_one_clear_line(db_url, fake_openai):
     assert len([p for p in fake_openai.requests if p[0].endswith("/embeddings")]) == 1  # no retries on 401
 
 
+@pytest.mark.slow
 def test_provider_outage_during_embed_leaves_rows_pending_and_exits_1(db_url, fake_openai):
     import psycopg
 

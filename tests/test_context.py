@@ -72,6 +72,7 @@ def test_default_budget_is_never_exceeded(pool, fake_embedder, team):
 
 def test_top_five_are_pairwise_distinct(pool, fake_embedder, team):
     items = _build(pool, fake_embedder).items[:5]
+    assert len(items) == 5  # the team holds far more than five candidates, four of them near-duplicates
     lines = [i.line for i in items]
     for a in range(len(lines)):
         for b in range(a + 1, len(lines)):
@@ -95,7 +96,7 @@ def test_factors_decay_and_capabilities(pool, fake_embedder, team):
             assert item.decay == 1.0
         if item.source == "task":
             assert item.decay == pytest.approx(0.5 ** (item.age_days / 30), rel=1e-6)
-    assert any(i.source == "capability" for i in items)
+    assert any(i.source == "capability" for i in items) and any(i.source == "task" for i in items)
     assert all("bob" not in i.line for i in items)
 
 
@@ -167,7 +168,8 @@ def test_active_config_is_used_from_the_next_build(pool, fake_embedder, team):
     activate(pool, version)
     result = _build(pool, fake_embedder, token_budget=4000)
     assert result.config_version == version
-    assert all(i.mode_weight == 0.01 for i in result.items if i.source == "capability")
+    capabilities = [i for i in result.items if i.source == "capability"]
+    assert capabilities and all(i.mode_weight == 0.01 for i in capabilities)
 
 
 def test_bad_input_names_the_field(pool, fake_embedder, team):
@@ -181,6 +183,7 @@ def test_bad_input_names_the_field(pool, fake_embedder, team):
         assert err.value.field == field
 
 
+@pytest.mark.slow
 def test_chinese_query_finds_english_learning_with_local_model(pool, local_embedder):
     with pool.connection() as conn:
         target = add_learning(

@@ -93,6 +93,7 @@ def test_definitions_load():
     assert blocking == {"embedding_coverage", "embedding_consistency"}
 
 
+@pytest.mark.slow
 def test_materialize_all_on_real_database(db_url, pool, fake_embedder):
     _seed(pool)
     res = _resource(db_url)
@@ -165,6 +166,7 @@ def test_keyword_check_warns_on_stale_bm25_statistics_until_the_refresh(db_url, 
     assert _meta(again, "task_keywords")[0]["owners_stats_refreshed"] == 1
 
 
+@pytest.mark.slow
 def test_partitioned_run_over_all_buckets(db_url, pool, fake_embedder):
     _seed(pool)
     res = _resource(db_url)
@@ -172,7 +174,8 @@ def test_partitioned_run_over_all_buckets(db_url, pool, fake_embedder):
     embedded = dict.fromkeys(INDEXED_NAMES, 0)
     for key in [str(b) for b in range(BUCKETS)]:
         result = dg.materialize(selection, partition_key=key, resources={"memory": res}, run_config=QUIET)
-        assert result.success and all(_checks(result).values())  # judged on its own bucket only
+        checks = _checks(result)
+        assert result.success and checks and all(checks.values())  # judged on its own bucket only
         for source in INDEXED_NAMES:
             (meta,) = _meta(result, f"{source}_embeddings")
             assert meta["buckets"] == [int(key)] and meta["rows_failed"] == 0
@@ -196,7 +199,7 @@ def test_killed_run_resumes_and_embeds_every_row_exactly_once(db_url, pool, fake
     healthy = _resource(db_url, batch_size=10)
     second = dg.materialize(selection, resources={"memory": healthy}, tags=RANGE_TAGS, run_config=QUIET)
     meta2 = _one(second, "task_embeddings")
-    assert second.success and all(_checks(second).values())
+    assert second.success and _checks(second) and all(_checks(second).values())
     assert meta2["rows_embedded"] == 40 and meta2["rows_skipped"] == 20
     assert meta["rows_embedded"] + meta2["rows_embedded"] == 60
     assert _pending(pool, fake_embedder.model_name)["task"] == 0
@@ -283,12 +286,21 @@ def test_context_job_rejects_bad_mode(db_url):
 @pytest.mark.parametrize("source", ["task"])
 def test_other_buckets_are_left_alone(db_url, pool, fake_embedder, source):
     _seed(pool, n_tasks=30)
+    with pool.connection() as conn:  # random ids may leave bucket 3 empty: add three fixed ids that are in it
+        conn.execute(
+            "INSERT INTO tasks (id, owner_id, title, description)"
+            " SELECT id, 'alice', 'bucket task ' || id, 'in bucket 3'"
+            " FROM (SELECT md5('bucket-' || i)::uuid AS id FROM generate_series(1, 400) AS i) AS c"
+            " WHERE abs(hashtext(id::text)::bigint) % 8 = 3 ORDER BY id LIMIT 3")
     res = _resource(db_url)
     dg.materialize([embedding_assets[source]], partition_key="3", resources={"memory": res}, run_config=QUIET)
     with pool.connection() as conn:
         rows = conn.execute(
             "SELECT abs(hashtext(id::text)::bigint) % 8, embedding IS NOT NULL FROM tasks").fetchall()
-    assert rows and all(done == (bucket == 3) for bucket, done in rows)
+    in_three = [done for bucket, done in rows if bucket == 3]
+    elsewhere = [done for bucket, done in rows if bucket != 3]
+    assert len(in_three) >= 3 and len(elsewhere) >= 10
+    assert all(in_three) and not any(elsewhere)
 
 
 def test_executor_choice_is_checked():

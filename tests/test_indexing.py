@@ -82,8 +82,7 @@ def test_keyword_index_is_incremental(pool):
     assert again.indexed == 1 and again.removed == 1
     with pool.connection() as conn:
         hits = conn.execute(
-            "SELECT count(*) FROM keywords WHERE source = 'task' AND keyword = 'kubernete'"
-            " OR keyword = 'kubernetes'"
+            "SELECT count(*) FROM keywords WHERE source = 'task' AND keyword IN ('kubernete', 'kubernetes')"
         ).fetchone()[0]
     assert hits == 1
     assert index_source(pool, "task", full=True).indexed == 4

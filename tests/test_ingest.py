@@ -1,8 +1,6 @@
 """agent-mem ingest against the real database: validation, chunking, arbitration (LLM through the fake
 OpenAI server and the real ChatLLM, and the rules fallback), versions, concurrency and provider outages."""
 
-# ruff: noqa: F811 - tests take the imported `fake_openai` fixture as an argument
-
 from __future__ import annotations
 
 import json
@@ -24,7 +22,7 @@ from memory_pipelines.store.ingest import (
 )
 from memory_pipelines.store.read import get_memories, search_memories
 from memory_pipelines.vocabulary import INDEXED, MAX_CONTENT
-from tests.fake_openai import FakeOpenAI, fake_openai  # noqa: F401
+from tests.fake_openai import FakeOpenAI
 
 T = 0.5  # conflict threshold for the bag-of-words FakeEmbedder (related test texts score 0.6-0.9)
 
@@ -420,6 +418,7 @@ def test_default_thresholds_per_model(local_embedder) -> None:
     assert conflict_threshold_for("some-other-model") == 0.90
 
 
+@pytest.mark.slow
 def test_e5_threshold_separates_updates_from_unrelated(pool, local_embedder) -> None:
     """The real local model at its default threshold: an update is a candidate, unrelated text is not."""
     a = ingest_memory(

@@ -1,7 +1,5 @@
 """ChatLLM through the real `openai` client against the local FakeOpenAI server."""
 
-# ruff: noqa: F811 - tests take the imported `fake_openai` fixture as an argument
-
 from __future__ import annotations
 
 import pytest
@@ -9,7 +7,7 @@ import pytest
 from memory_pipelines.infra.errors import ConfigError
 from memory_pipelines.infra.llm import ChatLLM, LLMError
 from memory_pipelines.infra.settings import Settings
-from tests.fake_openai import FakeOpenAI, fake_openai  # noqa: F401 - the fixture (until conftest has it)
+from tests.fake_openai import FakeOpenAI
 
 
 def make(server: FakeOpenAI, delays: list[float] | None = None, **kwargs) -> ChatLLM:

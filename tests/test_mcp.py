@@ -99,6 +99,7 @@ def _rows(pool) -> dict[str, int]:
         return dict(conn.execute("SELECT owner_id, count(*) FROM memories GROUP BY owner_id").fetchall())
 
 
+@pytest.mark.slow
 def test_stdio_session_full_flow_for_the_configured_owner(db_url, runtime, tmp_path):
     params = StdioServerParameters(
         command=sys.executable, args=["-m", "memory_pipelines.surfaces.cli", "mcp", "--transport", "stdio"],
@@ -187,6 +188,7 @@ def test_http_two_keys_two_owners_isolated(mcp_http, runtime):
     assert _rows(runtime.pool) == {"alice": 1, "bob": 1}
 
 
+@pytest.mark.slow
 def test_cli_mcp_http_serves_tools_behind_keys(db_url, runtime, tmp_path):
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))

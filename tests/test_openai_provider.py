@@ -1,7 +1,5 @@
 """OpenAIEmbedder through the real `openai` client against the local FakeOpenAI server."""
 
-# ruff: noqa: F811 - tests take the imported `fake_openai` fixture as an argument
-
 from __future__ import annotations
 
 import time
@@ -16,7 +14,7 @@ from memory_pipelines.infra.errors import ConfigError
 from memory_pipelines.infra.retry import RetriesExhausted, backoff_delay, call_with_retries
 from memory_pipelines.infra.settings import Settings
 from memory_pipelines.text.tokens import count_tokens
-from tests.fake_openai import FakeOpenAI, fake_openai  # noqa: F401 - the fixture (until conftest has it)
+from tests.fake_openai import FakeOpenAI
 
 TEXTS = ["the cat sat on the mat", "pgvector stores embeddings", "我喜欢喝茶", "long-term memory for agents"]
 

@@ -1,7 +1,5 @@
 """agent-mem reads: search snippets, get, timeline paging, projects, versions — and owner isolation."""
 
-# ruff: noqa: F811 - tests take the imported `fake_openai` fixture as an argument
-
 from __future__ import annotations
 
 import json
@@ -19,7 +17,6 @@ from memory_pipelines.store.read import (
     snippet,
     timeline,
 )
-from tests.fake_openai import FakeOpenAI, fake_openai  # noqa: F401
 
 TS = 1_700_000_000
 

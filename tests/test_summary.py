@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from memory_pipelines.text.summary import extractive_summary, tags
+
+ROOT = Path(__file__).resolve().parent.parent
 
 EN = (
     "Hi there! The production database connection pool was exhausted at 3am. "
@@ -57,8 +65,34 @@ def test_best_sentence_is_truncated_when_nothing_fits() -> None:
     assert not summary[:-1].endswith(" ")
 
 
-def test_summary_is_deterministic() -> None:
-    assert extractive_summary(EN, 120) == extractive_summary(EN, 120)
+def test_tied_sentences_go_to_the_earlier_one() -> None:
+    """The two sentences have the same terms in the same order, so exactly the same score."""
+    text = "POOL LIMITS WERE RAISED! Lunch was good. Pool limits were raised."
+    assert extractive_summary(text, 30) == "POOL LIMITS WERE RAISED!"
+    assert extractive_summary(text.replace("POOL LIMITS WERE RAISED!", "Pool limits were raised?"), 30) == (
+        "Pool limits were raised?"
+    )
+
+
+@pytest.mark.slow
+def test_summary_and_tags_do_not_depend_on_the_process() -> None:
+    """Another interpreter, with another string-hash seed (set and dict-of-set orders change with it),
+    gives the same summary and tags."""
+    code = (
+        "import json\n"
+        "from memory_pipelines.text.summary import extractive_summary, tags\n"
+        "from tests.test_summary import EN, ZH\n"
+        "print(json.dumps([extractive_summary(EN, 120), extractive_summary(ZH, 60), tags(EN), tags(ZH)]))"
+    )
+    here = [extractive_summary(EN, 120), extractive_summary(ZH, 60), tags(EN), tags(ZH)]
+    assert here[0] == "The database team will review connection pool limits next week."
+    for seed in ("1", "4242"):
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True, text=True, check=True, timeout=60, cwd=ROOT,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        )
+        assert json.loads(out.stdout) == here
 
 
 def test_tags_without_corpus_are_relevant() -> None:

@@ -88,6 +88,8 @@ def test_fit_reports_sample_sizes_intervals_and_keeps_thin_parameters():
     opt = FitOptions(n_boot=15, min_samples=250, min_positives=20)
     fit = fit_parameters(frames.candidates, ScoringConfig(), opt)
     shown = frames.candidates[frames.candidates["injected"]]
+    assert any(p.kind == "weight" for p in fit.params)
+    assert any(p.status in ("fitted", "clamped") for p in fit.params)
     for p in fit.params:
         if p.kind == "weight":
             cell = shown[(shown["source"] == p.source) & (shown["mode"] == p.mode)]
@@ -156,6 +158,7 @@ def _sim_into_db(pool, spec: SimSpec, active: ScoringConfig) -> int:
     return version
 
 
+@pytest.mark.slow
 def test_publishing_improves_held_out_hit5_activates_and_rolls_back(pool, tmp_path):
     old = _sim_into_db(pool, SimSpec(n_builds=1200, seed=7, randomized_rate=0.1), wrong_config())
     result = run_tuning(
@@ -183,6 +186,7 @@ def test_publishing_improves_held_out_hit5_activates_and_rolls_back(pool, tmp_pa
         activate(pool, 999)
 
 
+@pytest.mark.slow
 def test_a_log_without_signal_publishes_nothing(pool):
     old = _sim_into_db(pool, SimSpec(n_builds=1200, seed=8, no_signal=True), ScoringConfig())
     before = len(list_configs(pool))
@@ -287,6 +291,7 @@ def _cli(args: list[str], db_url: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_cli_tune_publish_list_and_rollback(db_url, tmp_path):
     pool = get_pool(db_url, max_size=2)
     old = _sim_into_db(pool, SimSpec(n_builds=900, seed=12), wrong_config())
