@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import itertools
 import json
 import random
@@ -179,7 +178,7 @@ def load_tasks(url: str, n: int, owners: list[tuple[str, int]], seed: int = 7, t
     """COPY n synthetic rows with topic vectors into `tasks` (or `learnings`), owners by count.
 
     The HNSW index is dropped for the load and built once afterwards (as the backfill does for bulk
-    loads); embedded_hash is computed like the table's generated content_hash, so rows count as current.
+    loads); embedded_hash is set to the row's content_hash (md5 of its indexed text), so rows count as current.
     """
     rng = random.Random(seed)
     embedder = FakeEmbedder(384)
@@ -194,20 +193,23 @@ def load_tasks(url: str, n: int, owners: list[tuple[str, int]], seed: int = 7, t
         with (
             conn.cursor() as cur,
             cur.copy(
-                f"COPY {table} (owner_id, title, {body}, created_at, embedding, embedding_model, embedded_hash)"
+                f"COPY {table} (owner_id, title, {body}, created_at, embedding, embedding_model)"
                 " FROM STDIN WITH (FORMAT BINARY)"
             ) as copy,
         ):
-            copy.set_types(["text", "text", "text", "timestamptz", "vector", "text", "text"])
+            copy.set_types(["text", "text", "text", "timestamptz", "vector", "text"])
             for i in range(n):
                 (title, topic), desc = note(rng), sentence(rng)
                 vec = topic_vector(topic, rng)
                 created = now - dt.timedelta(days=rng.random() * 180)
-                digest = hashlib.md5(f"{title}\n{desc}".encode()).hexdigest()
-                copy.write_row((owner_of[i], title, desc, created, vec, embedder.model_name, digest))
+                copy.write_row((owner_of[i], title, desc, created, vec, embedder.model_name))
                 if i and i % 20000 == 0:
                     log(f"  loaded {i} rows")
+        conn.execute(f"UPDATE {table} SET embedded_hash = content_hash, embedded_at = now()")
         conn.commit()
+        conn.autocommit = True
+        conn.execute(f"VACUUM FULL {table}")  # compact again after the UPDATE, as the COPY left it
+        conn.autocommit = False
         t = time.perf_counter()
         conn.execute("SET maintenance_work_mem = '1GB'")
         conn.execute(f"CREATE INDEX {index} ON {table} USING hnsw (embedding vector_cosine_ops)")

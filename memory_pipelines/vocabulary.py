@@ -98,7 +98,9 @@ class IndexedText:
     """A table whose rows are embedded and keyword-indexed, and the one definition of their text.
 
     `text_sql` is the indexed text (the item's words plus the context a question would name: type,
-    project, speaker, date); `content_hash` marks when a row must be re-embedded.
+    status, project, speaker, date): a call of the table's SQL function (`mp_<name>_text`,
+    sql/005_indexed_text.sql), the one definition of that text. The table's `content_hash` is md5 of
+    exactly that text, kept by triggers, so any change of the text makes the row pending again.
     """
 
     name: str
@@ -129,46 +131,34 @@ class Source:
     """Reached by search (semantic + keyword), hence a candidate of a context build's semantic retrieval."""
 
 
-_DATE = "to_char(t.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
-
 INDEXED: dict[str, IndexedText] = {
     "task": IndexedText(
         name="task",
         table="tasks",
         id_type="uuid",
         from_sql="tasks t",
-        text_sql=(
-            "t.title || E'\\n' || t.description || E'\\n[task · ' || coalesce(t.task_type, '-') || ' · '"
-            f" || t.status || coalesce(' · ' || t.project_key, '') || ' · ' || {_DATE} || ']'"
-        ),
+        text_sql="mp_task_text(t.title, t.description, t.task_type, t.status, t.project_key, t.created_at)",
     ),
     "learning": IndexedText(
         name="learning",
         table="learnings",
         id_type="uuid",
         from_sql="learnings t",
-        text_sql=(
-            "t.title || E'\\n' || t.content || E'\\n[learning · ' || coalesce(t.task_type, '-')"
-            " || coalesce(' · ' || t.failure_class, '') || coalesce(' · ' || t.category, '')"
-            f" || ' · ' || {_DATE} || ']'"
-        ),
+        text_sql="mp_learning_text(t.title, t.content, t.task_type, t.failure_class, t.category, t.created_at)",
     ),
     "capability": IndexedText(
         name="capability",
         table="capabilities",
         id_type="uuid",
         from_sql="capabilities t",
-        text_sql="t.name || E'\\n' || t.description",
+        text_sql="mp_capability_text(t.name, t.description)",
     ),
     "fragment": IndexedText(
         name="fragment",
         table="fragments",
         id_type="text",
         from_sql="fragments t JOIN memories m ON m.id = t.memory_id JOIN projects p ON p.id = m.project_id",
-        text_sql=(
-            "coalesce(m.speaker || ': ', '') || t.content || E'\\n[' || p.project_name || ' · ' || m.content_type"
-            " || ' · ' || to_char(m.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') || ']'"
-        ),
+        text_sql="mp_fragment_text(m.speaker, t.content, p.project_name, m.content_type, m.created_at)",
         active_sql="m.is_active",
     ),
 }

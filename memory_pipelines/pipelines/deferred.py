@@ -87,7 +87,7 @@ def _settle_one(
                     by,
                     chunks,
                     np.vstack([to_array(f[1]) for f in frags]),
-                    texts_for(chunks, speaker, project_name, ctype, own_date),
+                    texts_for(conn, chunks, speaker, project_name, ctype, own_date),
                 )
                 replace_memory(conn, embedder, c.id, owner, project_name, new)
             drop_fragments(conn, memory_id)

@@ -41,6 +41,7 @@ from ..infra.llm import ChatLLM
 from ..text.chunks import chunk_text
 from ..vocabulary import (
     CONTENT_TYPES,
+    INDEXED,
     LOCK_PROJECT,
     MAX_CONTENT,
     MAX_NAME,
@@ -193,22 +194,25 @@ def validate_input(
     )
 
 
-# --- indexed text (must match sources.SOURCES["fragment"].text_sql) --------------------------------------
-
-
-def fragment_text(
-    chunk: str, speaker: str | None, project_name: str, content_type: str, created_at: datetime
-) -> str:
-    """The text a fragment is embedded and keyword-indexed by: the same string the backfill builds in SQL."""
-    day = created_at.astimezone(UTC).strftime("%Y-%m-%d")
-    lead = f"{speaker}: " if speaker is not None else ""
-    return f"{lead}{chunk}\n[{project_name} · {content_type} · {day}]"
+# --- indexed text ----------------------------------------------------------------------------------------
 
 
 def texts_for(
-    chunks: Sequence[str], speaker: str | None, project_name: str, content_type: str, created_at: datetime
+    conn: psycopg.Connection,
+    chunks: Sequence[str],
+    speaker: str | None,
+    project_name: str,
+    content_type: str,
+    created_at: datetime,
 ) -> list[str]:
-    return [fragment_text(c, speaker, project_name, content_type, created_at) for c in chunks]
+    """The indexed texts of a memory's chunks, before its fragments exist: one query of the database's one
+    definition (`mp_fragment_text`, sql/005), the text the backfill and the keyword index read."""
+    rows = conn.execute(
+        "SELECT mp_fragment_text(%s::text, c, %s::text, %s::text, %s::timestamptz)"
+        " FROM unnest(%s::text[]) WITH ORDINALITY AS u(c, i) ORDER BY i",
+        (speaker, project_name, content_type, created_at, list(chunks)),
+    ).fetchall()
+    return [r[0] for r in rows]
 
 
 def memory_vector(vectors: np.ndarray) -> np.ndarray:
@@ -346,7 +350,10 @@ def _write_fragments(
     model: str,
     created_at: datetime,
 ) -> None:
-    """Insert the fragments (with their vectors when given) and keyword-index them."""
+    """Insert the fragments (with their vectors when given) and keyword-index them.
+
+    `texts` are the texts the vectors were made from: `embedded_hash` is their md5, so a fragment whose
+    indexed text is another one by now (its `content_hash`, set by the trigger) stays pending."""
     ids = [f"{memory_id}_{i:03d}" for i in range(len(chunks))]
     with conn.cursor() as cur:
         if vectors is None:
@@ -364,16 +371,17 @@ def _write_fragments(
                 " embedding_model, embedded_hash, embedded_at)"
                 " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, md5(%s), now())",
                 [
-                    (fid, memory_id, owner, i, c, created_at, v, model, c)
-                    for i, (fid, c, v) in enumerate(zip(ids, chunks, vectors, strict=True))
+                    (fid, memory_id, owner, i, c, created_at, v, model, text)
+                    for i, (fid, c, v, text) in enumerate(zip(ids, chunks, vectors, texts, strict=True))
                 ],
             )
-    hashes = dict(
-        conn.execute("SELECT id, content_hash FROM fragments WHERE memory_id = %s", (memory_id,)).fetchall()
-    )
-    index_rows(
-        conn, "fragment", [(fid, owner, text, hashes[fid]) for fid, text in zip(ids, texts, strict=True)]
-    )
+    source = INDEXED["fragment"]
+    rows = conn.execute(
+        f"SELECT t.id, t.owner_id, {source.text_sql}, t.content_hash FROM {source.from_sql}"
+        " WHERE t.memory_id = %s ORDER BY t.chunk_index",
+        (memory_id,),
+    ).fetchall()
+    index_rows(conn, "fragment", rows)
 
 
 @dataclass
@@ -450,11 +458,12 @@ def replace_memory(
         (version, old_id),
     )
     created_at = conn.execute("SELECT created_at FROM memories WHERE id = %s", (old_id,)).fetchone()[0]
-    texts = texts_for(new.chunks, new.speaker, project_name, new.content_type, created_at)
-    vectors = new.vectors
+    texts = texts_for(conn, new.chunks, new.speaker, project_name, new.content_type, created_at)
+    vectors, embedded = new.vectors, new.texts
     if texts != new.texts and vectors is not None:  # the old row's date differs: embed what it indexes
-        vectors = _embed(embedder, texts)[0]
-        vectors = new.vectors if vectors is None else vectors
+        fresh = _embed(embedder, texts)[0]
+        if fresh is not None:  # else the new content's vectors, pending again for the backfill
+            vectors, embedded = fresh, texts
     conn.execute(
         "UPDATE memories SET content = %(content)s, content_type = %(type)s, content_hash = %(hash)s,"
         " ts = %(ts)s, speaker = %(speaker)s, summary = %(summary)s, tags = %(tags)s,"
@@ -479,21 +488,24 @@ def replace_memory(
         },
     )
     drop_fragments(conn, old_id)
-    _write_fragments(conn, old_id, owner, new.chunks, texts, vectors, embedder.model_name, created_at)
+    _write_fragments(conn, old_id, owner, new.chunks, embedded, vectors, embedder.model_name, created_at)
     return int(version)
 
 
 # --- ingest ----------------------------------------------------------------------------------------------
 
 
-def _project(pool: ConnectionPool, inp: _Input) -> tuple[str, str]:
-    """(project id, stored project name), the project created when absent."""
+def _project(
+    pool: ConnectionPool, inp: _Input, chunks: Sequence[str], created_at: datetime
+) -> tuple[str, str, list[str]]:
+    """(project id, stored project name, the chunks' indexed texts), the project created when absent."""
     with transaction(pool) as conn:
         project_id = ensure_project(
             conn, inp.owner, inp.project_key, inp.project_name, inp.machine_name, inp.project_path
         )
         name = conn.execute("SELECT project_name FROM projects WHERE id = %s", (project_id,)).fetchone()[0]
-    return project_id, name
+        texts = texts_for(conn, chunks, inp.speaker, name, inp.content_type, created_at)
+    return project_id, name, texts
 
 
 def ingest_memory(
@@ -519,11 +531,10 @@ def ingest_memory(
     threshold = (
         conflict_threshold if conflict_threshold is not None else conflict_threshold_for(embedder.model_name)
     )
-    project_id, stored_name = _project(pool, inp)
     created_at = datetime.fromtimestamp(inp.ts, UTC)
     chunks = chunk_text(inp.content, CHUNK_TOKENS, CHUNK_OVERLAP)
+    project_id, stored_name, texts = _project(pool, inp, chunks, created_at)
     summary, tags, summary_by = summarise(llm, inp.content)
-    texts = texts_for(chunks, inp.speaker, stored_name, inp.content_type, created_at)
     vectors, embed_error = _embed(embedder, texts)
     new = NewContent(
         inp.content, inp.content_type, inp.ts, inp.speaker, summary, tags, summary_by, chunks, vectors, texts
