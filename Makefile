@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[all,dev]'
 	touch $(STAMP)
 
-run: $(STAMP)  ## the main job on the embedded defaults
+run: $(STAMP)  ## the main job on the embedded defaults, launched through Dagster (runs show in `make dagster`)
 	$(VENV)/bin/memory-pipelines run
 
 test: $(STAMP)  ## the whole suite against a real PostgreSQL
@@ -24,12 +24,11 @@ test-fast: $(STAMP)  ## the suite without the tests marked slow
 lint: $(STAMP)
 	$(VENV)/bin/ruff check memory_pipelines assets tests bench
 
-dagster: $(STAMP)  ## the Dagster UI on the embedded defaults
-	mkdir -p $${DAGSTER_HOME:-$(CURDIR)/.dagster_home}
-	DAGSTER_HOME=$${DAGSTER_HOME:-$(CURDIR)/.dagster_home} $(VENV)/bin/dagster dev -w workspace.yaml
+dagster: $(STAMP)  ## the Dagster UI on the instance `make run` records into ($$MEMORY_PIPELINES_HOME/dagster)
+	$(PY) -m memory_pipelines.pipelines.dagster_home $(VENV)/bin/dagster dev -w workspace.yaml
 
 serve: $(STAMP)  ## the HTTP API on 127.0.0.1:8000
 	$(VENV)/bin/memory-pipelines serve
 
-clean:
+clean:  ## the venv, the embedded database and the Dagster instance (.dagster_home: its old place)
 	rm -rf $(VENV) .memory_pipelines .dagster_home

@@ -14,7 +14,7 @@ import dagster as dg
 
 from memory_pipelines.context.builder import DEFAULT_BUDGET, build_memory_context
 
-from .resources import MemoryResource
+from .resources import RESOURCES, MemoryResource
 
 
 class ContextConfig(dg.Config):
@@ -23,7 +23,7 @@ class ContextConfig(dg.Config):
     owner: str
     """Whose memory to read (every read is scoped to this owner)."""
     mode: str = "execute"
-    """plan | execute | debug | chat: weights the sources (seed 001's MODE_WEIGHT)."""
+    """plan | execute | debug | chat: weights the sources (the context-builder spec: MODE_WEIGHT)."""
     budget: int = DEFAULT_BUDGET
     """Token budget of the block (50 to 32000)."""
 
@@ -67,3 +67,6 @@ def build_context(context: dg.OpExecutionContext, config: ContextConfig, memory:
 @dg.job(description="Build one memory context on demand (launchpad config: query, owner, mode, budget).")
 def memory_context():
     build_context()
+
+
+defs = dg.Definitions(jobs=[memory_context], resources=RESOURCES)

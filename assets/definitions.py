@@ -1,8 +1,12 @@
 """The Dagster code location (workspace.yaml points here): `dagster dev -w workspace.yaml`.
 
+Each domain module exposes its own `defs` (assets, checks, jobs, schedules, sensors, bound to the one
+`memory` resource); this module merges them and adds the executor. Installed, the package is
+`memory_pipelines_dagster`; in a checkout it is `assets`; every import inside it is relative.
+
 The executor is the multiprocess one (steps in parallel processes on this machine) unless
 MEMORY_PIPELINES_DAGSTER_EXECUTOR says `k8s` (dagster-k8s: one Kubernetes Job per step) or `celery`
-(dagster-celery: steps as Celery tasks); the definitions are otherwise the same everywhere.
+(dagster-celery: steps as Celery tasks); `main_job` and `demo_job` run in their run's own process.
 """
 
 import os
@@ -11,14 +15,9 @@ import dagster as dg
 
 from memory_pipelines.infra.errors import ConfigError
 
-from .automation import jobs, schedules, sensors
-from .checks import all_checks
-from .context_job import memory_context
-from .demo import demo_corpus
+from . import automation, context_job, demo, embeddings, keywords, tuning
 from .embeddings import SOURCE_TABLES, embedding_assets, memory_vectors, vector_indexes
 from .keywords import keyword_assets
-from .resources import MemoryResource
-from .tuning import tuning_assets, tuning_checks
 
 all_assets = [
     *SOURCE_TABLES.values(),
@@ -26,10 +25,10 @@ all_assets = [
     memory_vectors,
     vector_indexes,
     *keyword_assets.values(),
-    demo_corpus,
+    demo.demo_corpus,
 ]
-"""What `materialize_all` (`make run`) materialises: everything but the `tuning` group, which needs a
-retrieval log with feedback and runs weekly (`weekly_tuning`) or from the UI."""
+"""Every asset but the `tuning` group, which needs a retrieval log with feedback and runs weekly
+(`weekly_tuning`) or from the UI. `main_job` materialises these, the demo corpus apart (`demo_job`)."""
 
 
 def select_executor(kind: str | None = None) -> dg.ExecutorDefinition:
@@ -53,12 +52,12 @@ def select_executor(kind: str | None = None) -> dg.ExecutorDefinition:
                       "Fix: use multiprocess, k8s or celery.")
 
 
-defs = dg.Definitions(
-    assets=[*all_assets, *tuning_assets],
-    asset_checks=[*all_checks, *tuning_checks],
-    jobs=[*jobs, memory_context],
-    schedules=schedules,
-    sensors=sensors,
-    resources={"memory": MemoryResource()},
-    executor=select_executor(),
+defs = dg.Definitions.merge(
+    embeddings.defs,
+    keywords.defs,
+    tuning.defs,
+    demo.defs,
+    context_job.defs,
+    automation.defs,
+    dg.Definitions(executor=select_executor()),
 )

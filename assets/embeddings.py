@@ -1,22 +1,45 @@
-"""Embedding backfills: one asset per source, partitioned by hash bucket of the row id.
+"""Embeddings: one asset per source, partitioned by hash bucket of the row id, with their checks, the
+backfill job, its nightly schedule and the sensor that reacts to new rows.
 
-A partition is a static hash bucket (`abs(hashtext(id::text)) % BUCKETS`), not a slice of time: every
-bucket is always "live", and materialising it embeds whatever in it is pending (no embedding, another
-model's, or content changed since). A backfill over all buckets fans out into runs of
-`MAX_BUCKETS_PER_RUN` buckets; the `embedding_provider` pool caps how many steps call the provider at
-once across runs, and `memory_db_writes` caps the database-heavy maintenance steps.
+A partition is a static hash bucket (`vocabulary.bucket_sql`), not a slice of time: every bucket is always
+"live", and materialising it embeds whatever in it is pending (no embedding, another model's, or content
+changed since). A backfill over all buckets fans out into runs of `MAX_BUCKETS_PER_RUN` buckets; the
+`embedding_provider` pool caps how many steps call the provider at once across runs, and
+`memory_db_writes` caps the database-heavy maintenance steps.
+
+Checks (blocking): coverage and model/dimension consistency. They look at the buckets of the run they
+execute in (a run of bucket 3 is judged on bucket 3, so the first runs of a fanned-out backfill do not fail
+for buckets still queued); run on their own they look at the whole table. A failed blocking check fails the
+run and stops every asset downstream of the checked one in it.
+
+`unembedded_rows_sensor` launches backfill runs for the buckets where new unembedded rows appeared. It
+reads only the partial `*_pending_embedding` indexes, so a tick costs a few index lookups; its cursor holds
+the pending count per source and bucket, and it requests a run only when a count grew (rows a failing
+provider left behind are not re-requested every tick: the nightly run retries them). Content changes and
+model switches are the nightly run's job.
 """
 
+import hashlib
+import json
 
 import dagster as dg
+import psycopg
 
 from memory_pipelines.index.vectors import BackfillResult, embed_buckets, ensure_vector_indexes, finish_memories
+from memory_pipelines.infra.errors import UserError
+from memory_pipelines.infra.migrate import stored_dimension
+from memory_pipelines.pipelines.coverage import (
+    embedded_mix,
+    embedding_coverage,
+    memory_vector_counts,
+    unembedded_by_bucket,
+    vector_index_names,
+)
 from memory_pipelines.pipelines.deferred import finish_deferred
-from memory_pipelines.vocabulary import INDEXED, INDEXED_NAMES
+from memory_pipelines.vocabulary import BUCKETS, INDEXED, INDEXED_NAMES
 
-from .resources import MemoryResource
+from .resources import RESOURCES, MemoryResource
 
-BUCKETS = 8
 MAX_BUCKETS_PER_RUN = 2
 PROVIDER_POOL = "embedding_provider"
 DB_WRITE_POOL = "memory_db_writes"
@@ -51,11 +74,20 @@ def embedding_asset_key(source: str) -> dg.AssetKey:
     return dg.AssetKey(f"{source}_embeddings")
 
 
+def _buckets_of(op: dg.OpExecutionContext) -> list[int]:
+    if op.has_partition_key or op.has_partition_key_range:
+        return sorted(int(k) for k in op.partition_keys)
+    return list(range(BUCKETS))
+
+
 def run_buckets(context: dg.AssetExecutionContext | dg.OpExecutionContext) -> list[int]:
     """The buckets this run covers: its partition key(s), or every bucket when it is not partitioned."""
-    if context.has_partition_key or context.has_partition_key_range:
-        return sorted(int(k) for k in context.partition_keys)
-    return list(range(BUCKETS))
+    return _buckets_of(context)
+
+
+def check_buckets(context: dg.AssetCheckExecutionContext) -> list[int]:
+    """Buckets of the run the check executes in; all of them outside a partitioned run."""
+    return _buckets_of(context.op_execution_context)
 
 
 def result_metadata(result: BackfillResult, dimension: int, buckets: list[int]) -> dict:
@@ -74,6 +106,9 @@ def result_metadata(result: BackfillResult, dimension: int, buckets: list[int]) 
         "index_rebuilt": result.index_rebuilt,
         "errors": dg.MetadataValue.json(result.errors[:5]),
     }
+
+
+# ---------------------------------------------------------------- assets
 
 
 def _build_embedding_asset(source: str) -> dg.AssetsDefinition:
@@ -143,12 +178,7 @@ def memory_vectors(context: dg.AssetExecutionContext, memory: MemoryResource) ->
         completed = finish_memories(conn, rt.embedder.model_name)
     settled = finish_deferred(rt.pool, rt.embedder, memory.llm())
     with rt.pool.connection() as conn:
-        done, pending = conn.execute(
-            "SELECT count(*) FILTER (WHERE embedding_status = 'done' AND embedding_model = %s),"
-            " count(*) FILTER (WHERE embedding_status <> 'done' OR embedding_model IS DISTINCT FROM %s)"
-            " FROM memories WHERE is_active",
-            (rt.embedder.model_name, rt.embedder.model_name),
-        ).fetchone()
+        done, pending = memory_vector_counts(conn, rt.embedder.model_name)
     context.log.info(f"memory vectors: {completed} completed now, {done} done, {pending} pending; "
                      f"deferred arbitration: {settled['arbitrated']} settled, "
                      f"{settled['still_pending']} left")
@@ -157,8 +187,8 @@ def memory_vectors(context: dg.AssetExecutionContext, memory: MemoryResource) ->
                             "memories still wait for arbitration; the next run retries them")
     return dg.MaterializeResult(metadata={
         "memories_completed": completed,
-        "memories_done": int(done),
-        "memories_pending": int(pending),
+        "memories_done": done,
+        "memories_pending": pending,
         "arbitrated": settled["arbitrated"],
         "arbitration_actions": dg.MetadataValue.json(settled["actions"]),
         "arbitration_still_pending": settled["still_pending"],
@@ -178,13 +208,130 @@ def memory_vectors(context: dg.AssetExecutionContext, memory: MemoryResource) ->
 def vector_indexes(context: dg.AssetExecutionContext, memory: MemoryResource) -> dg.MaterializeResult:
     rt = memory.runtime
     with rt.pool.connection() as conn:
-        listing = "SELECT indexname FROM pg_indexes WHERE indexname LIKE '%_hnsw'"
-        before = {r[0] for r in conn.execute(listing)}
+        before = vector_index_names(conn)
         ensure_vector_indexes(conn)
         conn.commit()
-        after = {r[0] for r in conn.execute(listing)}
+        after = vector_index_names(conn)
     built = sorted(after - before)
     if built:
         context.log.warning(f"rebuilt missing HNSW indexes: {built}")
     return dg.MaterializeResult(metadata={"indexes": dg.MetadataValue.json(sorted(after)),
                                           "built_now": dg.MetadataValue.json(built)})
+
+
+# ---------------------------------------------------------------- checks
+
+
+def _coverage_check(source: str) -> dg.AssetChecksDefinition:
+    @dg.asset_check(
+        asset=embedding_assets[source], name="embedding_coverage", blocking=True,
+        description="No active row without an embedding from the current model for its current content.",
+    )
+    def _check(context: dg.AssetCheckExecutionContext, memory: MemoryResource) -> dg.AssetCheckResult:
+        rt = memory.runtime
+        buckets = check_buckets(context)
+        with rt.pool.connection() as conn:
+            pending, active = embedding_coverage(conn, source, rt.embedder.model_name, buckets)
+        return dg.AssetCheckResult(
+            passed=pending == 0,
+            severity=dg.AssetCheckSeverity.ERROR,
+            description=f"{pending} of {active} active rows lack a current embedding" if pending else None,
+            metadata={"rows_pending": pending, "rows_active": active, "model": rt.embedder.model_name,
+                      "coverage": round(1.0 - pending / active, 6) if active else 1.0,
+                      "buckets": dg.MetadataValue.json(buckets)},
+        )
+
+    return _check
+
+
+def _consistency_check(source: str) -> dg.AssetChecksDefinition:
+    @dg.asset_check(
+        asset=embedding_assets[source], name="embedding_consistency", blocking=True,
+        description="Every stored vector has the configured model's dimension and comes from the configured "
+                    "model; the database was built for that dimension.",
+    )
+    def _check(context: dg.AssetCheckExecutionContext, memory: MemoryResource) -> dg.AssetCheckResult:
+        rt = memory.runtime
+        buckets = check_buckets(context)
+        expected = f"{rt.embedder.model_name} / {rt.embedder.dimension}"
+        with rt.pool.connection() as conn:
+            mix = embedded_mix(conn, source, buckets)
+            stored = stored_dimension(conn)
+        others = {k: v for k, v in mix.items() if k != expected}
+        db_ok = stored is not None and stored[0] == rt.embedder.dimension
+        problems = []
+        if others:
+            problems.append(f"{sum(others.values())} rows embedded by another model or dimension: {others}")
+        if not db_ok:
+            problems.append(f"database built for {stored}, model makes {rt.embedder.dimension}-d vectors")
+        return dg.AssetCheckResult(
+            passed=not problems,
+            severity=dg.AssetCheckSeverity.ERROR,
+            description="; ".join(problems) or None,
+            metadata={"expected": expected, "found": dg.MetadataValue.json(mix),
+                      "database_dimension": stored[0] if stored else None},
+        )
+
+    return _check
+
+
+embedding_checks = [f(s) for s in INDEXED_NAMES for f in (_coverage_check, _consistency_check)]
+
+
+# ---------------------------------------------------------------- automation
+
+embedding_job = dg.define_asset_job(
+    "embedding_backfill",
+    selection=dg.AssetSelection.assets(*embedding_assets.values()),
+    description="Embed every pending row of the selected buckets (a partition = a hash bucket of the id).",
+)
+
+
+@dg.schedule(job=embedding_job, cron_schedule="0 2 * * *", execution_timezone="UTC",
+             description="Nightly: every bucket, so changed content and model switches are re-embedded too.")
+def nightly_embedding_backfill(context: dg.ScheduleEvaluationContext):
+    when = context.scheduled_execution_time
+    stamp = when.strftime("%Y-%m-%d") if when else "now"
+    for key in bucket_partitions.get_partition_keys():
+        yield dg.RunRequest(run_key=f"nightly-{stamp}-{key}", partition_key=key, tags={"trigger": "nightly"})
+
+
+@dg.sensor(job=embedding_job, minimum_interval_seconds=60,
+           description="Launches backfill runs for the buckets where new unembedded rows appeared.")
+def unembedded_rows_sensor(context: dg.SensorEvaluationContext, memory: MemoryResource):
+    previous = json.loads(context.cursor) if context.cursor else {}
+    try:
+        with memory.pool().connection() as conn:
+            current = unembedded_by_bucket(conn)
+    except (psycopg.Error, OSError, UserError) as exc:
+        return dg.SkipReason(f"database not reachable or not migrated: {str(exc).splitlines()[0]}")
+    grown: dict[str, list[str]] = {}
+    for source, buckets in current.items():
+        for bucket, count in buckets.items():
+            if count > previous.get(source, {}).get(bucket, 0):
+                grown.setdefault(bucket, []).append(source)
+    cursor = json.dumps(current, sort_keys=True)
+    if not grown:
+        return dg.SensorResult(skip_reason=dg.SkipReason("no new unembedded rows"), cursor=cursor)
+    digest = hashlib.sha1(cursor.encode()).hexdigest()[:12]
+    requests = [
+        dg.RunRequest(
+            run_key=f"{bucket}:{'+'.join(sources)}:{digest}",
+            partition_key=bucket,
+            asset_selection=[embedding_asset_key(s) for s in sources],
+            tags={"trigger": "unembedded_rows_sensor"},
+        )
+        for bucket, sources in sorted(grown.items())
+    ]
+    context.log.info(f"new unembedded rows in buckets {sorted(grown)}: requesting {len(requests)} runs")
+    return dg.SensorResult(run_requests=requests, cursor=cursor)
+
+
+defs = dg.Definitions(
+    assets=[*SOURCE_TABLES.values(), *embedding_assets.values(), memory_vectors, vector_indexes],
+    asset_checks=embedding_checks,
+    jobs=[embedding_job],
+    schedules=[nightly_embedding_backfill],
+    sensors=[unembedded_rows_sensor],
+    resources=RESOURCES,
+)

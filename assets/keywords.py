@@ -7,7 +7,8 @@ few changed rows does not reload the corpus; tests check it against scikit-learn
 keyword search reads the same tables (term frequencies and document lengths for BM25).
 
 These assets depend on the source tables, not on the embeddings: keyword search is the fallback when
-the embedding provider is down, so a failed embedding check must not stop it.
+the embedding provider is down, so a failed embedding check must not stop it. Their check
+(`keyword_freshness`, a warning) compares the tables with the rows they index.
 """
 
 
@@ -15,11 +16,12 @@ import time
 
 import dagster as dg
 
-from memory_pipelines.index.keywords import index_source, keyword_staleness
+from memory_pipelines.index.keywords import index_source, keyword_staleness, stale_stat_owners
+from memory_pipelines.pipelines.coverage import keyword_term_count
 from memory_pipelines.vocabulary import INDEXED_NAMES
 
 from .embeddings import DB_WRITE_POOL, SOURCE_TABLES
-from .resources import MemoryResource
+from .resources import RESOURCES, MemoryResource
 
 
 class KeywordConfig(dg.Config):
@@ -50,7 +52,7 @@ def _build_keyword_asset(source: str) -> dg.AssetsDefinition:
         seconds = time.perf_counter() - started
         with pool.connection() as conn:
             lag = keyword_staleness(conn, source)
-            terms = conn.execute("SELECT count(*) FROM keywords WHERE source = %s", (source,)).fetchone()[0]
+            terms = keyword_term_count(conn, source)
         context.log.info(f"{source} keywords: {result.indexed} rows (re)indexed with {result.terms} terms, "
                          f"{result.removed} removed, {lag['active']} active rows "
                          f"({'full refresh' if config.full_refresh else 'incremental'})")
@@ -60,7 +62,7 @@ def _build_keyword_asset(source: str) -> dg.AssetsDefinition:
             "rows_removed": result.removed,
             "owners_stats_refreshed": result.stats_refreshed,
             "rows_active": lag["active"],
-            "terms_total": int(terms),
+            "terms_total": terms,
             "full_refresh": config.full_refresh,
             "seconds": round(seconds, 3),
             "rows_per_second": round(result.indexed / seconds, 1) if seconds > 0 else 0.0,
@@ -70,3 +72,32 @@ def _build_keyword_asset(source: str) -> dg.AssetsDefinition:
 
 
 keyword_assets: dict[str, dg.AssetsDefinition] = {s: _build_keyword_asset(s) for s in INDEXED_NAMES}
+
+
+def _freshness_check(source: str) -> dg.AssetChecksDefinition:
+    @dg.asset_check(
+        asset=keyword_assets[source], name="keyword_freshness",
+        description="Every active row is keyword-indexed at its current content; no entry for removed rows; "
+                    "every owner's stored BM25 statistics count what is indexed.",
+    )
+    def _check(memory: MemoryResource) -> dg.AssetCheckResult:
+        with memory.runtime.pool.connection() as conn:
+            lag = keyword_staleness(conn, source)
+            stale_stats = len(stale_stat_owners(conn, source))
+        fresh = lag["stale"] == 0 and lag["orphaned"] == 0 and stale_stats == 0
+        return dg.AssetCheckResult(
+            passed=fresh,
+            severity=dg.AssetCheckSeverity.WARN,
+            description=None if fresh else f"{lag['stale']} rows changed since indexed, "
+                                           f"{lag['orphaned']} entries of removed rows, "
+                                           f"{stale_stats} owners with stale BM25 statistics",
+            metadata={"rows_stale": lag["stale"], "entries_orphaned": lag["orphaned"],
+                      "rows_active": lag["active"], "owners_stale_statistics": stale_stats},
+        )
+
+    return _check
+
+
+keyword_checks = [_freshness_check(s) for s in INDEXED_NAMES]
+
+defs = dg.Definitions(assets=list(keyword_assets.values()), asset_checks=keyword_checks, resources=RESOURCES)

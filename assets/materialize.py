@@ -1,9 +1,8 @@
-"""Materialise the whole asset graph in-process (what `make run` does), on the embedded defaults.
+"""Run `demo_job` and `main_job`'s selection in this process with a resource of one's choosing (tests,
+notebooks); `memory-pipelines run` launches the jobs themselves through Dagster instead
+(`memory_pipelines.pipelines.main_job`). Both report in the same shape.
 
-Two runs: the demo corpus, then every other asset and check in one run over all buckets (a
-single-run backfill: each embedding step makes one keyset pass over its table, so a bulk first load
-may defer the HNSW index). With DAGSTER_HOME set the runs are recorded in that instance and show in
-the UI; otherwise an ephemeral instance is used.
+With DAGSTER_HOME set the runs are recorded in that instance; otherwise an ephemeral instance is used.
 """
 
 import os
@@ -12,22 +11,16 @@ from typing import Any
 
 import dagster as dg
 
-from .checks import all_checks
+from memory_pipelines.pipelines.main_job import RANGE_TAGS, summarise_events, totals
+
+from .automation import MAIN_SELECTION
 from .definitions import all_assets
 from .demo import demo_corpus
-from .embeddings import BUCKETS
+from .embeddings import embedding_checks
+from .keywords import keyword_checks
 from .resources import MemoryResource
 
-RANGE_TAGS = {"dagster/asset_partition_range_start": "0",
-              "dagster/asset_partition_range_end": str(BUCKETS - 1)}
-
-_KEEP = ("rows_embedded", "rows_skipped", "rows_failed", "rows_pending_after", "rows_per_second", "model",
-         "rows_indexed", "terms_written", "rows_removed", "memories_done", "memories_pending", "arbitrated",
-         "index_rebuilt", "builds", "built_now")
-
-
-def _value(v: Any) -> Any:
-    return getattr(v, "value", v)
+__all__ = ["RANGE_TAGS", "materialize_all", "summarise"]
 
 
 def _logging(progress: bool) -> dict:
@@ -36,22 +29,17 @@ def _logging(progress: bool) -> dict:
 
 def summarise(result: dg.ExecuteInProcessResult) -> dict[str, Any]:
     """Per asset the counts it reported, per check whether it passed."""
-    assets: dict[str, dict[str, Any]] = {}
-    for event in result.get_asset_materialization_events():
-        mat = event.materialization
-        assets[mat.asset_key.to_user_string()] = {k: _value(v) for k, v in mat.metadata.items() if k in _KEEP}
-    checks: dict[str, bool] = {}
-    for event in result.get_asset_check_evaluations():
-        checks[f"{event.asset_key.to_user_string()}:{event.check_name}"] = event.passed
-    return {"success": result.success, "run_id": result.run_id, "assets": assets, "checks": checks}
+    summary = summarise_events([e.materialization for e in result.get_asset_materialization_events()],
+                               result.get_asset_check_evaluations())
+    return {"success": result.success, "run_id": result.run_id, **summary}
 
 
 def materialize_all(progress: bool = True, resource: MemoryResource | None = None,
                     load_demo: bool = True) -> dict[str, Any]:
-    """Load the demo corpus, then materialise every asset and run every check; returns what they reported.
+    """Load the demo corpus, then materialise what `main_job` does over every bucket in one run; returns
+    what they reported. Never raises on a failed step or check: `success` and the checks say what happened.
 
-    `progress` prints Dagster's INFO log (one line per batch) to stderr. Never raises on a failed step
-    or check: `success` and the per-check results say what happened.
+    `progress` prints Dagster's INFO log (one line per batch) to stderr.
     """
     started = time.perf_counter()
     resources = {"memory": resource or MemoryResource()}
@@ -61,14 +49,11 @@ def materialize_all(progress: bool = True, resource: MemoryResource | None = Non
         demo = dg.materialize([demo_corpus], resources=resources, instance=instance,
                               run_config=_logging(progress), raise_on_error=False)
         out["demo"] = summarise(demo)
-    graph = [a for a in all_assets if a is not demo_corpus]
-    main = dg.materialize([*graph, *all_checks], resources=resources, instance=instance, tags=RANGE_TAGS,
-                          run_config=_logging(progress), raise_on_error=False)
+    main = dg.materialize([*all_assets, *embedding_checks, *keyword_checks], selection=MAIN_SELECTION,
+                          resources=resources, instance=instance, tags=RANGE_TAGS, run_config=_logging(progress),
+                          raise_on_error=False)
     summary = summarise(main)
     out.update(summary)
-    out["embedded"] = sum(int(a.get("rows_embedded", 0)) for a in summary["assets"].values())
-    out["failed"] = sum(int(a.get("rows_failed", 0)) for a in summary["assets"].values())
-    out["keyword_rows_indexed"] = sum(int(a.get("rows_indexed", 0)) for a in summary["assets"].values())
-    out["checks_failed"] = sorted(k for k, ok in summary["checks"].items() if not ok)
+    out.update(totals(summary))
     out["seconds"] = round(time.perf_counter() - started, 2)
     return out

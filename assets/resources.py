@@ -11,8 +11,8 @@ from pydantic import PrivateAttr
 from memory_pipelines.embeddings import Embedder, make_embedder
 from memory_pipelines.infra.db import database_url, get_pool
 from memory_pipelines.infra.llm import ChatLLM
-from memory_pipelines.runtime import Runtime, open_runtime
 from memory_pipelines.infra.settings import Settings
+from memory_pipelines.runtime import Runtime, open_runtime
 
 _lock = threading.Lock()
 _embedders: dict[tuple, Embedder] = {}  # real models are loaded once per process, not once per step
@@ -83,3 +83,7 @@ class MemoryResource(dg.ConfigurableResource):
     def llm(self) -> ChatLLM | None:
         """The chat model for summaries and arbitration, or None (deterministic fallbacks)."""
         return ChatLLM.from_settings(self.runtime.settings)
+
+
+RESOURCES: dict[str, dg.ConfigurableResource] = {"memory": MemoryResource()}
+"""The resources every domain's `Definitions` binds: one object, so `Definitions.merge` accepts them."""

@@ -11,11 +11,14 @@ every parameter within bounds): when it fails, `published_scoring_config` does n
 version stays. `published_scoring_config` re-applies the same gate before writing anything, so
 materialising it on its own cannot bypass the check.
 
+The tuning library (pandas, scikit-learn, matplotlib) is imported inside the assets, on first use: loading
+the code location for another job (`main_job`, a sensor tick) does not pay seconds for it.
+
 Plots are PNG files under $DAGSTER_HOME/storage/tuning_plots/<run id>/ (a temp folder without
 DAGSTER_HOME), shown in the UI as Markdown images (base64 data URIs) with their paths beside them.
 
-The group is not part of `materialize_all` (`make run`): a fresh demo database has no retrieval log, so
-the gate could only fail. It runs from the `weekly_tuning` schedule/job or the UI.
+The group is not part of `main_job` (`make run`): a fresh demo database has no retrieval log, so the gate
+could only fail. It runs from the `weekly_tuning` schedule/job or the UI.
 """
 
 import base64
@@ -24,20 +27,17 @@ import os
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 import numpy as np
 
 from memory_pipelines.context.config import active_config
-from memory_pipelines.tuning.evaluate import METRICS
-from memory_pipelines.tuning.fit import FitOptions
-from memory_pipelines.tuning.frames import load_log, resolved_population, time_split
-from memory_pipelines.tuning.pipeline import evaluate_on_test, fit_on_train
-from memory_pipelines.tuning.publish import Gate, decide, gate_checks, jsonable, publish_result
-from memory_pipelines.tuning.report import hit_rate_table, write_plots
 
-from .resources import MemoryResource
+from .resources import RESOURCES, MemoryResource
+
+if TYPE_CHECKING:
+    from memory_pipelines.tuning.publish import Gate
 
 TUNING_GROUP = "tuning"
 KINDS = {"postgres", "pandas", "scikitlearn"}
@@ -69,7 +69,9 @@ class EvaluationConfig(dg.Config):
     max_regression: float = 0.02
     """No guard metric (hit@5, nDCG@10, MRR) may drop by more."""
 
-    def gate(self) -> Gate:
+    def gate(self) -> "Gate":
+        from memory_pipelines.tuning.publish import Gate
+
         return Gate(
             min_train_builds=self.min_train_builds,
             min_train_labelled=self.min_train_labelled,
@@ -125,6 +127,8 @@ def image_metadata(paths: list[Path]) -> dict[str, dg.MetadataValue]:
 def retrieval_log_frames(
     context: dg.AssetExecutionContext, config: TuningLogConfig, memory: MemoryResource
 ) -> dg.Output[dict[str, Any]]:
+    from memory_pipelines.tuning.frames import load_log, resolved_population, time_split
+
     frames = load_log(memory.runtime.pool, since_days=config.since_days, owners=config.owners)
     b, c = frames.builds, frames.candidates
     if frames.n_builds:
@@ -169,6 +173,9 @@ def retrieval_log_frames(
     "as a table and PNG plots.",
 )
 def hit_rate_report(context: dg.AssetExecutionContext, retrieval_log_frames: dict[str, Any]) -> dg.Output:
+    from memory_pipelines.tuning.frames import resolved_population
+    from memory_pipelines.tuning.report import hit_rate_table, write_plots
+
     cands = retrieval_log_frames["candidates"]
     table = hit_rate_table(cands)
     shown = table[table["labelled"] > 0]
@@ -203,6 +210,10 @@ def fitted_scoring_params(
     memory: MemoryResource,
     retrieval_log_frames: dict[str, Any],
 ) -> dg.Output[dict[str, Any]]:
+    from memory_pipelines.tuning.fit import FitOptions
+    from memory_pipelines.tuning.pipeline import fit_on_train
+    from memory_pipelines.tuning.publish import jsonable
+
     active = active_config(memory.runtime.pool)
     f = retrieval_log_frames
     fitted = fit_on_train(
@@ -249,6 +260,11 @@ def scoring_evaluation(
     retrieval_log_frames: dict[str, Any],
     fitted_scoring_params: dict[str, Any],
 ) -> dg.Output[dict[str, Any]]:
+    from memory_pipelines.tuning.evaluate import METRICS
+    from memory_pipelines.tuning.pipeline import evaluate_on_test
+    from memory_pipelines.tuning.publish import decide
+    from memory_pipelines.tuning.report import write_plots
+
     f = retrieval_log_frames
     result = evaluate_on_test(
         fitted_scoring_params, f["candidates"], f["builds"], f["test"], n_boot_eval=config.bootstrap
@@ -307,6 +323,8 @@ def scoring_evaluation(
     "no guard metric worse, every parameter within bounds. Blocks `published_scoring_config` when it fails.",
 )
 def publish_gate(scoring_evaluation: dict[str, Any]) -> dg.AssetCheckResult:
+    from memory_pipelines.tuning.publish import Gate, gate_checks
+
     checks = gate_checks(scoring_evaluation, Gate(**scoring_evaluation["gate"]))
     failed = [c for c in checks if not c["passed"]]
     return dg.AssetCheckResult(
@@ -328,6 +346,8 @@ def publish_gate(scoring_evaluation: dict[str, Any]) -> dg.AssetCheckResult:
 def published_scoring_config(
     context: dg.AssetExecutionContext, memory: MemoryResource, scoring_evaluation: dict[str, Any]
 ) -> dg.MaterializeResult:
+    from memory_pipelines.tuning.publish import Gate, jsonable, publish_result
+
     pool = memory.runtime.pool
     result = scoring_evaluation
     base = result["active"]["version"]
@@ -372,3 +392,18 @@ tuning_assets = [
     published_scoring_config,
 ]
 tuning_checks = [publish_gate]
+
+
+tuning_job = dg.define_asset_job(
+    "weekly_tuning", selection=dg.AssetSelection.groups(TUNING_GROUP),
+    description="Tuning of half-lives and mode weights from the retrieval log: fit, held-out replay, and "
+                "publishing gated by the blocking `publish_gate` check.",
+)
+
+weekly_tuning = dg.ScheduleDefinition(
+    name="weekly_tuning", job=tuning_job, cron_schedule="0 4 * * 1", execution_timezone="UTC",
+    description="Weekly (Mondays 04:00 UTC): tune on the retrieval log; publish only if the gate passes.",
+)
+
+defs = dg.Definitions(assets=tuning_assets, asset_checks=tuning_checks, jobs=[tuning_job],
+                      schedules=[weekly_tuning], resources=RESOURCES)

@@ -8,19 +8,27 @@ from datetime import UTC, datetime
 import dagster as dg
 import pytest
 
-from assets.automation import nightly_embedding_backfill, unembedded_rows_sensor, weekly_tuning
-from assets.checks import all_checks, embedding_checks
 from assets.context_job import memory_context
 from assets.definitions import defs
-from assets.embeddings import BUCKETS, PROVIDER_POOL, embedding_assets
+from assets.embeddings import (
+    BUCKETS,
+    PROVIDER_POOL,
+    embedding_assets,
+    embedding_checks,
+    nightly_embedding_backfill,
+    unembedded_rows_sensor,
+)
+from assets.keywords import keyword_checks
 from assets.materialize import RANGE_TAGS, materialize_all
 from assets.resources import MemoryResource
+from assets.tuning import weekly_tuning
 from memory_pipelines.index.vectors import count_pending
 from memory_pipelines.vocabulary import INDEXED, INDEXED_NAMES
 from tests.factories import add_capability, add_learning, add_memory, add_task
 
 warnings.filterwarnings("ignore", category=dg.BetaWarning)
 QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+all_checks = [*embedding_checks, *keyword_checks]
 LONG = " ".join(f"Sentence {i} explains one more detail of the 部署流水线 rollout." for i in range(120))
 
 
@@ -91,6 +99,58 @@ def test_definitions_load():
         assert embedding_assets[source].op.pool == PROVIDER_POOL
     blocking = {c.name for chk in embedding_checks for c in chk.check_specs if c.blocking}
     assert blocking == {"embedding_coverage", "embedding_consistency"}
+
+
+def test_domains_merge_into_the_code_location_and_main_job_is_everything_but_tuning_and_demo():
+    from assets import context_job, demo, embeddings, keywords, tuning
+    from assets.definitions import all_assets
+
+    for domain in (embeddings, keywords, tuning, demo, context_job):
+        dg.Definitions.validate_loadable(domain.defs)  # each domain stands on its own
+    main = defs.resolve_job_def("main_job")
+    expected = {a.key.to_python_identifier() for a in all_assets if isinstance(a, dg.AssetsDefinition)}
+    expected -= {"demo_corpus"}
+    expected |= {f"{k.asset_key.to_python_identifier()}_{k.name}" for c in all_checks for k in c.check_keys}
+    assert set(main.graph.node_dict) == expected
+    assert main.executor_def.name == "in_process" and main.partitions_def == embeddings.bucket_partitions
+    assert set(defs.resolve_job_def("demo_job").graph.node_dict) == {"demo_corpus"}
+
+
+def test_code_location_is_named_without_importing_it():
+    """In a checkout the code location is `assets/` beside the library (an editable install's
+    `memory_pipelines_dagster` copy may be stale); the library never imports it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from memory_pipelines.pipelines.main_job import code_location
+
+    root = Path(__file__).resolve().parent.parent
+    assert code_location() == ("assets", root)
+    probe = ("import sys; from memory_pipelines.pipelines.main_job import code_location; code_location(); "
+             "assert not {'assets', 'memory_pipelines_dagster', 'dagster'} & set(sys.modules), sys.modules")
+    subprocess.run([sys.executable, "-c", probe], check=True, cwd=root.parent)
+
+
+def test_instance_yaml_follows_the_database_and_keeps_a_file_of_ones_own(tmp_path, monkeypatch):
+    from memory_pipelines.infra.settings import Settings
+    from memory_pipelines.pipelines.dagster_home import ensure_instance, storage_url
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    monkeypatch.delenv("MEMORY_PIPELINES_DAGSTER_STORAGE_URL", raising=False)
+    home = ensure_instance(Settings(home=tmp_path))
+    assert home == tmp_path / "dagster"
+    assert f"sqlite:\n    base_dir: \"{home}\"" in (home / "dagster.yaml").read_text()
+    ensure_instance(Settings(home=tmp_path, database_url="postgresql://u@h/d"))  # ours: follows the switch
+    assert "postgres_url:\n      env: MEMORY_PIPELINES_DAGSTER_STORAGE_URL" in (home / "dagster.yaml").read_text()
+    (home / "dagster.yaml").write_text("storage:\n  sqlite:\n    base_dir: /elsewhere\n")  # one's own
+    ensure_instance(Settings(home=tmp_path))
+    assert "/elsewhere" in (home / "dagster.yaml").read_text()
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "explicit"))  # an explicit DAGSTER_HOME wins
+    assert ensure_instance(Settings(home=tmp_path)) == tmp_path / "explicit"
+    assert storage_url("host=/run/pg port=5433 dbname=mem user=me password=p@ss") == \
+        "postgresql+psycopg2://me:p%40ss@/mem?host=%2Frun%2Fpg&port=5433"
+    assert storage_url("postgres://me@h/d") == "postgresql+psycopg2://me@h/d"
 
 
 @pytest.mark.slow
@@ -341,3 +401,75 @@ def test_bulk_load_defers_the_index_and_the_last_loader_builds_it(db_url, pool):
         conn.execute("DROP INDEX tasks_embedding_hnsw")  # as if a loader had been killed
     healed = dg.materialize([vector_indexes], resources={"memory": res}, run_config=QUIET)
     assert _one(healed, "vector_indexes")["built_now"] == ["tasks_embedding_hnsw"]
+
+
+def _cli_env(db_url: str, home, **extra: str) -> dict[str, str]:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("DAGSTER_HOME", "MEMORY_PIPELINES_DAGSTER_STORAGE_URL")}
+    return {**env, "MEMORY_PIPELINES_HOME": str(home), "DATABASE_URL": db_url, "MEMORY_PIPELINES_EMBEDDER": "fake",
+            **extra}
+
+
+@pytest.mark.slow
+def test_run_launches_the_jobs_through_dagster_into_the_shared_instance(db_url, pool, fake_embedder, tmp_path,
+                                                                        monkeypatch):
+    """`memory-pipelines run`: the demo corpus and the main job, launched by Dagster in a subprocess, recorded
+    in the instance under MEMORY_PIPELINES_HOME (postgres storage: DATABASE_URL is set), read back from it."""
+    import subprocess
+    import sys
+
+    from memory_pipelines.pipelines.dagster_home import storage_url
+
+    env = _cli_env(db_url, tmp_path)  # db_url is a key=value conninfo: rewritten for Dagster's storage
+    proc = subprocess.run([sys.executable, "-m", "memory_pipelines.surfaces.cli", "run"], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    active = _active(pool)
+    assert _pending(pool, fake_embedder.model_name) == dict.fromkeys(INDEXED_NAMES, 0)
+    assert (f"Dagster: 10 assets materialised, {len(all_checks)} checks (0 failed), "
+            f"{sum(active.values())} rows embedded, 0 failed, {sum(active.values())} rows keyword-indexed"
+            in proc.stdout), proc.stdout
+    assert "demo corpus: tasks" in proc.stdout and "search [team-alpha]" in proc.stdout
+    assert (tmp_path / "logs" / "dagster-run.log").read_text().count("dagster job execute") == 2
+
+    home = tmp_path / "dagster"
+    assert "postgres" in (home / "dagster.yaml").read_text()
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    monkeypatch.setenv("MEMORY_PIPELINES_DAGSTER_STORAGE_URL", storage_url(db_url))  # as `make dagster` sets it
+    with dg.DagsterInstance.get() as instance:
+        runs = {r.job_name: r for r in instance.get_runs()}
+        assert set(runs) == {"demo_job", "main_job"}
+        assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs.values())
+        main = runs["main_job"]
+        assert main.tags["dagster/asset_partition_range_end"] == str(BUCKETS - 1)
+        records = instance.get_records_for_run(
+            main.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION).records
+        keys = {r.event_log_entry.asset_materialization.asset_key.to_user_string() for r in records}
+        assert {"task_embeddings", "memory_vectors", "vector_indexes", "fragment_keywords"} <= keys
+    with pool.connection() as conn:  # Dagster's own tables, in the database DATABASE_URL names
+        assert conn.execute("SELECT count(*) FROM runs").fetchone()[0] == 2
+
+
+@pytest.mark.slow
+def test_main_job_records_into_an_explicit_dagster_home(db_url, pool, fake_embedder, tmp_path, monkeypatch):
+    """An explicit DAGSTER_HOME wins, and its dagster.yaml (SQLite here) is left as it is."""
+    import json
+
+    from memory_pipelines.infra.settings import Settings
+    from memory_pipelines.pipelines.main_job import run_main_job
+
+    _seed(pool, n_tasks=5)
+    explicit = tmp_path / "instance"
+    explicit.mkdir()
+    yaml = f"storage:\n  sqlite:\n    base_dir: {json.dumps(str(explicit))}\n"
+    (explicit / "dagster.yaml").write_text(yaml)
+    for key, value in _cli_env(db_url, tmp_path / "home", DAGSTER_HOME=str(explicit)).items():
+        monkeypatch.setenv(key, value)
+    out = run_main_job(Settings.from_env(), load_demo=False)
+    assert out["success"] and out["dagster_home"] == str(explicit) and "demo" not in out, out
+    assert out["embedded"] == sum(_active(pool).values()) and not out["checks_failed"]
+    assert (explicit / "dagster.yaml").read_text() == yaml and (explicit / "history" / "runs.db").exists()
+    with dg.DagsterInstance.get() as instance:
+        [run] = instance.get_runs()
+        assert run.job_name == "main_job" and run.run_id == out["run_id"]

@@ -11,10 +11,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from assets.automation import weekly_tuning
 from assets.definitions import all_assets, defs
 from assets.resources import MemoryResource
-from assets.tuning import TUNING_GROUP, publish_gate, tuning_assets, tuning_checks
+from assets.tuning import TUNING_GROUP, publish_gate, tuning_assets, tuning_checks, weekly_tuning
 from memory_pipelines.context.config import activate, active_config, add_config, list_configs
 from memory_pipelines.context.scoring import ScoringConfig
 from memory_pipelines.tuning.simulate import SimSpec, hidden_truth, simulate_log, write_log_rows

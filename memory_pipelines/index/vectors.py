@@ -17,7 +17,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from ..embeddings import Embedder, EmbeddingAuthError, EmbeddingError
-from ..vocabulary import INDEXED, INDEXED_NAMES, LOCK_INDEX, VECTOR_COLUMNS, IndexedText
+from ..vocabulary import INDEXED, INDEXED_NAMES, LOCK_INDEX, VECTOR_COLUMNS, IndexedText, bucket_sql
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class BackfillResult:
 
 
 def _pending_sql(source: IndexedText, bucketed: bool) -> str:
-    bucket = " AND abs(hashtext(t.id::text)::bigint) %% %(buckets)s = %(bucket)s" if bucketed else ""
+    bucket = f" AND {bucket_sql()} = %(bucket)s" if bucketed else ""
     return (
         f"SELECT t.id::text, {source.text_sql}, t.content_hash FROM {source.from_sql}"
         f" WHERE {source.active_sql}"
@@ -57,12 +57,12 @@ def _pending_sql(source: IndexedText, bucketed: bool) -> str:
 
 
 def _bucket_sql(bucket: int | None, buckets: int | None) -> str:
-    """The bucket filter `abs(hashtext(id::text)::bigint) % buckets` (bigint: no overflow)."""
+    """The filter on one bucket (`vocabulary.bucket_sql`), with `%(buckets)s` and `%(bucket)s` parameters."""
     if bucket is None:
         return ""
     if not buckets or not 0 <= bucket < buckets:
         raise ValueError(f"bucket {bucket!r} is not in range for {buckets!r} buckets")
-    return f" AND abs(hashtext(t.id::text)::bigint) %% {int(buckets)} = {int(bucket)}"
+    return f" AND {bucket_sql()} = %(bucket)s"
 
 
 def count_pending(
@@ -75,7 +75,7 @@ def count_pending(
         f"SELECT count(*) FILTER (WHERE t.embedding IS NULL OR t.embedding_model IS DISTINCT FROM %(model)s"
         f" OR t.embedded_hash IS DISTINCT FROM t.content_hash), count(*) FROM {source.from_sql}"
         f" WHERE {source.active_sql}{_bucket_sql(bucket, buckets)}",
-        {"model": model},
+        {"model": model, "buckets": buckets, "bucket": bucket},
     ).fetchone()
     return int(row[0]), int(row[1])
 

@@ -110,23 +110,16 @@ def embed_with_bar(rt) -> list:
 def cmd_run(args: argparse.Namespace) -> int:
     import time
 
-    from .run import EmbeddingProgress, print_report
+    from ...pipelines.main_job import code_location, run_main_job
+    from .run import EmbeddingProgress, print_report, print_run_summary
 
-    try:
-        from assets.materialize import materialize_all
-    except ImportError as exc:
-        raise UserError(f"the Dagster extra is not installed ({exc}). Fix: pip install -e '.[dagster]'") from exc
     started = time.perf_counter()
+    code_location()  # fails early, with the fix, when Dagster or the code location is not installed
     rt = _runtime()
     print(f"database ready; migrations applied: {', '.join(rt.applied) or 'none pending'}")
     with EmbeddingProgress(rt):
-        summary = materialize_all(progress=args.verbose)
-    demo = summary.get("demo", {}).get("assets", {}).get("demo_corpus", {})
-    print(f"Dagster: {len(summary['assets'])} assets materialised, {len(summary['checks'])} checks "
-          f"({len(summary['checks_failed'])} failed), {summary['embedded']} rows embedded, "
-          f"{summary['failed']} failed, {summary['keyword_rows_indexed']} rows keyword-indexed {demo or ''}")
-    for name in summary["checks_failed"]:
-        print(f"  failed check: {name}")
+        summary = run_main_job(rt.settings, verbose=args.verbose)
+    print_run_summary(summary)
     print_report(rt, args.owner)
     print(f"\ndone in {time.perf_counter() - started:.1f} s")
     return 0 if summary["success"] else 1

@@ -1,13 +1,14 @@
 """What `make run` shows around the pipeline run: embedding progress, counts, searches and contexts.
 
-The pipeline itself is the Dagster asset graph (`assets.materialize.materialize_all`), run in-process
-by the `run` command.
+The pipeline itself is the Dagster code location's `demo_job` and `main_job`, launched through Dagster by
+`memory_pipelines.pipelines.main_job.run_main_job` and read back from the shared Dagster instance.
 """
 
 from __future__ import annotations
 
 import sys
 import threading
+from pathlib import Path
 
 from ...context.builder import build_memory_context
 from ...index.vectors import count_pending
@@ -41,6 +42,27 @@ def print_contexts(rt, owner: str, query: str = CONTEXT_QUERY) -> None:
             f"{len(result.items)} of {result.candidates_count} candidates, retrieval {result.retrieval_id}"
         )
         print(result.block)
+
+
+def print_run_summary(summary: dict) -> None:
+    """What the Dagster runs reported: assets, checks, rows; where the log is, and its tail on failure."""
+    from ...pipelines.main_job import tail
+
+    demo = summary.get("demo", {}).get("assets", {}).get("demo_corpus", {})
+    if demo:
+        print("demo corpus: " + ", ".join(f"{k.removeprefix('inserted_')} {v}" for k, v in demo.items())
+              + " inserted")
+    print(f"Dagster: {len(summary['assets'])} assets materialised, {len(summary['checks'])} checks "
+          f"({len(summary['checks_failed'])} failed), {summary['embedded']} rows embedded, "
+          f"{summary['failed']} failed, {summary['keyword_rows_indexed']} rows keyword-indexed")
+    for name in summary["checks_failed"]:
+        print(f"  failed check: {name}")
+    runs = ", ".join(f"{run['run_id'][:8]}" for run in (summary.get("demo", {}), summary) if run.get("run_id"))
+    print(f"  runs {runs or 'none recorded'} in the Dagster instance {summary['dagster_home']} (`make dagster`)")
+    if not summary["success"]:
+        print(f"the Dagster run failed (exit codes {summary['exit_codes']})", file=sys.stderr)
+        if summary.get("log"):
+            print(f"last lines of {summary['log']}:\n{tail(Path(summary['log']))}", file=sys.stderr)
 
 
 def print_report(rt, owner: str) -> None:
