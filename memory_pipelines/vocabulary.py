@@ -67,6 +67,13 @@ MIN_BUDGET, MAX_BUDGET = 50, 32_000
 """Token budget of a context block."""
 MAX_KEY_CHARS = 512
 """Characters of an API key as sent; longer is rejected before any lookup."""
+MAX_BUILDS = 100
+"""Context builds in one page of an owner's build history."""
+MAX_HISTORY_DAYS = 366
+"""Days a hit-rate series reaches back."""
+MAX_BODY_BYTES = 2_097_152
+"""Bytes of one HTTP request body; a larger one is a 413 (the longest content, 100 000 characters, is
+at most 1.2 MB as escaped JSON)."""
 
 # -- advisory locks: (namespace, key) pairs; each namespace means one thing ------------------------------------
 
@@ -118,7 +125,11 @@ class IndexedText:
 
 @dataclass(frozen=True)
 class Source:
-    """A kind of item that search or the context builder ranks."""
+    """A kind of item that search or the context builder ranks, and the SQL that reads it.
+
+    The `*_sql` projections read alias `t` (the row) from `from_sql`; search and progressive disclosure
+    build their queries from them, so a new searchable source needs no code of its own there.
+    """
 
     name: str
     table: str
@@ -129,6 +140,17 @@ class Source:
     """The `INDEXED` entry whose vectors and keywords reach it (None: not searched, e.g. okr)."""
     searchable: bool = False
     """Reached by search (semantic + keyword), hence a candidate of a context build's semantic retrieval."""
+    chunked: bool = False
+    """Indexed through its chunks (fragments): scored by its best chunk, its vector the chunks' mean."""
+    from_sql: str = ""
+    title_sql: str = ""
+    body_sql: str = ""
+    extra_sql: str = "'{}'::jsonb"
+    project_sql: str | None = None
+    """The project key column, for the project filter (None: the source has no project)."""
+    vector_sql: str = "t.embedding"
+    detail_sql: str = ""
+    """The full record by id and owner: id, title, body, status, metadata, created_at, vector."""
 
 
 INDEXED: dict[str, IndexedText] = {
@@ -164,15 +186,44 @@ INDEXED: dict[str, IndexedText] = {
 }
 
 SOURCES: dict[str, Source] = {
-    "task": Source("task", "tasks", "uuid", 30, {"plan": 1.0, "execute": 1.2, "debug": 1.0, "chat": 0.8},
-                   indexed_as="task", searchable=True),
-    "learning": Source("learning", "learnings", "uuid", 90, {"plan": 0.8, "execute": 1.0, "debug": 1.5, "chat": 0.6},
-                       indexed_as="learning", searchable=True),
-    "capability": Source("capability", "capabilities", "uuid", None,
-                         {"plan": 1.0, "execute": 1.2, "debug": 1.0, "chat": 0.8},
-                         indexed_as="capability", searchable=True),
-    "memory": Source("memory", "memories", "text", None, {"plan": 1.0, "execute": 1.0, "debug": 1.0, "chat": 1.0},
-                     indexed_as="fragment", searchable=True),
+    "task": Source(
+        "task", "tasks", "uuid", 30, {"plan": 1.0, "execute": 1.2, "debug": 1.0, "chat": 0.8},
+        indexed_as="task", searchable=True, from_sql="tasks t", title_sql="t.title", body_sql="t.description",
+        extra_sql="jsonb_build_object('status', t.status, 'task_type', t.task_type,"
+        " 'project_key', t.project_key, 'metadata', t.metadata)",
+        project_sql="t.project_key",
+        detail_sql="SELECT id::text, title, description, status, metadata || jsonb_build_object('task_type',"
+        " task_type, 'project_key', project_key), created_at, embedding FROM tasks WHERE id = %s AND owner_id = %s",
+    ),
+    "learning": Source(
+        "learning", "learnings", "uuid", 90, {"plan": 0.8, "execute": 1.0, "debug": 1.5, "chat": 0.6},
+        indexed_as="learning", searchable=True, from_sql="learnings t", title_sql="t.title", body_sql="t.content",
+        extra_sql="jsonb_build_object('task_type', t.task_type, 'failure_class',"
+        " t.failure_class, 'trigger_event', t.trigger_event, 'category', t.category)",
+        detail_sql="SELECT id::text, title, content, NULL, metadata || jsonb_build_object('task_type', task_type,"
+        " 'failure_class', failure_class, 'trigger_event', trigger_event, 'category', category),"
+        " created_at, embedding FROM learnings WHERE id = %s AND owner_id = %s",
+    ),
+    "capability": Source(
+        "capability", "capabilities", "uuid", None, {"plan": 1.0, "execute": 1.2, "debug": 1.0, "chat": 0.8},
+        indexed_as="capability", searchable=True, from_sql="capabilities t", title_sql="t.name",
+        body_sql="t.description",
+        detail_sql="SELECT id::text, name, description, NULL, metadata, created_at, embedding FROM capabilities"
+        " WHERE id = %s AND owner_id = %s",
+    ),
+    "memory": Source(
+        "memory", "memories", "text", None, {"plan": 1.0, "execute": 1.0, "debug": 1.0, "chat": 1.0},
+        indexed_as="fragment", searchable=True, chunked=True,
+        from_sql="memories t JOIN projects p ON p.id = t.project_id",
+        title_sql="coalesce(t.summary, left(t.content, 80))", body_sql="t.content",
+        extra_sql="jsonb_build_object('content_type', t.content_type, 'project_key', p.project_key,"
+        " 'speaker', t.speaker, 'tags', t.tags)",
+        project_sql="p.project_key", vector_sql="t.avg_embedding",
+        detail_sql="SELECT m.id, coalesce(m.summary, left(m.content, 80)), m.content, NULL, m.metadata"
+        " || jsonb_build_object('content_type', m.content_type, 'project_key', p.project_key, 'tags', m.tags,"
+        " 'speaker', m.speaker), m.created_at, m.avg_embedding FROM memories m"
+        " JOIN projects p ON p.id = m.project_id WHERE m.id = %s AND m.owner_id = %s AND m.is_active",
+    ),
     "event": Source("event", "events", "uuid", 1, {"plan": 0.5, "execute": 0.8, "debug": 1.5, "chat": 0.3}),
     "okr": Source("okr", "goals", "uuid", None, {"plan": 1.5, "execute": 0.5, "debug": 0.3, "chat": 1.0}),
 }

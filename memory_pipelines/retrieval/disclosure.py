@@ -13,22 +13,8 @@ from psycopg_pool import ConnectionPool
 from ..embeddings import Embedder
 from ..embeddings.base import to_array
 from ..infra.errors import NotFoundError, ValidationError, check_storable
-from ..vocabulary import MAX_TOP_K
+from ..vocabulary import MAX_TOP_K, SEARCH_SOURCES, SOURCES
 from .search import SearchFilters, SearchResult, search
-
-_DETAIL_SQL = {
-    "task": "SELECT id::text, title, description, status, metadata || jsonb_build_object('task_type', task_type,"
-    " 'project_key', project_key), created_at, embedding FROM tasks WHERE id = %s AND owner_id = %s",
-    "learning": "SELECT id::text, title, content, NULL, metadata || jsonb_build_object('task_type', task_type,"
-    " 'failure_class', failure_class, 'trigger_event', trigger_event, 'category', category),"
-    " created_at, embedding FROM learnings WHERE id = %s AND owner_id = %s",
-    "capability": "SELECT id::text, name, description, NULL, metadata, created_at, embedding FROM capabilities"
-    " WHERE id = %s AND owner_id = %s",
-    "memory": "SELECT m.id, coalesce(m.summary, left(m.content, 80)), m.content, NULL, m.metadata"
-    " || jsonb_build_object('content_type', m.content_type, 'project_key', p.project_key, 'tags', m.tags,"
-    " 'speaker', m.speaker), m.created_at, m.avg_embedding FROM memories m"
-    " JOIN projects p ON p.id = m.project_id WHERE m.id = %s AND m.owner_id = %s AND m.is_active",
-}
 
 
 def _is_uuid(value: str) -> bool:
@@ -43,10 +29,11 @@ def _find(pool: ConnectionPool, owner: str, item_id: str) -> tuple[str, tuple]:
     if not isinstance(item_id, str) or not item_id:
         raise ValidationError("id", "must be a non-empty string")
     check_storable("id", item_id)
-    sources = ("task", "learning", "capability") if _is_uuid(item_id) else ("memory",)
+    id_type = "uuid" if _is_uuid(item_id) else "text"
+    sources = [s for s in SEARCH_SOURCES if SOURCES[s].id_type == id_type]
     with pool.connection() as conn:
         for source in sources:
-            row = conn.execute(_DETAIL_SQL[source], (item_id, owner)).fetchone()
+            row = conn.execute(SOURCES[source].detail_sql, (item_id, owner)).fetchone()
             if row:
                 return source, row
     raise NotFoundError(f"no memory with id {item_id}")

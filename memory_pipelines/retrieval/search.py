@@ -67,7 +67,8 @@ class SearchFilters:
             raise ValidationError("time_range_days", "must be a positive number of days")
         sources = self.sources
         if self.memory_types is not None:
-            sources = tuple(s for s in sources if s == "memory") or ("memory",)
+            chunked = tuple(s for s in SEARCH_SOURCES if SOURCES[s].chunked)  # content types are theirs
+            sources = tuple(s for s in sources if s in chunked) or chunked
         return replace(self, sources=sources)
 
 
@@ -95,43 +96,15 @@ class SearchResult:
     degraded: str | None = None
 
 
-# Per-source SQL pieces. `t` is the row (for memory: the memory, fragments joined as `f`).
-_SELECT = {
-    "task": (
-        "t.title",
-        "t.description",
-        "jsonb_build_object('status', t.status, 'task_type', t.task_type,"
-        " 'project_key', t.project_key, 'metadata', t.metadata)",
-    ),
-    "learning": (
-        "t.title",
-        "t.content",
-        "jsonb_build_object('task_type', t.task_type, 'failure_class',"
-        " t.failure_class, 'trigger_event', t.trigger_event, 'category', t.category)",
-    ),
-    "capability": ("t.name", "t.description", "'{}'::jsonb"),
-    "memory": (
-        "coalesce(t.summary, left(t.content, 80))",
-        "t.content",
-        "jsonb_build_object('content_type', t.content_type, 'project_key', p.project_key,"
-        " 'speaker', t.speaker, 'tags', t.tags)",
-    ),
-}
-
-
 def _where(source: str, owner: str, f: SearchFilters, params: dict) -> list[str]:
     """WHERE clauses (with their parameters added to `params`) for one source."""
     params["owner"] = owner
     clauses = ["t.owner_id = %(owner)s", "t.is_active"]
+    src = SOURCES[source]
     if f.project is not None:
         params["project"] = f.project
-        if source == "memory":
-            clauses.append("p.project_key = %(project)s")
-        elif source == "task":
-            clauses.append("t.project_key = %(project)s")
-        else:
-            clauses.append("false")
-    if f.memory_types is not None and source == "memory":
+        clauses.append(f"{src.project_sql} = %(project)s" if src.project_sql else "false")
+    if f.memory_types is not None and src.chunked:
         params["memory_types"] = list(f.memory_types)
         clauses.append("t.content_type = ANY(%(memory_types)s)")
     if f.as_of is not None:
@@ -144,9 +117,7 @@ def _where(source: str, owner: str, f: SearchFilters, params: dict) -> list[str]
 
 
 def _from(source: str) -> str:
-    if source == "memory":
-        return "memories t JOIN projects p ON p.id = t.project_id"
-    return f"{SOURCES[source].table} t"
+    return SOURCES[source].from_sql
 
 
 def _count_capped(conn: psycopg.Connection, table: str, clauses: list[str], params: dict, cap: int) -> int:
@@ -178,13 +149,12 @@ def _plan_vector_scan(
     exceeded). Should the estimate be too high and the index scan come back short, the caller re-runs
     the query as an exact scan (`_semantic_source`).
     """
-    table = "fragments" if source == "memory" else SOURCES[source].table
+    chunked = SOURCES[source].chunked
+    table = "fragments" if chunked else SOURCES[source].table
     cap = EXACT_SCAN_MAX_ROWS
     filtered = _count_capped(conn, table, ["owner_id = %(owner)s"], params, cap)
     joined = (
-        "fragments f JOIN memories t ON t.id = f.memory_id JOIN projects p ON p.id = t.project_id"
-        if source == "memory"
-        else _from(source)
+        f"fragments f JOIN {_from(source)} ON t.id = f.memory_id" if chunked else _from(source)
     )
     if filtered > cap and _has_extra_filters(f):
         filtered = _count_capped(conn, joined, clauses, params, cap)
@@ -209,8 +179,9 @@ def _semantic_source(
 ) -> list[Hit]:
     params: dict[str, Any] = {"q": qvec, "model": model, "k": k}
     clauses = _where(source, owner, f, params)
-    title, body, extra = _SELECT[source]
-    if source == "memory":
+    src = SOURCES[source]
+    title, body, extra = src.title_sql, src.body_sql, src.extra_sql
+    if src.chunked:
         vclauses = [*clauses, "f.embedding IS NOT NULL", "f.embedding_model = %(model)s"]
         wanted = k * 3  # fragments read, rolled up to their memories
         sql = (
@@ -236,7 +207,7 @@ def _semantic_source(
         if plan == "empty":
             return []
         rows = conn.execute(sql, params, binary=True).fetchall()
-        found = rows[0][-1] if source == "memory" and rows else len(rows)
+        found = rows[0][-1] if src.chunked and rows else len(rows)
         if plan != "exact" and found < wanted:
             # The index scan came back short: fewer candidates passed the filters than the estimate
             # promised. Rare (stale statistics); answer exactly rather than return too few.
@@ -247,7 +218,7 @@ def _semantic_source(
 
 def _hit(source: str, row: tuple, *, semantic: float | None = None, keyword: float | None = None) -> Hit:
     item_id, title, body, created_at, score, extra, emb = row
-    text = f"{title}\n{body}" if source != "memory" else body
+    text = body if SOURCES[source].chunked else f"{title}\n{body}"
     return Hit(
         source=source,
         id=str(item_id),
@@ -329,10 +300,10 @@ def _keyword_source(
         "k1": BM25_K1,
         "b": BM25_B,
         "per_term": max(KEYWORD_POSTINGS_PER_TERM, 4 * k),
-        "over": (KEYWORD_OVERFETCH_FRAGMENTS if source == "memory" else KEYWORD_OVERFETCH) * k,
+        "over": (KEYWORD_OVERFETCH_FRAGMENTS if SOURCES[source].chunked else KEYWORD_OVERFETCH) * k,
     }
     clauses = _where(source, owner, f, params)
-    params["ksource"] = "fragment" if source == "memory" else source
+    params["ksource"] = SOURCES[source].indexed_as
     if not conn.execute(_INDEXED, params).fetchone()[0]:
         return []
     if _has_extra_filters(f):
@@ -348,17 +319,14 @@ def _keyword_query(
     conn: psycopg.Connection, source: str, clauses: list[str], params: dict[str, Any], doc_sql: str
 ) -> tuple[list[Hit], int]:
     """The hits, and how many ranked documents were checked against the filters to find them."""
-    if source == "memory":
+    src = SOURCES[source]
+    if src.chunked:
         item = "f.memory_id"
-        join = (
-            "JOIN fragments f ON f.id = doc.item_id JOIN memories t ON t.id = f.memory_id"
-            " JOIN projects p ON p.id = t.project_id"
-        )
+        join = f"JOIN fragments f ON f.id = doc.item_id JOIN {src.from_sql} ON t.id = f.memory_id"
     else:
         item = "t.id"
-        join = f"JOIN {SOURCES[source].table} t ON t.id = doc.item_id::uuid"
-    title, body, extra = _SELECT[source]
-    emb = "t.avg_embedding" if source == "memory" else "t.embedding"
+        join = f"JOIN {src.from_sql} ON t.id = doc.item_id::{src.id_type}"
+    title, body, extra, emb = src.title_sql, src.body_sql, src.extra_sql, src.vector_sql
     sql = (
         "WITH q AS (SELECT * FROM unnest(%(terms)s::text[], %(weights)s::float8[]) AS q(keyword, qw)),"
         f" {_BM25_STATS}"
@@ -378,8 +346,8 @@ def _jaccard_source(
     """Last-resort fallback when neither vectors nor the keyword table answer: Jaccard over recent rows."""
     params: dict[str, Any] = {"scan": scan}
     clauses = _where(source, owner, f, params)
-    title, body, extra = _SELECT[source]
-    emb = "t.avg_embedding" if source == "memory" else "t.embedding"
+    src = SOURCES[source]
+    title, body, extra, emb = src.title_sql, src.body_sql, src.extra_sql, src.vector_sql
     rows = conn.execute(
         f"SELECT t.id::text, {title}, {body}, t.created_at, 0.0, {extra}, {emb} FROM {_from(source)}"
         f" WHERE {' AND '.join(clauses)} ORDER BY t.created_at DESC LIMIT %(scan)s",
