@@ -1,0 +1,147 @@
+"""The direction of imports, read from the code itself, and what the built wheel installs.
+
+Layers, lowest first; a module may import its own layer and lower ones only:
+
+    vocabulary → infra → text, embeddings → index, runtime → retrieval → store, context (online)
+    → pipelines, tuning (offline) → face → surfaces
+
+Besides: the online side (store, context) never imports the offline side (pipelines, tuning); the HTTP and
+MCP surfaces do not import each other (shared encoding and input types sit below both); nothing in the
+library imports the Dagster code location.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "memory_pipelines"
+
+LAYERS: dict[str, int] = {
+    "vocabulary": 0,
+    "infra": 1,
+    "text": 2,
+    "embeddings": 2,
+    "index": 3,
+    "runtime": 3,
+    "retrieval": 4,
+    "store": 5,
+    "context": 5,
+    "pipelines": 6,
+    "tuning": 6,
+    "face": 7,
+    "surfaces": 8,
+}
+ONLINE, OFFLINE = {"store", "context"}, {"pipelines", "tuning"}
+CODE_LOCATION = {"assets", "memory_pipelines_dagster"}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module `path` imports (absolute names), top-level or inside functions."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    module = _module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            found.add(target)
+            found.update(f"{target}.{alias.name}" for alias in node.names)  # `from . import x`
+    return found
+
+
+def _area(name: str) -> str | None:
+    """The layer key of a project module name (memory_pipelines.<area>...), else None."""
+    parts = name.split(".")
+    if parts[0] != "memory_pipelines" or len(parts) < 2:
+        return None
+    return parts[1] if parts[1] in LAYERS else None
+
+
+def _edges() -> list[tuple[str, str]]:
+    edges = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        source = _module_name(path)
+        edges.extend((source, target) for target in sorted(_imports(path)))
+    return edges
+
+
+def test_every_library_module_belongs_to_a_layer():
+    stray = [p.name for p in PACKAGE.iterdir() if p.suffix == ".py" and p.stem not in LAYERS and p.stem != "__init__"]
+    stray += [p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name not in {*LAYERS, "__pycache__", "sql"}]
+    assert stray == [], f"modules outside the layer map: {stray}"
+
+
+def test_imports_run_one_way():
+    wrong = []
+    for source, target in _edges():
+        a, b = _area(source), _area(target)
+        if a is None or b is None:
+            continue
+        if LAYERS[b] > LAYERS[a] or (a in ONLINE and b in OFFLINE):
+            wrong.append(f"{source} → {target}")
+    assert wrong == [], "imports against the layering:\n" + "\n".join(wrong)
+
+
+def test_http_and_mcp_surfaces_do_not_import_each_other():
+    wrong = []
+    for source, target in _edges():
+        for one, other in (("http", "mcp"), ("mcp", "http")):
+            if source.startswith(f"memory_pipelines.surfaces.{one}") and target.startswith(
+                f"memory_pipelines.surfaces.{other}"
+            ):
+                wrong.append(f"{source} → {target}")
+    assert wrong == []
+
+
+def test_the_library_never_imports_the_code_location():
+    wrong = [f"{s} → {t}" for s, t in _edges() if t.split(".")[0] in CODE_LOCATION]
+    assert wrong == []
+
+
+def test_the_checker_sees_a_wrong_way_import(tmp_path):
+    """The checks above would catch a violation: a store module importing tuning is reported."""
+    bad = PACKAGE / "store" / "_layer_probe.py"
+    bad.write_text("from ..tuning import fit\nfrom assets import definitions\n", encoding="utf-8")
+    try:
+        edges = _edges()
+    finally:
+        bad.unlink()
+    assert ("memory_pipelines.store._layer_probe", "memory_pipelines.tuning.fit") in edges
+    assert ("memory_pipelines.store._layer_probe", "assets") in edges
+
+
+@pytest.mark.slow
+def test_the_wheel_has_no_top_level_assets(tmp_path):
+    """Built for real: the code location is installed as `memory_pipelines_dagster`, never `assets`."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path),
+         str(ROOT)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (wheel,) = tmp_path.glob("memory_pipelines-*.whl")
+    tops = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
+    assert "assets" not in tops
+    assert {"memory_pipelines", "memory_pipelines_dagster"} <= tops
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "memory_pipelines_dagster/definitions.py" in names
+    assert any(n.startswith("memory_pipelines/sql/") for n in names)
+    assert not any(n.startswith("scripts/") or "build_demo" in n for n in names)
