@@ -1,4 +1,4 @@
-"""build_memory_context (seed 001 acceptance) and the retrieval log."""
+"""build_memory_context (context-builder spec, acceptance) and the retrieval log."""
 
 from __future__ import annotations
 
