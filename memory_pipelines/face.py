@@ -126,6 +126,24 @@ class Memory:
 
         return record_feedback(self.pool, owner, retrieval_id, list(used_ids))
 
+    def builds(self, owner: str, *, limit: int = 20, cursor: str | None = None) -> dict[str, Any]:
+        """The owner's recent context builds, newest first, with their injected items, scores and used marks."""
+        from .context.history import recent_builds
+
+        return recent_builds(self.pool, owner, limit=limit, cursor=cursor)
+
+    def build(self, owner: str, retrieval_id: str) -> dict[str, Any]:
+        """One of the owner's context builds with every scored candidate, injected or not."""
+        from .context.history import build_detail
+
+        return build_detail(self.pool, owner, retrieval_id)
+
+    def hit_rates(self, owner: str, *, days: int = 30) -> dict[str, Any]:
+        """Per day of the last `days`: builds, feedback, injected and used items, hit rate used / injected."""
+        from .context.history import hit_rates
+
+        return hit_rates(self.pool, owner, days=days)
+
     def ingest(self, owner: str, *, content: str, content_type: str, project_name: str | None = None,
                project_key: str | None = None, machine_name: str | None = None, project_path: str | None = None,
                ts: int | None = None, speaker: str | None = None) -> IngestResult:

@@ -34,8 +34,15 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, str_strip_whitespace=False)
 
 
+def _examples(*examples: dict) -> ConfigDict:
+    """Request examples for the docs; each succeeds as written (none names `owner_id`: the key decides it)."""
+    return ConfigDict(json_schema_extra={"examples": list(examples)})
+
+
 class SearchRequest(_Body):
     """Progressive search, summary layer."""
+
+    model_config = _examples({"query": "用户登录验证 login cookie", "topK": 5, "mode": "summary"})
 
     query: Query = Field(description="What to look for, any language.")
     top_k: int = Field(5, alias="topK", ge=1, le=MAX_TOP_K, description="How many matches (1-100).")
@@ -46,14 +53,23 @@ class SearchRequest(_Body):
 class RelatedRequest(_Body):
     """Progressive search, related layer."""
 
-    base_id: ItemId = Field(description="An id from a search match.")
-    top_k: int = Field(5, alias="topK", ge=1, le=MAX_TOP_K)
-    exclude_self: bool = True
+    model_config = _examples({"base_id": "mem_3f9c0b6a1d2e4f5a6b7c", "topK": 5, "exclude_self": True})
+
+    base_id: ItemId = Field(description="An id from a search match (or any id of this owner).")
+    top_k: int = Field(5, alias="topK", ge=1, le=MAX_TOP_K, description="How many neighbours (1-100).")
+    exclude_self: bool = Field(True, description="Leave the base item itself out of the matches.")
     owner_id: OwnerField = None
 
 
 class IngestRequest(_Body):
     """Memory centre `POST /ingest/memory`: project_name or project_key, content_type and content."""
+
+    model_config = _examples(
+        {"project_name": "agent-mem", "content_type": "development", "speaker": "李雷",
+         "content": "我们选择 pgvector 存储向量，因为 PostgreSQL 已经在用，运维成本低，支持 HNSW 索引。"},
+        {"project_name": "web-app", "content_type": "requirement",
+         "content": "The login page keeps the session cookie for 30 days across subdomains."},
+    )
 
     content: Content = Field(description="The memory text; the server chunks, embeds, summarises, tags it.")
     content_type: ContentType = Field(description="requirement | plan | development | testing | insight")
@@ -69,15 +85,23 @@ class IngestRequest(_Body):
 class ContextRequest(_Body):
     """Token-budgeted context (the context-builder spec)."""
 
-    query: Query
-    mode: ContextMode = "execute"
-    token_budget: int = Field(DEFAULT_BUDGET, alias="tokenBudget", ge=MIN_BUDGET, le=MAX_BUDGET)
+    model_config = _examples({"query": "fix the login cookie bug", "mode": "debug", "tokenBudget": 800})
+
+    query: Query = Field(description="The task or question the agent is working on, any language.")
+    mode: ContextMode = Field("execute", description="plan | execute | debug | chat: weighs the sources "
+                              "(debug favours learnings and recent events; chat has no profile).")
+    token_budget: int = Field(DEFAULT_BUDGET, alias="tokenBudget", ge=MIN_BUDGET, le=MAX_BUDGET,
+                              description="cl100k tokens the block may use, the profile included.")
     owner_id: OwnerField = None
 
 
 class FeedbackRequest(_Body):
     """Which injected items of a context build were used."""
 
-    retrieval_id: ItemId
-    used_ids: list[ItemId] = Field(default_factory=list, max_length=500)
+    model_config = _examples({"retrieval_id": "7d1e2f3a-4b5c-4d6e-8f70-819a2b3c4d5e",
+                              "used_ids": ["mem_3f9c0b6a1d2e4f5a6b7c"]})
+
+    retrieval_id: ItemId = Field(description="`retrieval_id` of a context answer.")
+    used_ids: list[ItemId] = Field(default_factory=list, max_length=500, description=(
+        "Ids of the build's items the agent used; its other injected items are marked unused."))
     owner_id: OwnerField = None

@@ -1,0 +1,368 @@
+"""The API documents itself truthfully: every endpoint names its answer (a model, with examples) and its errors;
+real answers match the documented models field for field; request examples succeed as written; the docs pages
+load from this server only; oversized bodies are a 413; the build history and hit rates, per owner."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Iterator
+from datetime import UTC, date, datetime, timedelta
+
+import httpx
+import pytest
+from fastapi.routing import APIRoute
+from pydantic import BaseModel
+
+from memory_pipelines import Memory
+from memory_pipelines.context.history import hit_rates, recent_builds
+from memory_pipelines.index.keywords import index_all
+from memory_pipelines.index.vectors import embed_all
+from memory_pipelines.infra.auth import create_key
+from memory_pipelines.infra.errors import ValidationError
+from memory_pipelines.surfaces.http import create_app
+from memory_pipelines.surfaces.http import models as m
+from memory_pipelines.surfaces.http import responses as r
+from memory_pipelines.vocabulary import MAX_BODY_BYTES
+from tests.factories import add_task
+from tests.test_api import LiveServer
+
+ZH = "我们选择 pgvector 存储向量，因为 PostgreSQL 已经在用，运维成本低，支持 HNSW 索引。"
+EN = "The login page keeps the session cookie for 30 days so users stay signed in across subdomains."
+
+
+@pytest.fixture(scope="module")
+def spec() -> dict:
+    return create_app(object()).openapi()  # the document needs no database
+
+
+@pytest.fixture
+def app(runtime):
+    return create_app(Memory(runtime, llm=None))
+
+
+@pytest.fixture
+def live(app) -> Iterator[str]:
+    with LiveServer(app) as srv:
+        yield srv.url
+
+
+def _client(url: str, key: str | None) -> httpx.Client:
+    return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"} if key else {}, timeout=60)
+
+
+def _operations(spec: dict) -> Iterator[tuple[str, str, dict]]:
+    for path, ops in spec["paths"].items():
+        for method, op in ops.items():
+            yield method, path, op
+
+
+def _ref(schema: dict) -> str:
+    return schema["$ref"].rsplit("/", 1)[-1]
+
+
+# -- the document ------------------------------------------------------------------------------------------
+
+def test_every_endpoint_documents_its_answer_errors_and_what_it_does(spec):
+    seen = 0
+    for method, path, op in _operations(spec):
+        seen += 1
+        where = f"{method.upper()} {path}"
+        assert len(op.get("description", "")) > len(op["summary"]) > 0, where
+        ok = op["responses"]["200"]["content"]["application/json"]["schema"]
+        assert ok.get("$ref"), f"{where}: an empty 200 schema"
+        model = spec["components"]["schemas"][_ref(ok)]
+        assert model.get("examples") and model.get("properties"), where
+        codes = set(op["responses"])
+        if path == "/health":
+            assert "503" in codes and not op.get("security")
+            continue
+        assert op["security"] == [{"HTTPBearer": []}], where
+        assert {"401", "422", "503"} <= codes, where
+        for code in codes - {"200"}:
+            schema = op["responses"][code]["content"]["application/json"]["schema"]
+            assert _ref(schema) == ("ValidationProblem" if code == "422" else "Error"), (where, code)
+            assert op["responses"][code]["description"], (where, code)
+        if "{" in path:
+            assert "404" in codes, where
+        if method == "post":
+            assert {"400", "413"} <= codes, where
+    assert seen == 16
+
+
+def test_request_examples_are_valid_and_never_name_the_owner(spec):
+    bodies = {"SearchRequest": m.SearchRequest, "RelatedRequest": m.RelatedRequest, "IngestRequest": m.IngestRequest,
+              "ContextRequest": m.ContextRequest, "FeedbackRequest": m.FeedbackRequest}
+    posts = [op for method, _p, op in _operations(spec) if method == "post"]
+    assert len(posts) == len(bodies)
+    for op in posts:
+        name = _ref(op["requestBody"]["content"]["application/json"]["schema"])
+        examples = spec["components"]["schemas"][name]["examples"]
+        assert examples, name
+        for example in examples:
+            assert "owner_id" not in json.dumps(example), name
+            bodies[name].model_validate(example)
+    # owner_id stays documented (and rejected when it names another owner), only the examples leave it out
+    assert "owner_id" in spec["components"]["schemas"]["IngestRequest"]["properties"]
+
+
+def test_response_examples_validate_against_their_models():
+    models = [v for v in vars(r).values()
+              if isinstance(v, type) and issubclass(v, BaseModel) and v.__module__ == r.__name__]
+    checked = 0
+    for model in models:
+        for example in (model.model_config.get("json_schema_extra") or {}).get("examples", []):
+            model.model_validate(example)
+            checked += 1
+    assert checked >= 18
+
+
+# -- real answers against the documented models ----------------------------------------------------------
+
+def _documented(app, method: str, path: str) -> type[BaseModel]:
+    for route in app.routes:
+        if isinstance(route, APIRoute) and route.path == path and method.upper() in route.methods:
+            return route.response_model
+    raise AssertionError(f"no route {method} {path}")
+
+
+def test_real_answers_match_the_documented_models_field_for_field(app, live, runtime):
+    key = create_key(runtime.pool, "alice")[1]
+    c = _client(live, key)
+    zh = c.post("/ingest/memory", json={"project_name": "agent-mem", "content_type": "development",
+                                        "speaker": "李雷", "content": ZH}).json()
+    c.post("/ingest/memory", json={"project_name": "web-app", "content_type": "requirement", "content": EN})
+    with runtime.pool.connection() as conn:
+        task = add_task(conn, "alice", "feat(auth): cross-subdomain cookie auth", "cookie auth on subdomains")
+    embed_all(runtime.pool, runtime.embedder)
+    index_all(runtime.pool)
+    ctx = c.post("/api/brain/memory/context", json={"query": "pgvector cookie", "mode": "debug"}).json()
+    c.post("/api/brain/memory/feedback", json={"retrieval_id": ctx["retrieval_id"], "used_ids": [zh["id"]]})
+    calls = [
+        ("GET", "/health", "/health", None),
+        ("GET", "/whoami", "/whoami", None),
+        ("POST", "/api/brain/memory/search", "/api/brain/memory/search", {"query": "cookie 登录", "topK": 5}),
+        ("POST", "/api/brain/memory/search", "/api/brain/memory/search", {"query": "cookie", "mode": "keyword"}),
+        ("GET", "/api/brain/memory/detail/{id}", f"/api/brain/memory/detail/{task}", None),
+        ("GET", "/api/brain/memory/detail/{id}", f"/api/brain/memory/detail/{zh['id']}", None),
+        ("POST", "/api/brain/memory/search-related", "/api/brain/memory/search-related", {"base_id": task}),
+        ("POST", "/api/brain/memory/context", "/api/brain/memory/context", {"query": "cookie", "tokenBudget": 300}),
+        ("POST", "/api/brain/memory/feedback", "/api/brain/memory/feedback",
+         {"retrieval_id": ctx["retrieval_id"], "used_ids": [zh["id"]]}),
+        ("GET", "/api/brain/memory/builds", "/api/brain/memory/builds", {"limit": 1}),
+        ("GET", "/api/brain/memory/builds/{retrieval_id}", f"/api/brain/memory/builds/{ctx['retrieval_id']}", None),
+        ("GET", "/api/brain/memory/hit-rates", "/api/brain/memory/hit-rates", {"days": 3}),
+        ("POST", "/ingest/memory", "/ingest/memory", {"project_name": "agent-mem", "content_type": "development",
+                                                      "content": ZH}),
+        ("GET", "/memories/search", "/memories/search", {"query": "pgvector"}),
+        ("GET", "/memories", "/memories", {"ids": f"{zh['id']},mem_ffffffffffffffffffff"}),
+        ("GET", "/memories/timeline", "/memories/timeline", {"limit": 1}),
+        ("GET", "/memories/{memory_id}/versions", f"/memories/{zh['id']}/versions", None),
+        ("GET", "/projects", "/projects", None),
+    ]
+    documented = {(route.path, method) for route in app.routes
+                  if isinstance(route, APIRoute) and route.include_in_schema for method in route.methods}
+    assert {(t, mth) for mth, t, _p, _b in calls} == documented  # every endpoint is checked
+    for method, template, path, payload in calls:
+        answer = c.get(path, params=payload) if method == "GET" else c.post(path, json=payload)
+        assert answer.status_code == 200, (path, answer.text)
+        _documented(app, method, template).model_validate(answer.json())  # extra fields are forbidden
+
+    errors = [
+        (httpx.get(f"{live}/projects"), 401, r.Error),
+        (c.get(f"/api/brain/memory/detail/{'mem_' + '0' * 20}"), 404, r.Error),
+        (c.get("/api/brain/memory/builds/00000000-0000-0000-0000-000000000000"), 404, r.Error),
+        (c.post("/api/brain/memory/search", json={"query": "x", "topK": 0}), 422, r.ValidationProblem),
+        (c.get("/api/brain/memory/builds", params={"limit": 0}), 422, r.ValidationProblem),
+        (c.get("/api/brain/memory/builds", params={"cursor": "not-a-cursor"}), 422, r.ValidationProblem),
+        (c.get("/api/brain/memory/hit-rates", params={"days": 0}), 422, r.ValidationProblem),
+        (c.post("/ingest/memory", content=b"x" * (MAX_BODY_BYTES + 1),
+                headers={"content-type": "application/json"}), 413, r.Error),
+    ]
+    for answer, status, model in errors:
+        assert answer.status_code == status, (answer.request.url, answer.text)
+        model.model_validate(answer.json())
+    assert [a.json()["field"] for a, s, _ in errors if s == 422] == ["topK", "limit", "cursor", "days"]
+
+
+def test_request_examples_succeed_as_written(spec, live, runtime):
+    key = create_key(runtime.pool, "alice")[1]
+    c = _client(live, key)
+    schemas = spec["components"]["schemas"]
+
+    def example(name: str) -> dict:
+        return schemas[name]["examples"][0]
+
+    for path, name in (("/ingest/memory", "IngestRequest"), ("/api/brain/memory/search", "SearchRequest"),
+                       ("/api/brain/memory/context", "ContextRequest")):
+        for body in schemas[name]["examples"]:
+            answer = c.post(path, json=body)
+            assert answer.status_code == 200, (path, answer.text)
+    # The ones that name an id answer 404 (documented) for an id this owner does not have, never 422 ...
+    assert c.post("/api/brain/memory/search-related", json=example("RelatedRequest")).status_code == 404
+    assert c.post("/api/brain/memory/feedback", json=example("FeedbackRequest")).status_code == 404
+    # ... and 200 with ids from earlier answers.
+    ctx = c.post("/api/brain/memory/context", json=example("ContextRequest")).json()
+    mem = ctx["items"][0]["id"]
+    assert c.post("/api/brain/memory/search-related", json={**example("RelatedRequest"), "base_id": mem}) \
+        .status_code == 200
+    fb = c.post("/api/brain/memory/feedback", json={"retrieval_id": ctx["retrieval_id"], "used_ids": [mem]})
+    assert fb.status_code == 200 and fb.json()["marked"] == 1
+
+
+# -- offline docs ------------------------------------------------------------------------------------------
+
+def test_docs_and_redoc_are_served_from_local_files(live):
+    for page, assets in (("/docs", ["swagger-ui-bundle.js", "swagger-ui.css", "favicon.png"]),
+                         ("/redoc", ["redoc.standalone.js", "favicon.png"])):
+        html = httpx.get(f"{live}{page}")
+        assert html.status_code == 200 and "'self'" in html.headers["content-security-policy"]
+        assert "http://" not in html.text and "https://" not in html.text, page
+        for asset in assets:
+            assert f"/static/docs/{asset}" in html.text
+            got = httpx.get(f"{live}/static/docs/{asset}")
+            assert got.status_code == 200 and len(got.content) > 1000, asset
+    bundle = httpx.get(f"{live}/static/docs/redoc.standalone.js").text
+    assert "cdn.redoc.ly" not in bundle and "Redoc" in bundle
+    swagger = httpx.get(f"{live}/docs").text
+    assert '"validatorUrl": null' in swagger and '"persistAuthorization": true' in swagger
+    assert httpx.get(f"{live}/openapi.json").json()["info"]["title"] == "memory_pipelines"
+
+
+# -- body limit --------------------------------------------------------------------------------------------
+
+def test_a_body_over_the_limit_is_413_declared_or_streamed(live, runtime):
+    key = create_key(runtime.pool, "alice")[1]
+    c = _client(live, key)
+    big = json.dumps({"project_name": "p", "content_type": "plan", "content": "x" * MAX_BODY_BYTES}).encode()
+    declared = c.post("/ingest/memory", content=big, headers={"content-type": "application/json"})
+    assert declared.status_code == 413 and str(MAX_BODY_BYTES) in declared.json()["detail"]
+
+    def chunks() -> Iterator[bytes]:
+        for i in range(0, len(big), 65536):
+            yield big[i:i + 65536]
+
+    streamed = c.post("/ingest/memory", content=chunks(), headers={"content-type": "application/json"})
+    assert streamed.status_code == 413 and streamed.json()["detail"] == declared.json()["detail"]
+    # Just under the limit the body is read and judged: content over 100 000 characters is a 422 naming it.
+    under = c.post("/ingest/memory", json={"project_name": "p", "content_type": "plan", "content": "长" * 100_001})
+    assert under.status_code == 422 and under.json()["field"] == "content"
+    with runtime.pool.connection() as conn:
+        assert conn.execute("SELECT count(*) FROM memories").fetchone()[0] == 0
+
+
+def test_a_lying_content_length_never_reaches_the_app(live):
+    """A raw request that declares more than the limit is refused before its body is sent."""
+    host, port = live.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(f"POST /ingest/memory HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {MAX_BODY_BYTES + 1}\r\n\r\n".encode())
+        head = sock.recv(4096).decode("latin-1")
+    assert head.startswith("HTTP/1.1 413")
+
+
+# -- build history and hit rates -----------------------------------------------------------------------------
+
+def _builds(c: httpx.Client, n: int, query: str = "pgvector 索引") -> list[dict]:
+    out = []
+    for i in range(n):
+        ctx = c.post("/api/brain/memory/context", json={"query": f"{query} {i}", "tokenBudget": 200}).json()
+        out.append({**ctx, "query": f"{query} {i}"})
+        time.sleep(0.005)
+    return out
+
+
+def test_build_history_pages_newest_first_with_used_marks_per_owner(live, runtime):
+    a = _client(live, create_key(runtime.pool, "alice")[1])
+    b = _client(live, create_key(runtime.pool, "bob")[1])
+    for content in (ZH, EN):
+        a.post("/ingest/memory", json={"project_name": "p", "content_type": "plan", "content": content})
+    b.post("/ingest/memory", json={"project_name": "p", "content_type": "plan", "content": "bob's pgvector note"})
+    built = _builds(a, 5)
+    b_ctx = _builds(b, 1)[0]
+    used = [built[2]["items"][0]["id"]]
+    a.post("/api/brain/memory/feedback", json={"retrieval_id": built[2]["retrieval_id"], "used_ids": used})
+
+    seen, cursor = [], None
+    while True:
+        page = a.get("/api/brain/memory/builds", params={"limit": 2, **({"cursor": cursor} if cursor else {})}).json()
+        seen += page["builds"]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert [s["retrieval_id"] for s in seen] == [x["retrieval_id"] for x in reversed(built)]
+    for shown, ctx in zip(seen, reversed(built), strict=True):
+        assert [i["id"] for i in shown["items"]] == [i["id"] for i in ctx["items"]]  # block order
+        assert [i["score"] for i in shown["items"]] == pytest.approx([i["score"] for i in ctx["items"]])
+        assert all(i["injected"] and i["title"] for i in shown["items"])
+        assert (shown["query"], shown["mode"], shown["token_used"]) == (ctx["query"], "execute", ctx["token_used"])
+    marked = next(s for s in seen if s["retrieval_id"] == built[2]["retrieval_id"])
+    assert [i["id"] for i in marked["items"] if i["used"]] == used and marked["used_count"] == 1
+    assert marked["feedback_at"] is not None
+    assert all(s["feedback_at"] is None for s in seen if s is not marked)
+
+    one = a.get(f"/api/brain/memory/builds/{built[0]['retrieval_id']}").json()
+    assert [i["rank"] for i in one["items"]] == sorted(i["rank"] for i in one["items"])
+    assert one["candidates_count"] == len([i for i in one["items"] if i["source"] != "okr"])
+
+    # Bob sees his build only; Alice's build is "not found" for him, exactly like a missing one.
+    assert [x["retrieval_id"] for x in b.get("/api/brain/memory/builds").json()["builds"]] == [b_ctx["retrieval_id"]]
+    theirs = b.get(f"/api/brain/memory/builds/{built[0]['retrieval_id']}")
+    missing = b.get("/api/brain/memory/builds/00000000-0000-0000-0000-000000000000")
+    assert theirs.status_code == missing.status_code == 404
+    assert theirs.json()["detail"].replace(built[0]["retrieval_id"], "X") == \
+        missing.json()["detail"].replace("00000000-0000-0000-0000-000000000000", "X")
+    assert b.get("/api/brain/memory/hit-rates").json()["total"]["builds"] == 1
+    assert b.get("/whoami").json() == {"owner": "bob"}
+    assert b.get("/api/brain/memory/builds", params={"owner_id": "alice"}).status_code == 422
+    for path in ("/whoami", "/api/brain/memory/builds", "/api/brain/memory/hit-rates",
+                 f"/api/brain/memory/builds/{built[0]['retrieval_id']}"):
+        assert httpx.get(f"{live}{path}").status_code == 401
+
+
+def test_hit_rates_per_utc_day(runtime):
+    mem = Memory(runtime, llm=None)
+    mem.ingest("alice", content=ZH, content_type="plan", project_name="p")
+    mem.ingest("alice", content=EN, content_type="plan", project_name="p")
+    today = datetime.now(UTC).date()
+    plan = [(0, 1), (0, None), (1, 0), (3, 2)]  # (days ago, items marked used; None: no feedback)
+    expected: dict[date, list[int]] = {}
+    for ago, n_used in plan:
+        ctx = mem.context("alice", "pgvector cookie", token_budget=400)
+        items = [i.id for i in ctx.items]
+        assert len(items) >= 2
+        if n_used is not None:
+            assert mem.feedback("alice", ctx.retrieval_id, items[:n_used]) == n_used
+            tally = expected.setdefault(today - timedelta(days=ago), [0, 0])
+            tally[0] += len(items)
+            tally[1] += n_used
+        with runtime.pool.connection() as conn:
+            conn.execute("UPDATE retrievals SET created_at = created_at - make_interval(days => %s) WHERE id = %s",
+                         (ago, ctx.retrieval_id))
+    mem.context("bob", "pgvector")  # another owner's builds never count
+
+    rates = hit_rates(runtime.pool, "alice", days=7, today=today)
+    assert rates["since"] == (today - timedelta(days=6)).isoformat() and rates["until"] == today.isoformat()
+    assert [d["day"] for d in rates["daily"]] == [(today - timedelta(days=6 - k)).isoformat() for k in range(7)]
+    for d in rates["daily"]:
+        day = date.fromisoformat(d["day"])
+        injected, used = expected.get(day, [0, 0])
+        assert (d["injected"], d["used"]) == (injected, used), day
+        assert d["hit_rate"] == (pytest.approx(used / injected, abs=1e-4) if injected else None)
+        assert d["builds"] == sum(1 for ago, _ in plan if today - timedelta(days=ago) == day)
+    total = rates["total"]
+    assert (total["builds"], total["with_feedback"]) == (4, 3)
+    assert total["used"] == 3 and total["hit_rate"] == pytest.approx(3 / total["injected"], abs=1e-4)
+    assert sum(s["injected"] for s in rates["by_source"]) == total["injected"]
+
+    short = hit_rates(runtime.pool, "alice", days=2, today=today)
+    assert len(short["daily"]) == 2 and short["total"]["builds"] == 3  # the build 3 days ago is outside
+    assert hit_rates(runtime.pool, "nobody", days=1)["total"] == {
+        "builds": 0, "with_feedback": 0, "injected": 0, "used": 0, "hit_rate": None}
+    for bad in (0, 367, True, "7"):
+        with pytest.raises(ValidationError):
+            hit_rates(runtime.pool, "alice", days=bad)
+    for bad_cursor in ("", "bm9wZQ", "x" * 40):
+        with pytest.raises(ValidationError):
+            recent_builds(runtime.pool, "alice", cursor=bad_cursor)

@@ -1,0 +1,317 @@
+"""The web view and the API docs in a real browser: Debian's Chromium driven by Playwright, against the real API
+(uvicorn on loopback) over a real database.
+
+Chromium is the system one (`/usr/bin/chromium`, `apt-get install -y chromium`); browsers are never downloaded.
+Every request a page makes is recorded: all of them must go to the local server (no CDN, no fonts, nothing else).
+
+`MEMORY_PIPELINES_SCREENSHOT=docs/web-view.png pytest tests/test_web.py` also writes the README's screenshot.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+try:
+    from playwright.sync_api import expect
+except ModuleNotFoundError:  # the browser fixture fails with the fix
+    expect = None
+
+from memory_pipelines import Memory
+from memory_pipelines.index.keywords import index_all
+from memory_pipelines.index.vectors import embed_all
+from memory_pipelines.infra.auth import create_key
+from memory_pipelines.surfaces.http import create_app
+from tests.factories import add_learning, add_task
+from tests.test_api import LiveServer
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+TIMEOUT_MS = 30_000
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # a browser and a server per test
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator:
+    """Chromium from Debian through Playwright; fails (never skips) when either is missing."""
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.fail(f"{CHROMIUM} is missing: the browser tests need Debian's Chromium. Install it with "
+                    "`apt-get update && apt-get install -y chromium` (.ci/run does this when it is missing).")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ModuleNotFoundError:
+        pytest.fail("the `playwright` package is missing: pip install -e '.[dev]' (never run `playwright "
+                    "install`: the tests use the system Chromium)")
+    expect.set_options(timeout=TIMEOUT_MS)
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+class Page:
+    """A fresh browser page that records every request it makes."""
+
+    def __init__(self, browser, base: str) -> None:
+        self.context = browser.new_context(viewport={"width": 1280, "height": 900}, locale="en-US",
+                                           timezone_id="UTC")
+        self.context.set_default_timeout(TIMEOUT_MS)
+        self.page = self.context.new_page()
+        self.base = base
+        self.requests: list[str] = []
+        self.errors: list[str] = []
+        self.page.on("request", lambda req: self.requests.append(req.url))
+        self.page.on("pageerror", lambda exc: self.errors.append(str(exc)))
+        self.console: list[str] = []
+        self.page.on("console", lambda msg: self.console.append(f"{msg.type}: {msg.text}"))
+
+    def foreign(self) -> list[str]:
+        """Requests to anywhere but the local server (data: and blob: URLs stay in the page), and loads the
+        page's Content-Security-Policy refused (a request that was attempted all the same)."""
+        local = urlsplit(self.base).netloc
+        return [u for u in self.requests
+                if urlsplit(u).scheme not in ("data", "blob") and urlsplit(u).netloc != local] + \
+            [m for m in self.console if "Content Security Policy" in m]
+
+    def close(self) -> None:
+        self.context.close()
+
+
+@pytest.fixture
+def page_of(browser) -> Iterator:
+    pages: list[Page] = []
+
+    def make(base: str) -> Page:
+        pages.append(Page(browser, base))
+        return pages[-1]
+
+    yield make
+    for p in pages:
+        p.close()
+
+
+ZH = "我们选择 pgvector 存储向量，因为 PostgreSQL 已经在用，运维成本低，支持 HNSW 索引。"
+EN = "The login page keeps the session cookie for 30 days so users stay signed in across subdomains."
+QUERIES = [  # (query, mode, days ago, feedback: how many of the injected items were used; None: no feedback)
+    ("why did we pick pgvector for vectors?", "plan", 2, 1),
+    ("login cookie across subdomains", "debug", 1, 0),
+    ("fix the login cookie bug", "debug", 0, 2),
+    ("pgvector HNSW 索引", "execute", 0, None),
+]
+
+
+def _seed(runtime, url: str) -> dict:
+    """Alice's memory through the real API: memories, tasks, learnings, context builds, feedback."""
+    key = create_key(runtime.pool, "alice", name="browser")[1]
+    bob_key = create_key(runtime.pool, "bob", name="browser")[1]
+    c = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60)
+    for content, ctype, project, speaker in (
+        (ZH, "development", "agent-mem", "李雷"),
+        (EN, "requirement", "web-app", None),
+        ("Deploys go out on Tuesdays after the cookie migration passes its smoke tests.", "plan", "web-app", None),
+    ):
+        body = {"project_name": project, "content_type": ctype, "content": content}
+        if speaker:
+            body["speaker"] = speaker
+        assert c.post("/ingest/memory", json=body).status_code == 200
+    with runtime.pool.connection() as conn:
+        task = add_task(conn, "alice", "feat(auth): cross-subdomain cookie auth",
+                        "用 cookie 替代 localStorage 保存登录态, so the session survives subdomains",
+                        metadata={"repo": "web-app", "pr_number": 6})
+        add_task(conn, "alice", "fix(auth): cookie domain for subdomains", "set Domain=.example.com on the cookie")
+        add_learning(conn, "alice", "cookie auth needs SameSite=None", "cross-subdomain cookie auth pitfalls")
+    embed_all(runtime.pool, runtime.embedder)
+    index_all(runtime.pool)
+    bob = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {bob_key}"}, timeout=60)
+    assert bob.post("/api/brain/memory/context", json={"query": "bob's own question"}).status_code == 200
+
+    builds = []
+    for query, mode, days_ago, n_used in QUERIES:
+        ctx = c.post("/api/brain/memory/context", json={"query": query, "mode": mode, "tokenBudget": 120}).json()
+        assert ctx["items"], query
+        used = [i["id"] for i in ctx["items"][:n_used]] if n_used is not None else None
+        if used is not None:
+            r = c.post("/api/brain/memory/feedback", json={"retrieval_id": ctx["retrieval_id"], "used_ids": used})
+            assert r.status_code == 200 and r.json()["marked"] == len(used)
+        with runtime.pool.connection() as conn:  # spread the builds over days, as a week of use would
+            conn.execute("UPDATE retrievals SET created_at = created_at - make_interval(days => %s) WHERE id = %s",
+                         (days_ago, ctx["retrieval_id"]))
+        builds.append({"id": ctx["retrieval_id"], "query": query, "items": [i["id"] for i in ctx["items"]],
+                       "used": used, "days_ago": days_ago})
+        time.sleep(0.01)
+    return {"key": key, "task": task, "builds": builds}
+
+
+@pytest.fixture
+def served(runtime) -> Iterator[tuple[str, dict]]:
+    with LiveServer(create_app(Memory(runtime, llm=None))) as srv:
+        yield srv.url, _seed(runtime, srv.url)
+
+
+def _login(p: Page, key: str) -> None:
+    p.page.goto(f"{p.base}/ui/")
+    p.page.fill("#key", key)
+    p.page.click("#login-form button[type=submit]")
+    p.page.wait_for_selector("#app:not([hidden]) article.build")
+    p.page.wait_for_selector("#chart .day")
+
+
+def test_web_view_shows_builds_used_marks_hit_rates_and_search(served, page_of):
+    url, data = served
+    p = page_of(url)
+    p.page.goto(f"{url}/")  # the root leads to the view
+    assert p.page.url == f"{url}/ui/"
+    assert p.page.is_visible("#login") and not p.page.is_visible("#app")
+
+    p.page.fill("#key", "mp_not_a_real_key")
+    p.page.click("#login-form button[type=submit]")
+    expect(p.page.locator("#login-error")).to_contain_text("not accepted")
+    assert "not accepted" in p.page.inner_text("#login-error") and not p.page.is_visible("#app")
+
+    _login(p, data["key"])
+    assert p.page.inner_text("#who") == "memory of alice"
+    assert p.page.evaluate("sessionStorage.getItem('memory_pipelines.key')") == data["key"]
+
+    # The builds, newest first (bob's build is not among them), with their items and used marks.
+    cards = p.page.locator("article.build")
+    expected = sorted(reversed(data["builds"]), key=lambda b: b["days_ago"])  # newest first
+    assert cards.evaluate_all("cards => cards.map(c => c.dataset.id)") == [b["id"] for b in expected]
+    for b in data["builds"]:
+        card = p.page.locator(f"article.build[data-id='{b['id']}']")
+        assert b["query"] in card.locator(".query").inner_text()
+        rows = card.locator("tr.item")
+        assert rows.evaluate_all("rs => rs.map(r => r.dataset.id)") == b["items"]
+        used_rows = card.locator("tr.item.used").evaluate_all("rs => rs.map(r => r.dataset.id)")
+        assert used_rows == (b["used"] or [])
+        assert card.locator("tr.item.used .used-mark").count() == len(b["used"] or [])
+        counted = card.locator(".used-count").inner_text()
+        assert counted == ("no feedback" if b["used"] is None else f"{len(b['used'])} used")
+        assert all(s.replace(".", "").isdigit() for s in card.locator("td.score").all_inner_texts())
+
+    # All scored candidates of one build, on demand.
+    first = p.page.locator(f"article.build[data-id='{expected[0]['id']}']")
+    first.locator("button.more-items").click()
+    first.locator("button.more-items").wait_for(state="detached")
+    everything = httpx.get(f"{url}/api/brain/memory/builds/{expected[0]['id']}",
+                           headers={"Authorization": f"Bearer {data['key']}"}).json()["items"]
+    assert first.locator("tr.item").evaluate_all("rs => rs.map(r => r.dataset.id)") == [i["id"] for i in everything]
+    assert first.locator("tr.item.skipped").count() == len(everything) - len(expected[0]["items"]) > 0
+
+    # Hit rates: 3 of (items injected into the builds with feedback) used, one bar per day, per source.
+    injected = sum(len(b["items"]) for b in data["builds"] if b["used"] is not None)
+    used = sum(len(b["used"]) for b in data["builds"] if b["used"] is not None)
+    total = p.page.inner_text("#hit-total")
+    assert p.page.inner_text("#hit-rate") == f"{round(100 * used / injected)}%"
+    assert f"({used} of {injected})" in total and "in 3 builds with feedback" in total and "4 builds" in total
+    days = p.page.locator("#chart .day")
+    assert days.count() == 30
+    rates = days.evaluate_all("ds => ds.map(d => d.dataset.rate)")
+    want = [""] * 30  # oldest first; a day without feedback has no rate
+    for age in {b["days_ago"] for b in data["builds"]}:
+        fed = [b for b in data["builds"] if b["days_ago"] == age and b["used"] is not None]
+        if fed:
+            want[29 - age] = sum(len(b["used"]) for b in fed) / sum(len(b["items"]) for b in fed)
+    assert [float(r) if r else "" for r in rates] == [pytest.approx(w, abs=1e-4) if w != "" else "" for w in want]
+    assert p.page.locator("#by-source tbody tr").count() >= 1
+    p.page.select_option("#days", "7")
+    expect(p.page.locator("#chart .day")).to_have_count(7)
+
+    # Search → detail → related → detail of a related match.
+    p.page.fill("#q", "cookie auth subdomains")
+    p.page.click("#search-form button[type=submit]")
+    p.page.wait_for_selector("#results li.match")
+    match = p.page.locator(f"#results li.match[data-id='{data['task']}']")
+    assert match.count() == 1, p.page.inner_text("#results")
+    assert "feat(auth): cross-subdomain cookie auth" in match.inner_text()
+    match.locator("button.match-title").click()
+    p.page.wait_for_selector(f"#detail .detail-title[data-id='{data['task']}']")
+    assert "localStorage" in p.page.inner_text("#detail .body")
+    assert "pr_number" in p.page.inner_text("#detail dl")
+    p.page.click("#related-button")
+    p.page.wait_for_selector("#related li.match")
+    related = p.page.locator("#related li.match").evaluate_all("ls => ls.map(l => l.dataset.id)")
+    assert related and data["task"] not in related
+    p.page.locator("#related li.match button.match-title").first.click()
+    p.page.wait_for_selector(f"#detail .detail-title[data-id='{related[0]}']")
+    assert "→" in p.page.inner_text("#detail .trail")  # the path taken: task → related item
+
+    shot = os.environ.get("MEMORY_PIPELINES_SCREENSHOT")
+    if shot:
+        p.page.select_option("#days", "30")
+        expect(p.page.locator("#chart .day")).to_have_count(30)
+        p.page.click("#related-button")
+        p.page.wait_for_selector("#related li.match")
+        p.page.screenshot(path=shot, full_page=True)
+
+    # Forget the key: back to the login, nothing kept.
+    p.page.click("#forget")
+    assert p.page.is_visible("#login") and p.page.evaluate("sessionStorage.length") == 0
+
+    assert p.errors == []
+    assert p.foreign() == [], p.foreign()
+    assert f"{url}/ui/static/app.js" in p.requests and any("/api/brain/memory/builds" in u for u in p.requests)
+
+
+def test_web_view_is_same_auth_and_loads_nothing_from_elsewhere(served, page_of):
+    url, _data = served
+    page = httpx.get(f"{url}/ui/")
+    assert page.status_code == 200 and "default-src 'none'" in page.headers["content-security-policy"]
+    assert "http://" not in page.text and "https://" not in page.text  # no CDN, no fonts
+    for asset in ("app.js", "style.css"):
+        r = httpx.get(f"{url}/ui/static/{asset}")
+        assert r.status_code == 200 and "http://" not in r.text and "https://" not in r.text
+    # The page holds no data: every data endpoint it calls needs the key.
+    for path in ("/whoami", "/api/brain/memory/builds", "/api/brain/memory/hit-rates"):
+        assert httpx.get(f"{url}{path}").status_code == 401
+
+
+def test_swagger_ui_and_redoc_render_offline_and_try_it_out_works(served, page_of):
+    url, data = served
+    spec = httpx.get(f"{url}/openapi.json").json()
+    operations = sum(len(ops) for ops in spec["paths"].values())
+
+    docs = page_of(url)
+    docs.page.goto(f"{url}/docs")
+    docs.page.wait_for_selector(".swagger-ui .information-container .title")
+    assert "memory_pipelines" in docs.page.inner_text(".swagger-ui .information-container .title")
+    expect(docs.page.locator(".swagger-ui .opblock")).to_have_count(operations)
+
+    # Authorize with the key, then "Try it out" each POST example as written: no owner_id, and it succeeds.
+    docs.page.click(".swagger-ui button.authorize")
+    docs.page.fill(".swagger-ui .modal-ux input[type=text], .swagger-ui .modal-ux input[type=password]",
+                   data["key"])
+    docs.page.click(".swagger-ui .modal-ux .auth-btn-wrapper button.authorize")
+    docs.page.click(".swagger-ui .modal-ux button.btn-done")
+    for op_id, path in (("memory_search", "/api/brain/memory/search"),
+                        ("memory_context", "/api/brain/memory/context"),
+                        ("ingest", "/ingest/memory")):
+        block = docs.page.locator(f".swagger-ui .opblock-post:has(.opblock-summary-path[data-path='{path}'])")
+        block.locator(".opblock-summary").click()
+        block.locator("button.try-out__btn").click()
+        example = json.loads(block.locator("textarea.body-param__text").input_value())
+        assert "owner_id" not in example, (op_id, example)
+        block.locator("button.execute").click()
+        status = block.locator(".live-responses-table tbody .response-col_status").first
+        status.wait_for()
+        assert status.inner_text().strip().startswith("200"), block.locator(".live-responses-table").inner_text()
+    assert docs.errors == []
+    assert docs.foreign() == [], docs.foreign()
+    assert f"{url}/static/docs/swagger-ui-bundle.js" in docs.requests
+
+    redoc = page_of(url)
+    redoc.page.goto(f"{url}/redoc")
+    redoc.page.wait_for_selector("h1:has-text('memory_pipelines')")
+    redoc.page.wait_for_selector("h2:has-text('Token-budgeted memory context')")
+    assert redoc.page.locator("[data-section-id^='tag/']").count() >= 4
+    assert redoc.errors == []
+    assert redoc.foreign() == [], redoc.foreign()
+    assert f"{url}/static/docs/redoc.standalone.js" in redoc.requests
+
