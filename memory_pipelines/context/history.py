@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import uuid
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
@@ -17,6 +16,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from ..infra.errors import NotFoundError, ValidationError
+from ..infra.ids import is_uuid
 from ..vocabulary import MAX_BUILDS, MAX_HISTORY_DAYS, SOURCES
 
 # The title an item is shown by, per scored source (alias `t` is the source's table).
@@ -43,13 +43,6 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-def _is_uuid(value: str) -> bool:
-    try:
-        uuid.UUID(value)
-    except (ValueError, AttributeError, TypeError):
-        return False
-    return True
-
 
 def _encode_cursor(created_at: datetime, retrieval_id: str) -> str:
     raw = f"{created_at.isoformat()}|{retrieval_id}"
@@ -63,7 +56,7 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
         at = datetime.fromisoformat(stamp)
     except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
         raise ValidationError("cursor", "is not a cursor returned by the build history") from exc
-    if at.tzinfo is None or not _is_uuid(retrieval_id):
+    if at.tzinfo is None or not is_uuid(retrieval_id):
         raise ValidationError("cursor", "is not a cursor returned by the build history")
     return at, retrieval_id
 
@@ -78,7 +71,7 @@ def _titles(conn: psycopg.Connection, owner: str, keys: set[tuple[str, str]]) ->
             continue
         ids = sorted(i for s, i in keys if s == source)
         if spec.id_type == "uuid":
-            ids = [i for i in ids if _is_uuid(i)]
+            ids = [i for i in ids if is_uuid(i)]
         if not ids:
             continue
         rows = conn.execute(
@@ -166,7 +159,7 @@ def recent_builds(
 
 def build_detail(pool: ConnectionPool, owner: str, retrieval_id: str) -> dict[str, Any]:
     """One of the owner's builds with every scored candidate (injected or not), in score order."""
-    if not isinstance(retrieval_id, str) or not _is_uuid(retrieval_id):
+    if not isinstance(retrieval_id, str) or not is_uuid(retrieval_id):
         raise NotFoundError(f"retrieval {retrieval_id} not found")
     with pool.connection() as conn:
         rows = conn.execute(

@@ -3,7 +3,6 @@ and feedback on which injected items were used."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 
 import psycopg
@@ -11,6 +10,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from ..infra.errors import NotFoundError, ValidationError
+from ..infra.ids import is_uuid
 from .retrieve import Candidate
 
 
@@ -119,7 +119,7 @@ def record_feedback(pool: ConnectionPool, owner: str, retrieval_id: str, used_id
     """
     if not isinstance(used_ids, list | tuple) or not all(isinstance(i, str) for i in used_ids):
         raise ValidationError("used_ids", "must be a list of item ids (strings)")
-    if not _is_uuid(retrieval_id):
+    if not is_uuid(retrieval_id):
         raise NotFoundError(f"retrieval {retrieval_id} not found")
     with pool.connection() as conn, conn.transaction():
         found = conn.execute(
@@ -139,9 +139,3 @@ def record_feedback(pool: ConnectionPool, owner: str, retrieval_id: str, used_id
     return int(marked)
 
 
-def _is_uuid(value: object) -> bool:
-    try:
-        uuid.UUID(str(value))
-    except ValueError:
-        return False
-    return True

@@ -5,7 +5,6 @@ All three are scoped to the owner; an id of another owner is "not found", exactl
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from psycopg_pool import ConnectionPool
@@ -13,23 +12,16 @@ from psycopg_pool import ConnectionPool
 from ..embeddings import Embedder
 from ..embeddings.base import to_array
 from ..infra.errors import NotFoundError, ValidationError, check_storable
+from ..infra.ids import is_uuid
 from ..vocabulary import MAX_TOP_K, SEARCH_SOURCES, SOURCES
 from .search import SearchFilters, SearchResult, search
-
-
-def _is_uuid(value: str) -> bool:
-    try:
-        uuid.UUID(value)
-    except (ValueError, AttributeError, TypeError):
-        return False
-    return True
 
 
 def _find(pool: ConnectionPool, owner: str, item_id: str) -> tuple[str, tuple]:
     if not isinstance(item_id, str) or not item_id:
         raise ValidationError("id", "must be a non-empty string")
     check_storable("id", item_id)
-    id_type = "uuid" if _is_uuid(item_id) else "text"
+    id_type = "uuid" if is_uuid(item_id) else "text"
     sources = [s for s in SEARCH_SOURCES if SOURCES[s].id_type == id_type]
     with pool.connection() as conn:
         for source in sources:
