@@ -68,7 +68,7 @@ class Memory:
     def health(self) -> dict[str, Any]:
         """Whether the database answers, and which models serve."""
         try:
-            with self.pool.connection(timeout=5) as conn:
+            with self.pool.connection(timeout=min(5.0, self.pool.timeout)) as conn:  # 1.5 s in servers
                 conn.execute("SELECT 1")
             database = "ok"
         except Exception as exc:  # health reports, never raises

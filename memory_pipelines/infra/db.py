@@ -1,42 +1,76 @@
 """Database access: the embedded PostgreSQL (pgserver) or DATABASE_URL, and a psycopg pool.
 
-The embedded server lives in `<MEMORY_PIPELINES_HOME>/pgdata`. pgserver keeps a list of the processes
-using it, so the CLI, the Dagster UI and the API can share one server; it stops when the last one exits.
+The embedded server lives in `<MEMORY_PIPELINES_HOME>/pgdata`. pgserver keeps a registry of the processes
+using it (`pgdata/.handle_pids.json`), so the CLI, the Dagster UI and the API share one server; it stops when
+the last one leaves. On top of pgserver:
+
+- leaving: a process leaves at exit (the CLI turns SIGTERM into an exit, Ctrl-C already is one), after
+  dropping the registrants that died without leaving (kill -9, OOM), so the last live process stops the server;
+- restarting: a process that finds the server gone starts it again under pgserver's inter-process lock (one
+  restarts, the others find it running); in long-running servers (`supervise`) a thread looks every second;
+- pools check a connection before handing it out and retry connecting at least every second, so the first
+  request after an outage succeeds; while a supervisor knows the server is down, they fail at once.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import json
 import logging
+import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
+import psutil
 import psycopg
 from pgvector.psycopg import register_vector
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool.base import AttemptWithBackoff
 
 from .errors import ConfigError
 from .settings import Settings
 
 log = logging.getLogger(__name__)
 
-_lock = threading.Lock()
-_servers: dict[str, object] = {}
+REQUEST_TIMEOUT = 1.5
+"""Serving processes (`supervise`): the longest a request waits for a pooled connection before its 503."""
+RETRY_AFTER_SECONDS = 2
+"""What a 503 for an unavailable database tells clients to wait (the supervisor looks every second)."""
+PROBE_INTERVAL = 1.0
+RECONNECT_DELAY_MAX = 1.0
+"""A pool retries a lost connection at least this often (psycopg_pool doubles its delay up to minutes)."""
+
+_lock = threading.Lock()  # _servers, _pools, _supervisors; taken before _pg_lock, never inside it
+_pg_lock = threading.Lock()  # one thread at a time at pgserver's inter-process lock (a file lock, per process)
+_servers: dict[Path, Any] = {}  # pgdata → pgserver handle this process joined
 _pools: dict[str, ConnectionPool] = {}
+_supervisors: dict[Path, _Supervisor] = {}
+_exit_hook = False
 
 
 def embedded_url(settings: Settings) -> str:
-    """Start (or join) the embedded server under settings.home and return its URL."""
-    pgdata = settings.home / "pgdata"
-    key = str(pgdata)
+    """Start (or join) the embedded server under settings.home and return its URL; start it again when it
+    has gone since (killed, crashed, or stopped by a process that thought it was the last)."""
+    pgdata = (settings.home / "pgdata").resolve()
     with _lock:
-        server = _servers.get(key)
+        server = _servers.get(pgdata)
         if server is None:
             settings.home.mkdir(parents=True, exist_ok=True)
             server = start_embedded_server(pgdata)
-            _servers[key] = server
+        elif postmaster_pid(pgdata) is None:
+            try:
+                _ensure_running(pgdata, server)
+            except Exception as exc:
+                raise ConfigError(
+                    f"the embedded PostgreSQL in {pgdata} stopped and could not start again: {exc}. Fix: see "
+                    f"{pgdata / 'log'}, or set DATABASE_URL to a PostgreSQL with pgvector."
+                ) from exc
     return server.get_uri()  # type: ignore[attr-defined]
 
 
@@ -89,23 +123,31 @@ def start_embedded_server(pgdata: Path, attempts: int = 3):
     As root, pgserver creates a system user for the server on first start; several processes doing
     so at once can collide on /etc/passwd's lock, which a retry resolves. pgserver runs initdb itself, so
     on the very first start the settings are written afterwards and the server restarted to apply them,
-    unless another process already uses it (then the next start applies them).
+    unless another process already uses it (then the next start applies them). The process leaves the
+    server at exit (`leave_embedded`).
     """
-    server = _get_server(pgdata, attempts)
+    pgdata = Path(pgdata).expanduser().resolve()
+    server = _join(pgdata, attempts)
     if write_embedded_config(pgdata):
         wanted = int(embedded_config()["shared_buffers"].removesuffix("MB"))
-        if _shared_buffers_mb(server) != wanted:
-            server.cleanup()  # stops the server only if this process is its last user
-            server = _get_server(pgdata, attempts)
+        if _shared_buffers_mb(server) != wanted and _sole_user(pgdata):
+            _leave(pgdata, server)  # stops it: this process is its only user
+            server = _join(pgdata, attempts)
     return server
 
 
-def _get_server(pgdata: Path, attempts: int):
+def _join(pgdata: Path, attempts: int):
     import pgserver
 
     for attempt in range(1, attempts + 1):
         try:
-            return pgserver.get_server(pgdata, cleanup_mode="stop")
+            with _pg_lock:
+                with _registry_lock():
+                    prune_registrants(pgdata)
+                    if postmaster_pid(pgdata) is None:
+                        _clear_stale_locks(pgdata)
+                server = pgserver.get_server(pgdata, cleanup_mode="stop")
+            break
         except Exception as exc:
             if attempt == attempts:
                 raise ConfigError(
@@ -114,7 +156,292 @@ def _get_server(pgdata: Path, attempts: int):
                 ) from exc
             log.warning("embedded PostgreSQL did not start (attempt %s): %s; retrying", attempt, exc)
             time.sleep(1.0 * attempt)
-    raise AssertionError("unreachable")
+    # pgserver's own exit handler would deregister without dropping dead registrants first: ours does both.
+    atexit.unregister(server._cleanup)
+    _servers[pgdata] = server
+    global _exit_hook
+    if not _exit_hook:
+        atexit.register(_leave_at_exit)
+        _exit_hook = True
+    return server
+
+
+@contextmanager
+def _registry_lock() -> Iterator[None]:
+    """pgserver's inter-process lock, the one its start, join and leave take. The caller holds _pg_lock:
+    the lock is a file lock, which every thread of a process would hold at once."""
+    from pgserver.postgres_server import PostgresServer
+
+    PostgresServer._lock.acquire()
+    try:
+        yield
+    finally:
+        PostgresServer._lock.release()
+
+
+def postmaster_pid(pgdata: Path) -> int | None:
+    """The pid of the postmaster running in `pgdata`, or None: no postmaster.pid, or its process is gone
+    (exited, killed and not yet reaped, or the pid now another program's)."""
+    pgdata = Path(pgdata).resolve()
+    try:
+        pid = int((pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            _reap(proc)
+            return None
+        if str(pgdata) not in " ".join(proc.cmdline()):  # the postmaster runs as `postgres -D <pgdata> ...`
+            return None
+    except (OSError, ValueError, psutil.NoSuchProcess):
+        return None
+    except psutil.AccessDenied:
+        pass
+    return pid
+
+
+def _reap(zombie: psutil.Process) -> None:
+    """Reap a dead postmaster whose parent is this process (when it runs as a container's init, orphans are
+    its children): until then its pid stays taken."""
+    with contextlib.suppress(ChildProcessError, psutil.Error):
+        if zombie.ppid() == os.getpid():
+            os.waitpid(zombie.pid, os.WNOHANG)
+
+
+def _clear_stale_locks(pgdata: Path, wait: float = 5.0) -> None:
+    """Make way for a new postmaster once the old one is gone. PostgreSQL refuses to start while the pid in
+    its lock files (postmaster.pid, the socket's .lock) is alive, and so does pgserver. A killed postmaster
+    stays a zombie until its parent (usually init) reaps it: wait for that, up to `wait` seconds. A pid that
+    is still alive then (reused by another program, or a zombie nobody reaps): remove the lock files. Called
+    under the registry lock, when no postmaster of `pgdata` runs."""
+    pid_file = pgdata / "postmaster.pid"
+    try:
+        lines = pid_file.read_text().splitlines()
+        pid = int(lines[0])
+    except (OSError, ValueError, IndexError):
+        return
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            proc = psutil.Process(pid)
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            return  # PostgreSQL ignores lock files whose process is gone
+        _reap(proc)
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    stale = [pid_file]
+    if len(lines) > 4 and lines[3].strip() and lines[4].strip():
+        stale.append(Path(lines[4].strip()) / f".s.PGSQL.{lines[3].strip()}.lock")
+    log.warning("embedded PostgreSQL in %s: its old postmaster %s is gone but its pid is not free; removing %s",
+                pgdata, pid, ", ".join(map(str, stale)))
+    for path in stale:
+        path.unlink(missing_ok=True)
+
+
+def _alive_registrant(pid: int, registered_by: float) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        proc = psutil.Process(pid)
+        # A process started after the registry's last write cannot be in it: its pid was reused.
+        return proc.status() != psutil.STATUS_ZOMBIE and proc.create_time() <= registered_by + 1.0
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:
+        return True
+
+
+def registrants(pgdata: Path) -> list[int]:
+    """The pids in pgserver's registry of the processes using the embedded server in `pgdata`."""
+    try:
+        return [int(pid) for pid in json.loads((pgdata / ".handle_pids.json").read_text())]
+    except (OSError, ValueError, TypeError):
+        return []
+
+
+def prune_registrants(pgdata: Path) -> list[int]:
+    """Drop from pgserver's registry the processes that died without leaving (kill -9, OOM killer, a crash):
+    otherwise the server waits for them forever and the last live process out does not stop it. Returns the
+    pids dropped. Called under the registry lock, on joining and on leaving."""
+    path = pgdata / ".handle_pids.json"
+    try:
+        pids = json.loads(path.read_text())
+        written = path.stat().st_mtime
+    except (OSError, ValueError):
+        return []
+    dead = [pid for pid in pids if not _alive_registrant(pid, written)]
+    if dead:
+        log.info("embedded PostgreSQL in %s: dropping processes %s, gone without leaving it", pgdata, dead)
+        path.write_text(json.dumps([pid for pid in pids if pid not in dead]))
+    return dead
+
+
+def _sole_user(pgdata: Path) -> bool:
+    with _pg_lock, _registry_lock():
+        prune_registrants(pgdata)
+        return registrants(pgdata) == [os.getpid()]
+
+
+def _refresh(server: Any, pgdata: Path) -> None:
+    """Point pgserver's handle at the postmaster running now (None: none), which it stops when leaving last.
+    A handle whose server was restarted would otherwise look for the old, dead postmaster and leave the new
+    one running."""
+    from pgserver.utils import PostmasterInfo
+
+    if postmaster_pid(pgdata) is None:
+        server._postmaster_info = None
+        return
+    with contextlib.suppress(Exception):  # a file being written: keep what the handle knows
+        server._postmaster_info = PostmasterInfo.read_from_pgdata(pgdata)
+
+
+def _ensure_running(pgdata: Path, server: Any, stopping: threading.Event | None = None) -> bool:
+    """Start the server again if its postmaster is gone; True when this process started it. Under pgserver's
+    lock, so one process restarts it and the others, waiting for the lock, find it running."""
+    with _pg_lock, _registry_lock():
+        started = postmaster_pid(pgdata) is None and not (stopping and stopping.is_set())
+        if started:
+            log.warning("embedded PostgreSQL in %s is not running; starting it again", pgdata)
+            _clear_stale_locks(pgdata)
+            server.ensure_postgres_running()
+        _refresh(server, pgdata)
+    return started
+
+
+def _leave(pgdata: Path, server: Any) -> None:
+    """Deregister from the server; pgserver stops it when this was the last live registrant."""
+    from pgserver.postgres_server import PostgresServer
+
+    with _pg_lock:
+        with _registry_lock():
+            prune_registrants(pgdata)
+            _refresh(server, pgdata)
+        server._cleanup()
+        if PostgresServer._instances.get(pgdata) is server:
+            del PostgresServer._instances[pgdata]  # a later join registers again
+
+
+def leave_embedded(pgdata: Path | None = None) -> None:
+    """Leave the embedded server in `pgdata` (every one this process joined when None): stop supervising it,
+    close this process's pools on it and deregister, after dropping dead registrants. The last live process
+    out stops the server. Runs at exit; tests and tools that start a server of their own call it too."""
+    wanted = None if pgdata is None else Path(pgdata).expanduser().resolve()
+    with _lock:
+        leaving = {p: s for p, s in _servers.items() if wanted is None or p == wanted}
+        for p in leaving:
+            del _servers[p]
+        supervisors = [_supervisors.pop(p) for p in leaving if p in _supervisors]
+    for supervisor in supervisors:
+        supervisor.stop()
+    for p, server in leaving.items():
+        try:
+            _close_pools_on(p, server)
+            _leave(p, server)
+        except Exception:  # leave the others all the same
+            log.exception("could not leave the embedded PostgreSQL in %s", p)
+
+
+def _leave_at_exit() -> None:
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):  # a signal now would cut the leaving short
+            with contextlib.suppress(ValueError, OSError):
+                signal.signal(sig, signal.SIG_IGN)
+    close_pools()  # first: no reconnection attempts while the server stops
+    leave_embedded()
+
+
+def _close_pools_on(pgdata: Path, server: Any) -> None:
+    """Close the pools whose connections go to the server in `pgdata` (through its socket folder)."""
+    try:
+        folders = {str(pgdata), str(server.get_postmaster_info().socket_dir)}
+    except Exception:
+        folders = {str(pgdata)}
+    for url in list(_pools):
+        try:
+            host = psycopg.conninfo.conninfo_to_dict(url).get("host")
+        except psycopg.ProgrammingError:
+            continue
+        if host in folders:
+            close_pool(url)
+
+
+class _Supervisor(threading.Thread):
+    """Watches the embedded server of a long-running process and starts it again when its postmaster is gone.
+
+    Every `interval` seconds it reads postmaster.pid. When no postmaster runs, the pools it watches fail at
+    once (a 503 with Retry-After rather than a wait for the pool's timeout), and it takes pgserver's lock
+    and starts the server, unless another process did first; then it checks the pools' idle connections."""
+
+    def __init__(self, pgdata: Path, interval: float) -> None:
+        super().__init__(name=f"postgres-supervisor:{pgdata}", daemon=True)
+        self.pgdata = pgdata
+        self.interval = interval
+        self.pools: list[_Pool] = []
+        self.down_since: float | None = None
+        self._stopping = threading.Event()
+
+    def stop(self, timeout: float = 15.0) -> None:
+        self._stopping.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(timeout)
+
+    def run(self) -> None:
+        failures = 0
+        while not self._stopping.wait(self.interval * min(2**failures, 30)):
+            try:
+                self.check()
+                failures = 0
+            except Exception as exc:  # try again, less often while it keeps failing
+                failures += 1
+                log.warning("embedded PostgreSQL in %s: restart failed: %s; retrying", self.pgdata, exc)
+
+    def check(self) -> None:
+        """One look: nothing to do while the postmaster runs; else mark the pools down and restart it."""
+        if postmaster_pid(self.pgdata) is not None:
+            if self.down_since is not None:  # restarted by another process
+                self._recovered(started=False)
+            return
+        if self.down_since is None:
+            self.down_since = time.monotonic()
+            log.warning("embedded PostgreSQL in %s is gone; requests get 503 until it is back", self.pgdata)
+        for pool in self.pools:
+            pool.unavailable = "the embedded database is restarting; retry in a few seconds"
+        server = _servers.get(self.pgdata)
+        if server is None or self._stopping.is_set():
+            return  # leaving: never start what the exit is about to stop
+        started = _ensure_running(self.pgdata, server, self._stopping)
+        if postmaster_pid(self.pgdata) is not None:
+            self._recovered(started)
+
+    def _recovered(self, started: bool) -> None:
+        for pool in self.pools:
+            pool.unavailable = None
+            with contextlib.suppress(Exception):
+                pool.check()  # drop the idle connections of the dead server now, not in a request
+        outage = time.monotonic() - (self.down_since or time.monotonic())
+        log.warning("embedded PostgreSQL in %s is back after %.1f s (%s)", self.pgdata, outage,
+                    "started again by this process" if started else "started again by another process")
+        self.down_since = None
+
+
+def supervise(settings: Settings, pool: ConnectionPool, *, interval: float = PROBE_INTERVAL) -> None:
+    """For long-running servers (`serve`, `mcp`): a request waits at most REQUEST_TIMEOUT seconds for a
+    pooled connection (then a 503), and with the embedded server a thread starts it again when its postgres
+    is gone; meanwhile `pool` fails at once. With DATABASE_URL the server is someone else's to run."""
+    pool.timeout = REQUEST_TIMEOUT
+    if settings.database_url:
+        return
+    pgdata = (settings.home / "pgdata").resolve()
+    with _lock:
+        if pgdata not in _servers:
+            return
+        supervisor = _supervisors.get(pgdata)
+        if supervisor is None:
+            supervisor = _supervisors[pgdata] = _Supervisor(pgdata, interval)
+            supervisor.start()
+        if isinstance(pool, _Pool) and pool not in supervisor.pools:
+            supervisor.pools.append(pool)
 
 
 def database_url(settings: Settings) -> str:
@@ -156,16 +483,44 @@ def _configure(conn: psycopg.Connection) -> None:
     conn.commit()
 
 
+class _Backoff(AttemptWithBackoff):
+    """psycopg_pool's reconnection backoff (1 s, doubling up to its reconnect_timeout), capped at
+    RECONNECT_DELAY_MAX: after an outage of a minute the pool would otherwise wait another half minute."""
+
+    def update_delay(self, now: float) -> None:
+        super().update_delay(now)
+        self.delay = min(self.delay, RECONNECT_DELAY_MAX)
+
+
+class _Pool(ConnectionPool):
+    """A ConnectionPool that fails at once while its server is known to be down (`unavailable`, set by a
+    supervisor), and retries lost connections at least every RECONNECT_DELAY_MAX seconds."""
+
+    unavailable: str | None = None
+
+    def getconn(self, timeout: float | None = None) -> psycopg.Connection:
+        if self.unavailable is not None:
+            raise PoolTimeout(self.unavailable)
+        return super().getconn(timeout)
+
+    def _add_connection(self, attempt: AttemptWithBackoff | None, growing: bool = False) -> None:
+        super()._add_connection(attempt or _Backoff(timeout=self.reconnect_timeout), growing)
+
+
 def get_pool(url: str, *, min_size: int = 1, max_size: int = 8) -> ConnectionPool:
-    """A shared pool per URL; pgvector registered on every connection (the schema must be migrated)."""
+    """A shared pool per URL; pgvector registered on every connection (the schema must be migrated).
+
+    Each connection is checked (an empty query) before it is handed out: one broken by a restart of the
+    server is replaced, not given to the caller."""
     with _lock:
         pool = _pools.get(url)
         if pool is None or pool.closed:
-            pool = ConnectionPool(
+            pool = _Pool(
                 url,
                 min_size=min_size,
                 max_size=max_size,
                 configure=_configure,
+                check=ConnectionPool.check_connection,
                 kwargs={"connect_timeout": 10},
                 open=False,
                 name="memory_pipelines",

@@ -14,11 +14,13 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
+import psycopg
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from ..face import Memory
+from ..infra.db import RETRY_AFTER_SECONDS
 from ..infra.errors import NotFoundError, UserError, ValidationError
 from ..vocabulary import (
     CONTENT_TYPES_TEXT,
@@ -100,6 +102,8 @@ def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
         raise ToolError(f"{exc}. Use ids returned by mem.search (for your own memories).") from None
     except UserError as exc:
         raise ToolError(str(exc)) from None
+    except psycopg.OperationalError:  # down or restarting; psycopg_pool's PoolTimeout is one too
+        raise ToolError(f"the database is unavailable; retry in {RETRY_AFTER_SECONDS} seconds.") from None
 
 
 def _utc(value: datetime | None) -> datetime | None:
@@ -264,7 +268,13 @@ class BearerKeyMiddleware:
         from starlette.responses import JSONResponse
 
         key = bearer_key(Headers(scope=scope))
-        owner = await anyio.to_thread.run_sync(self.memory.owner_of_key, key)
+        try:
+            owner = await anyio.to_thread.run_sync(self.memory.owner_of_key, key)
+        except psycopg.OperationalError:
+            response = JSONResponse({"error": "the database is unavailable; retry later"}, status_code=503,
+                                    headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+            await response(scope, receive, send)
+            return
         if owner is None:
             response = JSONResponse(
                 {"error": "missing, unknown or revoked API key: send `Authorization: Bearer <key>` "

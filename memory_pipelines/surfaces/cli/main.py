@@ -7,6 +7,7 @@ import contextlib
 import importlib
 import json
 import logging
+import signal
 import sys
 import warnings
 from collections.abc import Callable
@@ -236,8 +237,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def exit_on_termination() -> None:
+    """SIGTERM (what systemd, Docker and Kubernetes send) and SIGHUP end the process the way Ctrl-C does:
+    through Python's exit, so exit handlers run and the process leaves the embedded server (the last one out
+    stops it). Their default action ends it at once, leaving that server running. uvicorn (`serve`, `mcp
+    --transport http`) handles both itself while it serves and re-raises the signal once it has shut down
+    gracefully: it lands here. A signal set to be ignored (`nohup`) stays ignored."""
+
+    def leave(signum: int, _frame: object) -> None:
+        for sig in caught:  # the exit is under way: a second signal must not cut its clean-up short
+            signal.signal(sig, signal.SIG_IGN)
+        raise SystemExit(128 + signum)
+
+    caught = [sig for sig in (signal.SIGTERM, signal.SIGHUP) if signal.getsignal(sig) is signal.SIG_DFL]
+    for sig in caught:
+        signal.signal(sig, leave)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: expected failures print one line (cause and fix) and exit 2, without a traceback."""
+    """Entry point: expected failures print one line (cause and fix) and exit 2, without a traceback.
+    As the process's entry point (no `argv`) it also turns SIGTERM into an exit (`exit_on_termination`)."""
+    if argv is None:
+        exit_on_termination()
     warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")
     warnings.filterwarnings("ignore", message=".*is currently in beta")  # dagster's backfill_policy
     args = build_parser().parse_args(argv)

@@ -18,6 +18,16 @@ def _memory() -> Any:
     return Memory.open()
 
 
+def _serving() -> Any:
+    """The `Memory` of a long-running server: requests wait at most a couple of seconds for a connection
+    (then a 503 with Retry-After), and the embedded database is watched and started again when it goes."""
+    from ...infra.db import supervise
+
+    memory = _memory()
+    supervise(memory.settings, memory.pool)
+    return memory
+
+
 def _need(module: str) -> None:
     import importlib.util
 
@@ -33,7 +43,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ...runtime import warm_up
     from ..http import create_app
 
-    memory = _memory()
+    memory = _serving()
     warm_up()
     print(f"memory_pipelines API on http://{args.host}:{args.port} (docs at /docs); "
           "every endpoint but /health needs `Authorization: Bearer <key>`", file=sys.stderr)
@@ -46,7 +56,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     from ...runtime import warm_up
     from ..mcp import run_http, run_stdio
 
-    memory = _memory()
+    memory = _serving()
     warm_up()
     if args.transport == "stdio":
         run_stdio(memory, memory.settings.default_owner)  # stdout carries the protocol: print nothing

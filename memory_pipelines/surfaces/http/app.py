@@ -32,6 +32,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 
 from ...face import Memory
+from ...infra.db import RETRY_AFTER_SECONDS
 from ...infra.errors import ConfigError, NotFoundError, UserError, ValidationError
 from ...vocabulary import (
     MAX_BODY_BYTES,
@@ -97,10 +98,12 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def _unauthorized(_req: Request, exc: Unauthorized) -> JSONResponse:
         return _error(401, str(exc))
 
-    @app.exception_handler(psycopg.OperationalError)
+    @app.exception_handler(psycopg.OperationalError)  # psycopg_pool's PoolTimeout is one: no connection in time
     async def _db_down(_req: Request, exc: psycopg.OperationalError) -> JSONResponse:
         log.warning("database unavailable: %s", exc)
-        return _error(503, "the database is unavailable; retry later")
+        response = _error(503, "the database is unavailable; retry later")
+        response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        return response
 
 
 def _same_owner(given: str | None, owner: str) -> None:
@@ -285,7 +288,7 @@ that names another owner is a `422`, and an id of another owner answers exactly 
 
 **Errors.** One shape: `{"detail": ...}`; a `422` also names the rejected `field` and changes nothing. `401`:
 no usable key. `404`: no such id for this owner. `413`: a body over """ + f"{MAX_BODY_BYTES:,}" + """ bytes.
-`503`: the database is unreachable (retry later).
+`503`: the database is unreachable (retry after the `Retry-After` seconds).
 
 **Web view.** [`/ui/`](/ui/): recent context builds with their items and used marks, hit rates, search."""
 
@@ -323,7 +326,9 @@ def create_app(memory: Memory) -> FastAPI:
     def health() -> JSONResponse:
         """Whether the database answers, and which embedding and chat models serve. Needs no key."""
         body = memory.health()
-        return JSONResponse(body, status_code=200 if body["database"] == "ok" else 503)
+        if body["database"] == "ok":
+            return JSONResponse(body)
+        return JSONResponse(body, status_code=503, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
 
     @app.get("/whoami", tags=["ops"], summary="The owner of the key", response_model=r.Owner, responses=read)
     def whoami(owner: Owner) -> JSONResponse:

@@ -1,0 +1,466 @@
+"""The embedded database under failure, with real processes and real signals (issue 15, findings 1 and 5).
+
+Each test runs `memory-pipelines` processes on an embedded server of their own, in a temporary
+MEMORY_PIPELINES_HOME (mode 755: as root, pgserver runs PostgreSQL as an unprivileged user that must reach
+it), never on DATABASE_URL:
+
+- `serve` notices its postgres was killed, answers 503 with Retry-After at once meanwhile, starts it
+  again itself, and the next request succeeds; MCP tools answer "retry later"; of two such processes one
+  starts it again, the other finds it running;
+- SIGTERM, SIGINT and a normal exit each leave the server; the last process out stops it, also when a
+  process killed with -9 is still in pgserver's registry;
+- a Dagster backfill cut by the database's death completes on a re-run, each row embedded once.
+
+Timings are printed (`pytest -s`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import fasteners
+import httpx
+import psutil
+import psycopg
+import pytest
+from pgserver.postgres_server import PostgresServer
+from psycopg_pool import ConnectionPool
+
+from memory_pipelines.infra.auth import create_key
+from memory_pipelines.infra.db import (
+    leave_embedded,
+    postmaster_pid,
+    prune_registrants,
+    registrants,
+)
+
+CLI = [sys.executable, "-m", "memory_pipelines.surfaces.cli"]
+PGSERVER_USER = "pgserver" if os.geteuid() == 0 else None  # as root, pgserver runs PostgreSQL as this user
+
+
+def _pg_ctl() -> Path:
+    import pgserver
+
+    return Path(pgserver.__file__).parent / "pginstall" / "bin" / "pg_ctl"
+
+
+def _env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DATABASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "MEMORY_PIPELINES_EMBEDDER")}
+    return {**env, "MEMORY_PIPELINES_HOME": str(home), "MEMORY_PIPELINES_EMBEDDER": "fake",
+            "PYTHONUNBUFFERED": "1"}
+
+
+def _pg_ctl_status(pgdata: Path) -> int:
+    """pg_ctl's answer: 0 a server runs in pgdata, 3 none does."""
+    return subprocess.run([str(_pg_ctl()), "status", "-D", str(pgdata)], capture_output=True,
+                          user=PGSERVER_USER, timeout=30).returncode
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _assert_stopped(pgdata: Path, pid: int | None = None, within: float = 20.0) -> None:
+    deadline = time.monotonic() + within
+    while postmaster_pid(pgdata) is not None or (pid is not None and not _gone(pid)):
+        assert time.monotonic() < deadline, f"postgres {pid or postmaster_pid(pgdata)} still runs in {pgdata}"
+        time.sleep(0.1)
+    assert _pg_ctl_status(pgdata) == 3
+
+
+def _server_url(pgdata: Path) -> str:
+    from pgserver.utils import PostmasterInfo
+
+    return PostmasterInfo.read_from_pgdata(pgdata).get_uri()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Proc:
+    """A `memory-pipelines` subprocess with its stderr in a file (read back when an assertion fails)."""
+
+    def __init__(self, home: Path, args: list[str], **kw) -> None:
+        self.log = home / f"{args[0]}-{time.monotonic_ns()}.log"
+        self.popen = subprocess.Popen([*CLI, *args], env=_env(home), stderr=self.log.open("wb"), **kw)
+        self.pid = self.popen.pid
+
+    def stderr(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def __repr__(self) -> str:
+        return f"<{self.popen.args[3:]} pid {self.pid}; stderr ends:\n{self.stderr()[-3000:]}>"
+
+    def signal(self, sig: int, timeout: float = 30) -> int:
+        self.popen.send_signal(sig)
+        return self.popen.wait(timeout)
+
+    def kill(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.kill()
+        self.popen.wait(30)
+
+    def stop(self) -> None:
+        """SIGTERM (it leaves the server), then kill -9 if it has not exited within 30 s."""
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def _serve(home: Path) -> tuple[Proc, str]:
+    port = _free_port()
+    proc = Proc(home, ["serve", "--port", str(port)], stdout=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while True:
+        assert proc.popen.poll() is None, proc
+        assert time.monotonic() < deadline, proc
+        try:
+            if httpx.get(f"{base}/health", timeout=5).status_code == 200:
+                return proc, base
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+
+
+def _rpc(proc: Proc, message: dict, timeout: float = 90) -> dict | None:
+    """Send one JSON-RPC message to an MCP stdio server; for a request, its answer."""
+    proc.popen.stdin.write(json.dumps(message).encode() + b"\n")
+    proc.popen.stdin.flush()
+    if "id" not in message:
+        return None
+    fd, out, deadline = proc.popen.stdout.fileno(), b"", time.monotonic() + timeout
+    while True:
+        while b"\n" in out:
+            line, out = out.split(b"\n", 1)
+            answer = json.loads(line)
+            if answer.get("id") == message["id"]:
+                return answer
+        assert proc.popen.poll() is None and time.monotonic() < deadline, proc
+        if select.select([fd], [], [], 0.5)[0]:
+            out += os.read(fd, 65536)
+
+
+def _mcp(home: Path) -> Proc:
+    """`memory-pipelines mcp` (stdio), answering: it has joined the server and serves."""
+    proc = Proc(home, ["mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    hello = _rpc(proc, {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                                   "clientInfo": {"name": "test", "version": "0"}}})
+    assert "result" in hello, hello
+    _rpc(proc, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+    return proc
+
+
+def _projects(mcp: Proc) -> dict:
+    """The result of the mem.list_projects tool (a tool error is a result with isError)."""
+    call = {"jsonrpc": "2.0", "id": time.monotonic_ns(), "method": "tools/call",
+            "params": {"name": "mem.list_projects", "arguments": {}}}
+    return _rpc(mcp, call)["result"]
+
+
+@pytest.fixture(scope="module")
+def home() -> Iterator[Path]:
+    """A home whose cluster is initialised and migrated, with no server running: `migrate` started it and,
+    leaving last on its normal exit, stopped it."""
+    home = Path(tempfile.mkdtemp(prefix="mp-test-rel-"))
+    home.chmod(0o755)
+    done = subprocess.run([*CLI, "migrate"], env=_env(home), capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    _assert_stopped(home / "pgdata")
+    yield home
+    if postmaster_pid(home / "pgdata") is not None:  # a failed test's leftover: never leave one running
+        subprocess.run([str(_pg_ctl()), "stop", "-m", "immediate", "-D", str(home / "pgdata")],
+                       capture_output=True, user=PGSERVER_USER, timeout=60)
+    shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture
+def procs() -> Iterator[list[Proc]]:
+    """Processes a test starts; any still running at its end are stopped (the server with them)."""
+    started: list[Proc] = []
+    yield started
+    for proc in started:
+        proc.stop()
+
+
+# -- finding 1: supervision and fail-fast ---------------------------------------------------------------------
+
+def _search(base: str, key: str) -> tuple[httpx.Response, float]:
+    started = time.monotonic()
+    response = httpx.post(f"{base}/api/brain/memory/search", json={"query": "deploy"},
+                          headers={"Authorization": f"Bearer {key}"}, timeout=60)
+    return response, time.monotonic() - started
+
+
+@pytest.mark.slow
+def test_serve_brings_a_killed_database_back_and_fails_fast_meanwhile(home, procs):
+    pgdata = home / "pgdata"
+    serve, base = _serve(home)
+    procs.append(serve)
+    with ConnectionPool(_server_url(pgdata), min_size=1, max_size=1) as pool:
+        _kid, key = create_key(pool, "alice")
+    assert _search(base, key)[0].status_code == 200
+    killed_pid = postmaster_pid(pgdata)
+
+    # While the test holds pgserver's lock (as a process starting the server would), serve cannot bring it
+    # back: the outage lasts as long as the test wants.
+    with fasteners.InterProcessLock(PostgresServer.lock_path):
+        os.kill(killed_pid, signal.SIGKILL)
+        killed = time.monotonic()
+        outage = []
+        while time.monotonic() - killed < 4.0:
+            response, took = _search(base, key)
+            health = httpx.get(f"{base}/health", timeout=60)
+            outage.append((response.status_code, round(took, 3), response.headers.get("retry-after"),
+                           health.status_code, health.headers.get("retry-after")))
+    released = time.monotonic()
+    print(f"\noutage (search status, seconds, Retry-After, /health status, Retry-After): {outage}")
+    assert len(outage) >= 3
+    assert all(status == 503 and retry == "2" and hstatus == 503 and hretry == "2"
+               for status, _took, retry, hstatus, hretry in outage), outage
+    # The request in flight when the server died waits out the pool's 1.5 s; once serve has noticed (within
+    # a second), every request fails at once.
+    assert outage[0][1] < 2.5 and all(took < 2.0 for _s, took, *_ in outage[1:]), outage
+    assert sorted(took for _s, took, *_ in outage)[len(outage) // 2] < 0.5
+
+    recovery = []
+    while True:
+        response, took = _search(base, key)
+        recovery.append((response.status_code, round(took, 3)))
+        if response.status_code == 200:
+            break
+        assert response.status_code == 503 and took < 2.0, recovery
+        assert time.monotonic() - released < 20, (recovery, serve)
+        time.sleep(0.2)
+    back_after = time.monotonic() - released
+    print(f"back {back_after:.2f} s after the lock was released: {recovery}")
+    assert all(_search(base, key)[0].status_code == 200 for _ in range(3))  # pooled connections are new
+    assert httpx.get(f"{base}/health").status_code == 200
+    new_pid = postmaster_pid(pgdata)
+    assert new_pid is not None and new_pid != killed_pid
+    assert registrants(pgdata) == [serve.pid]  # serve started it again: nobody else joined
+    assert "started again by this process" in serve.stderr()
+
+    assert serve.signal(signal.SIGTERM) == 128 + signal.SIGTERM
+    _assert_stopped(pgdata, new_pid)  # the postgres serve started again, not only the one it first found
+
+
+# -- finding 5: leaving on SIGTERM, SIGINT and exit; the last one out stops it --------------------------------
+
+@pytest.mark.slow
+def test_sigterm_to_serve_stops_the_postgres_it_started(home, procs):
+    pgdata = home / "pgdata"
+    assert postmaster_pid(pgdata) is None
+    serve, _base = _serve(home)
+    procs.append(serve)
+    pid = postmaster_pid(pgdata)
+    assert pid is not None and registrants(pgdata) == [serve.pid]
+    assert serve.signal(signal.SIGTERM) == 128 + signal.SIGTERM
+    _assert_stopped(pgdata, pid)
+    assert registrants(pgdata) == []
+
+
+@pytest.mark.slow
+def test_the_server_stays_up_until_the_last_process_leaves(home, procs):
+    pgdata = home / "pgdata"
+    serve, base = _serve(home)
+    procs.append(serve)
+    mcp = _mcp(home)
+    procs.append(mcp)
+    assert sorted(registrants(pgdata)) == sorted([serve.pid, mcp.pid])
+
+    assert not _projects(mcp).get("isError")
+
+    # Both watch the server: when it is killed, both answer "retry later" until one of them has started it
+    # again (once the test lets go of pgserver's lock); the other finds it running.
+    with fasteners.InterProcessLock(PostgresServer.lock_path):
+        os.kill(postmaster_pid(pgdata), signal.SIGKILL)
+        time.sleep(1.5)  # both have noticed
+        down = _projects(mcp)
+        assert down.get("isError") and "database is unavailable; retry in 2 seconds" in json.dumps(down), down
+        assert httpx.get(f"{base}/health", timeout=10).status_code == 503
+    deadline = time.monotonic() + 20
+    while postmaster_pid(pgdata) is None or httpx.get(f"{base}/health", timeout=10).status_code != 200:
+        assert time.monotonic() < deadline, (serve, mcp)
+        time.sleep(0.2)
+    time.sleep(1.5)  # a look of each supervisor at the server that is back
+    restarts = [proc.stderr().count("started again by this process") for proc in (serve, mcp)]
+    assert sorted(restarts) == [0, 1], (serve, mcp)
+    assert sorted(registrants(pgdata)) == sorted([serve.pid, mcp.pid])
+    assert not _projects(mcp).get("isError")
+    pid = postmaster_pid(pgdata)
+
+    assert serve.signal(signal.SIGTERM) == 128 + signal.SIGTERM
+    assert postmaster_pid(pgdata) == pid and _pg_ctl_status(pgdata) == 0
+    with psycopg.connect(_server_url(pgdata)) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    assert registrants(pgdata) == [mcp.pid]
+
+    mcp.popen.stdin.close()  # the MCP client goes away: a normal exit
+    assert mcp.popen.wait(30) == 0, mcp
+    _assert_stopped(pgdata, pid)
+    assert registrants(pgdata) == []
+
+
+@pytest.mark.slow
+def test_a_process_killed_with_9_does_not_keep_the_server_alive(home, procs):
+    pgdata = home / "pgdata"
+    mcp = _mcp(home)  # a CLI process, and the one that starts the server
+    procs.append(mcp)
+    serve, base = _serve(home)
+    procs.append(serve)
+    pid = postmaster_pid(pgdata)
+    assert sorted(registrants(pgdata)) == sorted([serve.pid, mcp.pid])
+
+    mcp.kill()  # kill -9: no exit handler runs, its pid stays in pgserver's registry
+    assert mcp.pid in registrants(pgdata)
+    assert httpx.get(f"{base}/health").status_code == 200
+
+    # Ctrl-C (uvicorn shuts down and exits 0); serve drops the dead registrant and leaves last
+    assert serve.signal(signal.SIGINT) == 0
+    _assert_stopped(pgdata, pid)
+    assert registrants(pgdata) == []
+
+
+def test_dead_and_reused_pids_are_pruned_from_the_registry(tmp_path):
+    """Dropped: an exited process, a zombie, and a live process started after the registry's last write (its
+    pid was reused). Kept: this process and a live process started before."""
+    exited = subprocess.Popen(["true"])
+    exited.wait()
+    zombie = subprocess.Popen(["true"])  # exits, never waited for
+    before = subprocess.Popen(["sleep", "30"])
+    time.sleep(1.2)
+    after = subprocess.Popen(["sleep", "30"])
+    try:
+        while psutil.Process(zombie.pid).status() != psutil.STATUS_ZOMBIE:
+            time.sleep(0.01)
+        registry = tmp_path / ".handle_pids.json"
+        registry.write_text(json.dumps([os.getpid(), exited.pid, zombie.pid, before.pid, after.pid]))
+        written = psutil.Process(before.pid).create_time() + 0.1
+        os.utime(registry, (written, written))
+        assert sorted(prune_registrants(tmp_path)) == sorted([exited.pid, zombie.pid, after.pid])
+        assert registrants(tmp_path) == [os.getpid(), before.pid]
+        assert prune_registrants(tmp_path) == []
+    finally:
+        for proc in (zombie, before, after):
+            proc.kill()
+            proc.wait()
+
+
+def test_a_pid_file_whose_process_is_not_the_postmaster_is_cleared_before_a_start(tmp_path):
+    """A postmaster.pid (and its socket's .lock) naming a live process that is no postmaster of this folder
+    (the pid reused, or a zombie nobody reaps) would stop PostgreSQL and pgserver from ever starting it."""
+    from memory_pipelines.infra.db import _clear_stale_locks
+
+    other = subprocess.Popen(["sleep", "30"])
+    try:
+        pid_file = tmp_path / "postmaster.pid"
+        pid_file.write_text(f"{other.pid}\n{tmp_path}\n1700000000\n5432\n{tmp_path}\n\n  1 2\nready\n")
+        socket_lock = tmp_path / ".s.PGSQL.5432.lock"
+        socket_lock.write_text(f"{other.pid}\n")
+        assert postmaster_pid(tmp_path) is None
+        _clear_stale_locks(tmp_path, wait=0)
+        assert not pid_file.exists() and not socket_lock.exists()
+    finally:
+        other.kill()
+        other.wait()
+
+
+# -- a Dagster backfill cut by the database's death --------------------------------------------------------------
+
+@pytest.mark.slow
+def test_database_killed_during_a_dagster_backfill_rerun_embeds_each_row_once(monkeypatch):
+    import dagster as dg
+
+    from assets.embeddings import embedding_assets
+    from assets.materialize import RANGE_TAGS
+    from assets.resources import MemoryResource
+    from memory_pipelines.embeddings import FakeEmbedder
+    from memory_pipelines.index.vectors import count_pending
+    from tests.factories import add_task
+
+    monkeypatch.delenv("DATABASE_URL", raising=False)  # this test is about the embedded server
+    home = Path(tempfile.mkdtemp(prefix="mp-test-rel-dg-"))
+    home.chmod(0o755)
+    pgdata = (home / "pgdata").resolve()
+
+    class KillingEmbedder(FakeEmbedder):
+        """The fake provider, which kills the database's postmaster (kill -9) once `after` texts are in."""
+
+        def __init__(self, after: int) -> None:
+            super().__init__(384)
+            self.after = after
+
+        def embed_batch(self, texts, kind="passage"):
+            if self.after is not None and self.texts_embedded >= self.after:
+                os.kill(postmaster_pid(pgdata), signal.SIGKILL)
+                while postmaster_pid(pgdata) is not None:
+                    time.sleep(0.01)
+                self.after = None
+            return super().embed_batch(texts, kind)
+
+    class KillingResource(MemoryResource):
+        kill_after: int = 30
+
+        def _make_embedder(self, settings):
+            return KillingEmbedder(self.kill_after)
+
+    quiet = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+    selection = [embedding_assets["task"]]
+    try:
+        first = KillingResource(home=str(home), embedder="fake", batch_size=10)
+        with first.runtime.pool.connection() as conn:
+            for i in range(60):
+                add_task(conn, "alice", f"task {i} deployment", f"details {i} about rollouts")
+        model = first.runtime.embedder.model_name
+        cut = dg.materialize(selection, resources={"memory": first}, tags=RANGE_TAGS, run_config=quiet,
+                             raise_on_error=False)
+        assert not cut.success
+        killed = postmaster_pid(pgdata) is None
+
+        # The re-run, as a new run would: it opens its runtime, which finds the server gone and starts it.
+        started = time.monotonic()
+        healthy = MemoryResource(home=str(home), embedder="fake", batch_size=10)
+        pool = healthy.runtime.pool
+        with pool.connection() as conn:
+            pending, active = count_pending(conn, "task", model)
+        embedded_before = active - pending
+        rerun = dg.materialize(selection, resources={"memory": healthy}, tags=RANGE_TAGS, run_config=quiet)
+        print(f"\nre-run done {time.monotonic() - started:.2f} s after the kill ({embedded_before} rows before)")
+        assert killed and rerun.success
+        metas = [{k: getattr(v, "value", v) for k, v in e.materialization.metadata.items()}
+                 for e in rerun.get_asset_materialization_events()]
+        meta = metas[0]  # a range run reports the same on each bucket it covers
+        assert metas and all(m == meta for m in metas)
+        assert 0 < embedded_before < 60 and meta["rows_failed"] == 0
+        assert meta["rows_embedded"] == pending and embedded_before + meta["rows_embedded"] == 60  # each once
+        with pool.connection() as conn:
+            assert count_pending(conn, "task", model) == (0, 60)
+    finally:
+        pid = postmaster_pid(pgdata)
+        leave_embedded(pgdata)  # this process was the only one: the server stops
+        if pid is not None:
+            _assert_stopped(pgdata, pid)
+        shutil.rmtree(home, ignore_errors=True)
