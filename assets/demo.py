@@ -10,7 +10,7 @@ from .resources import RESOURCES, MemoryResource
 DEMO_GROUP = "demo"
 
 
-@dg.asset(group_name=DEMO_GROUP, kinds={"postgres"},
+@dg.asset(group_name=DEMO_GROUP, kinds={"json", "postgres"},
           description="Insert the bundled demo corpus (idempotent: a second load inserts nothing).")
 def demo_corpus(context: dg.AssetExecutionContext, memory: MemoryResource) -> dg.MaterializeResult:
     inserted = load_demo(memory.runtime.pool)

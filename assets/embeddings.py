@@ -51,7 +51,7 @@ SOURCE_TABLES: dict[str, dg.AssetSpec] = {
     name: dg.AssetSpec(
         key=dg.AssetKey(["memory_db", INDEXED[name].table]),
         group_name="sources",
-        kinds={"postgres"},
+        kinds={"postgres", "table"},
         description=f"The `{INDEXED[name].table}` table, written by the application (HTTP API, MCP, ingest).",
     )
     for name in INDEXED_NAMES

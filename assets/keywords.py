@@ -38,7 +38,7 @@ def _build_keyword_asset(source: str) -> dg.AssetsDefinition:
         key=keyword_asset_key(source),
         deps=[SOURCE_TABLES[source]],
         group_name="keywords",
-        kinds={"postgres", "scikitlearn"},
+        kinds={"postgres", "python"},  # jieba terms in Python, TF-IDF/BM25 weights in SQL
         pool=DB_WRITE_POOL,
         description=(f"Keyword table of {source} rows: terms (jieba for Chinese), term frequencies, document "
                      "lengths, TF-IDF weights and stored BM25 statistics per owner. Incremental; "

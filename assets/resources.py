@@ -32,9 +32,6 @@ class MemoryResource(dg.ConfigurableResource):
     """Folder of the embedded server (MEMORY_PIPELINES_HOME)."""
     embedder: str | None = None
     """local | openai | fake; unset: MEMORY_PIPELINES_EMBEDDER, else openai with a key, else local."""
-    fake_dimension: int = 384
-    fake_fail_after: int | None = None
-    """Drills and tests: the fake provider fails once it has embedded this many texts."""
     batch_size: int | None = None
     """Rows per database batch (COPY + one UPDATE); unset: the provider's batch size, at least 16."""
 
@@ -42,8 +39,8 @@ class MemoryResource(dg.ConfigurableResource):
 
     def settings(self) -> Settings:
         """Environment settings with this resource's fields applied on top."""
-        base = Settings.from_env()
-        overrides: dict = {"fake_dimension": self.fake_dimension}
+        base = Settings.from_env()  # the fake provider's dimension too (MEMORY_PIPELINES_FAKE_DIM)
+        overrides: dict = {}
         if self.database_url:
             overrides["database_url"] = self.database_url
         if self.home:
@@ -55,10 +52,9 @@ class MemoryResource(dg.ConfigurableResource):
         return dataclasses.replace(base, **overrides)
 
     def _make_embedder(self, settings: Settings) -> Embedder:
+        """The provider; a fake one is made per resource (tests and drills subclass this to break it)."""
         if settings.embedder == "fake":
-            embedder = make_embedder(settings)
-            embedder.fail_after = self.fake_fail_after  # type: ignore[attr-defined]
-            return embedder
+            return make_embedder(settings)
         key = (settings.embedder, settings.openai_base_url, settings.openai_embed_model,
                settings.openai_embed_dimensions)
         with _lock:

@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     from memory_pipelines.tuning.publish import Gate
 
 TUNING_GROUP = "tuning"
-KINDS = {"postgres", "pandas", "scikitlearn"}
 
 
 class TuningLogConfig(dg.Config):
@@ -120,7 +119,7 @@ def image_metadata(paths: list[Path]) -> dict[str, dg.MetadataValue]:
 
 @dg.asset(
     group_name=TUNING_GROUP,
-    kinds=KINDS,
+    kinds={"postgres", "pandas"},
     description="The retrieval log (builds with feedback and every candidate they scored) as pandas frames, "
     "with the time split: the newest `holdout_fraction` of builds is held out.",
 )
@@ -200,7 +199,7 @@ def hit_rate_report(context: dg.AssetExecutionContext, retrieval_log_frames: dic
 
 @dg.asset(
     group_name=TUNING_GROUP,
-    kinds=KINDS,
+    kinds={"pandas", "scikitlearn"},  # the log-linear fit is scikit-learn's LogisticRegression
     description="Half-lives and mode weights fitted on the training builds (log-linear logistic fit), with "
     "bootstrap 95 % intervals and sample sizes; thin parameters keep their active value.",
 )

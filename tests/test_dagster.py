@@ -23,7 +23,14 @@ from assets.materialize import RANGE_TAGS, materialize_all
 from assets.resources import MemoryResource
 from assets.tuning import weekly_tuning
 from memory_pipelines.index.vectors import count_pending
-from memory_pipelines.vocabulary import INDEXED, INDEXED_NAMES
+from memory_pipelines.vocabulary import (
+    CONTEXT_MODES,
+    DEFAULT_BUDGET,
+    INDEXED,
+    INDEXED_NAMES,
+    MAX_BUDGET,
+    MIN_BUDGET,
+)
 from tests.factories import add_capability, add_learning, add_memory, add_task
 
 warnings.filterwarnings("ignore", category=dg.BetaWarning)
@@ -32,7 +39,20 @@ all_checks = [*embedding_checks, *keyword_checks]
 LONG = " ".join(f"Sentence {i} explains one more detail of the 部署流水线 rollout." for i in range(120))
 
 
-def _resource(db_url: str, **kw) -> MemoryResource:
+class FailingMemoryResource(MemoryResource):
+    """Test hook (not in the code location's config): the fake provider fails after `fail_after` texts."""
+
+    fail_after: int | None = None
+
+    def _make_embedder(self, settings):
+        embedder = super()._make_embedder(settings)
+        embedder.fail_after = self.fail_after
+        return embedder
+
+
+def _resource(db_url: str, fake_fail_after: int | None = None, **kw) -> MemoryResource:
+    if fake_fail_after is not None:
+        return FailingMemoryResource(database_url=db_url, embedder="fake", fail_after=fake_fail_after, **kw)
     return MemoryResource(database_url=db_url, embedder="fake", **kw)
 
 
@@ -320,8 +340,7 @@ def test_context_job_from_run_config(db_url, pool):
     res = _resource(db_url)
     dg.materialize([*embedding_assets.values()], resources={"memory": res}, tags=RANGE_TAGS, run_config=QUIET)
     config = {"query": "认证失败 deployment", "owner": "alice", "mode": "debug", "budget": 400}
-    result = memory_context.execute_in_process(
-        run_config={**QUIET, "ops": {"build_context": {"config": config}}}, resources={"memory": res})
+    result = memory_context.execute_in_process(run_config=config, resources={"memory": res})
     out = result.output_for_node("build_context")
     assert "认证失败 deployment" in out["block"] and out["items"] and out["token_used"] <= 400
     sources = {"task", "learning", "capability", "memory", "event"}
@@ -333,14 +352,73 @@ def test_context_job_from_run_config(db_url, pool):
         assert conn.execute("SELECT count(*) FROM retrievals WHERE owner_id = 'alice'").fetchone()[0] == 1
 
 
-def test_context_job_rejects_bad_mode(db_url):
-    bad = {"query": "x", "owner": "alice", "mode": "dream", "budget": 400}
-    result = memory_context.execute_in_process(
-        run_config={**QUIET, "ops": {"build_context": {"config": bad}}},
-        resources={"memory": _resource(db_url)}, raise_on_error=False)
-    assert not result.success
-    failure = next(e for e in result.all_node_events if e.event_type_value == "STEP_FAILURE")
-    assert "mode: must be one of" in failure.event_specific_data.error.to_string()
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("mode", "dream", "not in enum type ContextMode got dream"),
+    ("budget", MIN_BUDGET - 1, f"budget: Input should be greater than or equal to {MIN_BUDGET}"),
+    ("budget", MAX_BUDGET + 1, f"budget: Input should be less than or equal to {MAX_BUDGET}"),
+    ("query", "", "query: String should have at least 1 character"),
+])
+def test_context_job_config_is_refused_before_any_run(field, value, message):
+    """The launchpad's config is checked when the run config is resolved: no run, no op, no database."""
+    bad = {"query": "x", "owner": "alice", "mode": "debug", "budget": 400, field: value}
+    with pytest.raises(dg.DagsterInvalidConfigError, match=message):
+        dg.validate_run_config(memory_context, bad)
+    with dg.instance_for_test() as instance:
+        with pytest.raises(dg.DagsterInvalidConfigError, match=message):
+            unreachable = MemoryResource(database_url="postgresql://nobody@127.0.0.1:1/none")
+            memory_context.execute_in_process(run_config=bad, instance=instance, resources={"memory": unreachable})
+        assert instance.get_runs() == []
+
+
+def test_context_job_defaults_are_a_valid_example():
+    """Every field has a default: the launchpad opens on a config that validates, shown as YAML defaults."""
+    from assets.context_job import ContextMode
+
+    resolved = dg.validate_run_config(defs.resolve_job_def("memory_context"))
+    config = resolved["ops"]["build_context"]["config"]
+    assert config == {"query": config["query"], "owner": "team-alpha", "mode": "execute", "budget": DEFAULT_BUDGET}
+    assert config["query"].strip()
+    assert [m.value for m in ContextMode] == list(CONTEXT_MODES)
+    fields = memory_context.run_config_schema.config_type.fields
+    assert set(fields) == {"query", "owner", "mode", "budget"} and not any(f.is_required for f in fields.values())
+
+
+def test_context_job_default_config_runs_on_the_demo_corpus(db_url, pool):
+    from memory_pipelines.pipelines.demo import load_demo
+
+    load_demo(pool)
+    res = _resource(db_url)
+    dg.materialize([*embedding_assets.values()], resources={"memory": res}, tags=RANGE_TAGS, run_config=QUIET)
+    result = defs.resolve_job_def("memory_context").execute_in_process(resources={"memory": res})
+    assert result.success
+    out = result.output_for_node("build_context")
+    assert out["items"] and 0 < out["token_used"] <= DEFAULT_BUDGET
+    with pool.connection() as conn:
+        owner, mode = conn.execute("SELECT owner_id, mode FROM retrievals").fetchone()
+    assert (owner, mode) == ("team-alpha", "execute")
+
+
+def test_resource_config_has_no_test_hooks():
+    """What the launchpad offers under resources.memory.config: the settings a user has, nothing else."""
+    user_fields = {"database_url", "home", "embedder", "batch_size"}
+    assert set(MemoryResource.to_config_schema().as_field().config_type.fields) == user_fields
+    for job in ("main_job", "embedding_backfill", "memory_context", "weekly_tuning"):
+        schema = defs.resolve_job_def(job).run_config_schema.run_config_schema_type
+        if "resources" in schema.fields:  # memory_context: a flat config, the resource follows the environment
+            memory = schema.fields["resources"].config_type.fields["memory"].config_type.fields["config"]
+            assert set(memory.config_type.fields) == user_fields, job
+
+
+def test_asset_kinds_describe_what_each_asset_uses():
+    """Kinds name the storage and the libraries an asset really runs: scikit-learn only where it fits."""
+    graph = defs.resolve_asset_graph()
+    kinds = {k.to_user_string(): set(graph.get(k).kinds) for k in graph.get_all_asset_keys()}
+    for source in INDEXED_NAMES:
+        assert kinds[f"{source}_keywords"] == {"postgres", "python"}
+        assert kinds[f"{source}_embeddings"] == {"postgres", "pgvector"}
+        assert kinds[f"memory_db/{INDEXED[source].table}"] == {"postgres", "table"}
+    assert [k for k, v in kinds.items() if "scikitlearn" in v] == ["fitted_scoring_params"]
+    assert all(0 < len(v) <= 3 for v in kinds.values()), kinds
 
 
 @pytest.mark.parametrize("source", ["task"])
