@@ -177,9 +177,9 @@ def test_http_two_keys_two_owners_isolated(mcp_http, runtime):
             assert mine not in json.dumps(tl)
             ctx = data(await b.call_tool("mem.context", {"query": "tangerine vault passphrase"}))
             assert "tangerine-42" not in ctx["block"] and mine not in json.dumps(ctx)
-            # owner_id is not a parameter: passing one changes nothing.
-            spoof = data(await b.call_tool("mem.search", {"query": secret, "owner_id": "alice"}))
-            assert mine not in [r["id"] for r in spoof["results"]]
+            # owner_id is not a parameter: one naming another owner is refused, as over HTTP.
+            spoof = error_text(await b.call_tool("mem.search", {"query": secret, "owner_id": "alice"}))
+            assert "owner_id" in spoof and mine not in spoof
         async with _client(mcp_http, alice) as a:
             found = data(await a.call_tool("mem.search", {"query": secret}))
             assert mine in [r["id"] for r in found["results"]]

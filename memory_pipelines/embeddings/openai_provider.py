@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..infra.errors import ConfigError
+from ..infra.redact import redact, redact_url
 from ..infra.retry import RetriesExhausted, call_with_retries, describe_error, status_code
 from ..text.tokens import count_tokens, truncate_to_tokens
 from .base import Embedder, EmbeddingAuthError, EmbeddingError, normalise
@@ -56,7 +57,7 @@ class OpenAIEmbedder(Embedder):
         if not api_key:
             raise ConfigError("the OpenAI embedder needs an API key. Fix: set OPENAI_API_KEY.")
         self._client = openai.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0)
-        self.base_url = str(self._client.base_url)
+        self.base_url = redact_url(str(self._client.base_url))  # for messages: without a password
         self.model_name = model
         self.dimensions = dimensions
         self.batch_size = max_inputs
@@ -154,7 +155,7 @@ class OpenAIEmbedder(Embedder):
                 f"the OpenAI API key was rejected by {self.base_url} (HTTP {status}). "
                 "Fix: check OPENAI_API_KEY (or unset it to use the local model)."
             )
-        detail = getattr(exc, "message", None) or str(exc)
+        detail = redact(getattr(exc, "message", None) or str(exc), self._client.api_key)  # may quote the key
         return EmbeddingError(
             f"OpenAI embeddings request to {self.base_url} failed ({describe_error(exc)}): {detail}"
         )

@@ -34,6 +34,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from psycopg_pool.base import AttemptWithBackoff
 
 from .errors import ConfigError
+from .redact import check_url, redact, url_password
 from .settings import Settings
 
 log = logging.getLogger(__name__)
@@ -461,10 +462,12 @@ def describe_url(url: str) -> str:
 
 def connect(url: str, *, vector: bool = True, autocommit: bool = False) -> psycopg.Connection:
     """One connection, with pgvector types registered when the extension exists."""
+    check_url(url)
     try:
         conn = psycopg.connect(url, autocommit=autocommit, connect_timeout=10)
     except psycopg.OperationalError as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        reason = redact(reason, url_password(url))
         raise ConfigError(
             f"cannot connect to the database at {describe_url(url)}: {reason}. "
             "Fix: check DATABASE_URL (host, port, user, password), or unset it to use the embedded server."
@@ -515,6 +518,7 @@ def get_pool(url: str, *, min_size: int = 1, max_size: int = 8) -> ConnectionPoo
     with _lock:
         pool = _pools.get(url)
         if pool is None or pool.closed:
+            check_url(url)
             pool = _Pool(
                 url,
                 min_size=min_size,
@@ -529,7 +533,8 @@ def get_pool(url: str, *, min_size: int = 1, max_size: int = 8) -> ConnectionPoo
                 pool.open(wait=True, timeout=15)
             except Exception as exc:
                 raise ConfigError(
-                    f"cannot open a connection pool to {describe_url(url)}: {exc}. Fix: check DATABASE_URL."
+                    f"cannot open a connection pool to {describe_url(url)}: {redact(str(exc), url_password(url))}. "
+                    "Fix: check DATABASE_URL."
                 ) from exc
             _pools[url] = pool
     return pool

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError
+from .redact import redact, redact_url
 from .retry import RetriesExhausted, call_with_retries, describe_error, status_code
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ class ChatLLM:
         if not api_key:
             raise ConfigError("the chat model needs an API key. Fix: set OPENAI_API_KEY.")
         self._client = openai.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0)
-        self.base_url = str(self._client.base_url)
+        self.base_url = redact_url(str(self._client.base_url))  # for messages: without a password
         self.model = model
         self.max_retries = max_retries
         self.backoff_base = backoff_base
@@ -111,7 +112,7 @@ class ChatLLM:
                 f"the OpenAI API key was rejected by {self.base_url} (HTTP {status_code(exc)}). "
                 "Fix: check OPENAI_API_KEY."
             )
-        detail = getattr(exc, "message", None) or str(exc)
+        detail = redact(getattr(exc, "message", None) or str(exc), self._client.api_key)  # may quote the key
         return LLMError(f"chat request to {self.base_url} failed ({describe_error(exc)}): {detail}")
 
 

@@ -1,8 +1,11 @@
 """Summaries, tags and conflict arbitration for agent-mem: by an LLM when one is configured, else by rules.
 
-Every LLM answer is validated; a failed or malformed answer is asked for once more, then the
-deterministic fallback decides. The fallback never loses data: it SKIPs only near-identical content
-and otherwise keeps both memories; it never REPLACEs.
+Every LLM answer is validated and cleaned before it is stored: control characters (NUL included) and lone
+surrogates are dropped, whitespace collapsed, the summary clipped to 200 characters, tags to 8 of at most
+40 characters each; the memory's own content may carry a prompt injection, so nothing the model says is
+trusted. A failed, malformed or (once cleaned) empty answer is asked for once more, then the deterministic
+fallback decides (an extractive summary and keyword tags; rules for arbitration). The fallback never loses
+data: it SKIPs only near-identical content and otherwise keeps both memories; it never REPLACEs.
 """
 
 from __future__ import annotations
@@ -82,24 +85,42 @@ _SUMMARY_SYSTEM = (
 )
 
 
+MAX_RAW_TAGS = 64  # tags of an answer looked at; the first MAX_TAGS usable ones are kept
+
+
 def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
+def clean_text(text: str) -> str:
+    """`text` as storable, one-line text: control characters (NUL included) become spaces, lone surrogates
+    are dropped, whitespace runs collapse to one space."""
+    out = [
+        " " if cat == "Cc" else ch
+        for ch in text
+        if (cat := unicodedata.category(ch)) != "Cs"
+    ]
+    return " ".join("".join(out).split())
+
+
 def parse_summary(answer: dict[str, Any]) -> tuple[str, list[str]]:
-    """Validate `{"summary": str, "tags": [str]}`; the summary is clipped to 200 chars, tags to 8."""
+    """Validate and clean `{"summary": str, "tags": [str]}`: the summary clipped to 200 characters, up to 8
+    distinct tags of at most 40; InvalidAnswer when the summary is empty once cleaned."""
     summary = answer.get("summary")
-    if not isinstance(summary, str) or not summary.strip():
+    if not isinstance(summary, str):
         raise InvalidAnswer("summary must be a non-empty string")
+    summary = _clip(clean_text(summary[: SUMMARY_MAX_CHARS * 8]), SUMMARY_MAX_CHARS)
+    if not summary:
+        raise InvalidAnswer("summary must be a non-empty string of printable text")
     raw_tags = answer.get("tags")
     if not isinstance(raw_tags, list) or not all(isinstance(t, str) for t in raw_tags):
         raise InvalidAnswer("tags must be a list of strings")
     tags: list[str] = []
-    for tag in raw_tags:
-        tag = _clip(" ".join(tag.split()), MAX_TAG_CHARS)
+    for tag in raw_tags[:MAX_RAW_TAGS]:
+        tag = _clip(clean_text(tag[: MAX_TAG_CHARS * 8]), MAX_TAG_CHARS)
         if tag and tag.lower() not in {t.lower() for t in tags}:
             tags.append(tag)
-    return _clip(" ".join(summary.split()), SUMMARY_MAX_CHARS), tags[:MAX_TAGS]
+    return summary, tags[:MAX_TAGS]
 
 
 def summarise(llm: ChatLLM | None, content: str) -> tuple[str, list[str], str]:
@@ -165,7 +186,7 @@ def parse_decision(answer: dict[str, Any], candidates: Sequence[Neighbour]) -> t
         if not matches:
             raise InvalidAnswer(f"target_id {target_id!r} is not one of the candidates")
         target = matches[0]
-    return action.strip().upper(), target, _clip(reason.strip(), 500)
+    return action.strip().upper(), target, _clip(clean_text(reason[:4000]), 500)
 
 
 def normalised_text(text: str) -> str:
@@ -175,6 +196,7 @@ def normalised_text(text: str) -> str:
 
 def rules_decision(new_content: str, candidates: Sequence[Neighbour], note: str = "") -> Decision:
     """The fallback: SKIP a near-identical candidate, else KEEP_BOTH; never REPLACE."""
+    note = clean_text(note)
     prefix = f"{note}; " if note else ""
     norm = normalised_text(new_content)
     for c in candidates:

@@ -3,9 +3,11 @@
 Flow of `ingest_memory`:
 
 1. Validate every field (ValidationError names the field; nothing is written).
-2. Ensure the project, chunk the content (500 tokens, 50 overlap), summarise and tag it (LLM or
-   extractive), and embed the fragments — all before any lock is taken.
-3. In one transaction holding a per-project advisory lock: find the nearest active memories of the
+2. Chunk the content (500 tokens, 50 overlap), summarise and tag it (LLM or extractive), and embed the
+   fragments — all before anything is written (the project is only read, for the name its indexed texts
+   carry).
+3. In one transaction, which commits whole or not at all (no project without its memory): create the
+   project when absent, take a per-project advisory lock, find the nearest active memories of the
    same project (cosine similarity >= the conflict threshold, top 3), arbitrate (LLM or rules), then
    insert, replace in place (old row copied to `memory_versions`) or skip; log the decision in
    `memory_arbitrations`; keyword-index the new fragments.
@@ -49,7 +51,7 @@ from ..vocabulary import (
     MIN_TS,
     TS_FUTURE_SLACK,
 )
-from .arbitration import Decision, Neighbour, arbitrate, summarise
+from .arbitration import Decision, Neighbour, arbitrate, clean_text, summarise
 from .memories import content_hash, new_memory_id
 from .projects import ensure_project, project_key_from_name
 
@@ -306,7 +308,7 @@ def log_arbitration(
             old_summary,
             new_summary,
             model,
-            reason,
+            clean_text(reason) if reason else reason,  # may quote a provider's error text
         ),
     )
 
@@ -495,17 +497,20 @@ def replace_memory(
 # --- ingest ----------------------------------------------------------------------------------------------
 
 
-def _project(
-    pool: ConnectionPool, inp: _Input, chunks: Sequence[str], created_at: datetime
-) -> tuple[str, str, list[str]]:
-    """(project id, stored project name, the chunks' indexed texts), the project created when absent."""
-    with transaction(pool) as conn:
-        project_id = ensure_project(
-            conn, inp.owner, inp.project_key, inp.project_name, inp.machine_name, inp.project_path
-        )
-        name = conn.execute("SELECT project_name FROM projects WHERE id = %s", (project_id,)).fetchone()[0]
-        texts = texts_for(conn, chunks, inp.speaker, name, inp.content_type, created_at)
-    return project_id, name, texts
+def _stored_name(conn: psycopg.Connection, project_id: str) -> str:
+    return conn.execute("SELECT project_name FROM projects WHERE id = %s", (project_id,)).fetchone()[0]
+
+
+def _texts(pool: ConnectionPool, inp: _Input, chunks: Sequence[str], created_at: datetime) -> list[str]:
+    """The chunks' indexed texts, with the stored name of an existing project, else the name it will be
+    created with. Reads only: nothing is written before the write transaction."""
+    with pool.connection() as conn:
+        row = conn.execute(
+            "SELECT project_name FROM projects WHERE owner_id = %s AND project_key = %s",
+            (inp.owner, inp.project_key),
+        ).fetchone()
+        name = row[0] if row else inp.project_name
+        return texts_for(conn, chunks, inp.speaker, name, inp.content_type, created_at)
 
 
 def ingest_memory(
@@ -533,7 +538,7 @@ def ingest_memory(
     )
     created_at = datetime.fromtimestamp(inp.ts, UTC)
     chunks = chunk_text(inp.content, CHUNK_TOKENS, CHUNK_OVERLAP)
-    project_id, stored_name, texts = _project(pool, inp, chunks, created_at)
+    texts = _texts(pool, inp, chunks, created_at)
     summary, tags, summary_by = summarise(llm, inp.content)
     vectors, embed_error = _embed(embedder, texts)
     new = NewContent(
@@ -541,8 +546,14 @@ def ingest_memory(
     )
     memory_id = new_memory_id()
     model = embedder.model_name
-    with transaction(pool) as conn:
+    with transaction(pool) as conn:  # from here on, a failure rolls back everything, the project included
+        project_id = ensure_project(
+            conn, inp.owner, inp.project_key, inp.project_name, inp.machine_name, inp.project_path
+        )
         lock_project(conn, project_id)
+        # Should the project have been created meanwhile under another name, the fragments' indexed texts
+        # differ from the embedded ones (`embedded_hash`): they stay pending for the backfill.
+        stored_name = _stored_name(conn, project_id)
         if vectors is None:
             _insert(conn, memory_id, inp.owner, project_id, new, model, created_at)
             log_arbitration(

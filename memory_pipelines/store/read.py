@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
+import re
 from datetime import datetime
 from typing import Any
 
@@ -16,7 +18,7 @@ from ..embeddings import Embedder
 from ..infra.errors import NotFoundError, ValidationError, check_storable
 from ..retrieval.search import SearchFilters, embed_query, search
 from ..text.keywords import terms
-from ..vocabulary import CONTENT_TYPES, MAX_IDS, MAX_SEARCH_LIMIT, MAX_TIMELINE_LIMIT
+from ..vocabulary import CONTENT_TYPES, MAX_IDS, MAX_SEARCH_LIMIT, MAX_TIMELINE_LIMIT, MAX_TS
 from .ingest import validate_owner
 from .projects import project_key_from_name
 
@@ -315,15 +317,26 @@ def memory_versions(pool: ConnectionPool, owner: str, memory_id: str) -> list[di
 
 
 def _unix(field: str, value: object) -> int | None:
+    """Whole Unix seconds of a bound: an aware datetime (rounded up: ts are whole seconds, so `ts >= 10.5` and
+    `ts < 10.5` mean `ts >= 11` and `ts < 11`), or whole Unix seconds from 0 to MAX_TS."""
     if value is None:
         return None
     if isinstance(value, datetime):
         if value.tzinfo is None:
             raise ValidationError(field, "a datetime must carry a time zone")
-        return int(value.timestamp())
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValidationError(field, "must be Unix seconds or an aware datetime")
-    return int(value)
+        return math.ceil(value.timestamp())
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError(field, "must be whole Unix seconds or an aware datetime")
+    if not 0 <= value <= MAX_TS:
+        raise ValidationError(field, f"Unix seconds must be from 0 to {MAX_TS}")
+    return value
+
+
+# A timeline cursor is base64url (unpadded) of "<ts>:<memory id>", exactly as `_encode_cursor` writes it.
+_CURSOR = re.compile(r"(0|-?[1-9][0-9]{0,18}):(mem_[0-9a-f]{20})")
+_BIGINT = 2**63
 
 
 def _encode_cursor(ts: int, memory_id: str) -> str:
@@ -331,12 +344,22 @@ def _encode_cursor(ts: int, memory_id: str) -> str:
 
 
 def _decode_cursor(cursor: str) -> tuple[int, str]:
+    """(ts, memory id) of a cursor `timeline` returned; ValidationError('cursor') for anything else (a forged
+    one with a NUL, a ts beyond bigint, another spelling of the same bytes)."""
+    bad = ValidationError("cursor", "is not a cursor returned by timeline; pass next_cursor back unchanged")
+    if len(cursor) > 100 or not re.fullmatch(r"[A-Za-z0-9_-]+", cursor):
+        raise bad
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        ts, memory_id = raw.split(":", 1)
-        return int(ts), memory_id
-    except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
-        raise ValidationError("cursor", "is not a cursor returned by timeline") from exc
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise bad from None
+    match = _CURSOR.fullmatch(raw)
+    if match is None or not -_BIGINT <= int(match[1]) < _BIGINT:
+        raise bad
+    ts, memory_id = int(match[1]), match[2]
+    if _encode_cursor(ts, memory_id) != cursor:
+        raise bad
+    return ts, memory_id
 
 
 def timeline(

@@ -1,7 +1,9 @@
 """The MCP surface: the memory-centre spec's `mem.*` tools, plus `mem.context`, on the `mcp` SDK 2.x (`MCPServer`).
 
-Tools validate and shape arguments and call the library. The owner is never an argument: `owner_resolver`
-gets the request's HTTP headers (None over stdio) and returns the owner, or raises `PermissionError`.
+Tools validate and shape arguments (with the types and limits of `schema`, as HTTP does) and call the library.
+An argument a tool does not take is a tool error, as an unknown field is a 422 over HTTP. The owner is never an
+argument (an `owner_id` naming another owner is refused, as over HTTP): `owner_resolver` gets the request's
+HTTP headers (None over stdio) and returns the owner, or raises `PermissionError`.
 Over stdio the owner comes from configuration (MEMORY_PIPELINES_OWNER); over streamable HTTP from the
 `Authorization: Bearer <key>` of each request, checked twice: by `BearerKeyMiddleware` before the MCP app
 (401 for a missing, unknown or revoked key) and again when a tool runs.
@@ -9,9 +11,9 @@ Over stdio the owner comes from configuration (MEMORY_PIPELINES_OWNER); over str
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import psycopg
@@ -34,14 +36,13 @@ from ..vocabulary import (
     MAX_QUERY,
     MAX_SEARCH_LIMIT,
     MAX_TIMELINE_LIMIT,
-    MAX_TS,
     MIN_BUDGET,
     ContentType,
     ContextMode,
     Scope,
 )
 from .encode import jsonable
-from .schema import Text
+from .schema import Instant, Text, Ts
 
 log = logging.getLogger(__name__)
 
@@ -106,13 +107,52 @@ def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
         raise ToolError(f"the database is unavailable; retry in {RETRY_AFTER_SECONDS} seconds.") from None
 
 
-def _utc(value: datetime | None) -> datetime | None:
-    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+OWNER_ID_REFUSED = ("invalid `owner_id`: the owner comes from the server (its configuration, or your API key), "
+                    "never from an argument. Omit owner_id and call again.")
+
+
+class _Server(MCPServer):
+    """An MCPServer whose tools refuse arguments they do not take (the SDK would drop them silently)."""
+
+    def __init__(self, *args: Any, owner_resolver: OwnerResolver, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.owner_resolver = owner_resolver
+        self.parameters: dict[str, frozenset[str]] = {}  # tool name -> the arguments it takes
+
+    def add_parameters(self, name: str, fn: Callable[..., Any]) -> None:
+        self.parameters[name] = frozenset(p for p in inspect.signature(fn).parameters if p != "ctx")
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None) -> Any:
+        takes = self.parameters.get(name)
+        if takes is not None:
+            if "owner_id" in arguments and not self._own(arguments["owner_id"], context):
+                raise ToolError(OWNER_ID_REFUSED)
+            unknown = sorted(set(arguments) - takes - {"owner_id"})
+            if unknown:
+                raise ToolError(f"unknown argument(s) {', '.join(map(repr, unknown))[:300]}: {name} takes "
+                                f"{', '.join(sorted(takes)) or 'none'}. Remove them and call again.")
+        return await super().call_tool(name, arguments, context)
+
+    def _own(self, given: Any, context: Context | None) -> bool:
+        """Whether `given` names the caller's own owner (tolerated, as over HTTP)."""
+        try:
+            headers = context.headers if context is not None else None
+            return isinstance(given, str) and given == self.owner_resolver(headers)
+        except Exception:  # no owner to compare with: the tool itself reports that
+            return False
 
 
 def build_server(memory: Memory, owner_resolver: OwnerResolver) -> MCPServer:
     """An MCP server with the `mem.*` tools over one `Memory`."""
-    server = MCPServer("memory-pipelines", instructions=INSTRUCTIONS, version="0.1.0")
+    server = _Server("memory-pipelines", instructions=INSTRUCTIONS, version="0.1.0",
+                     owner_resolver=owner_resolver)
+
+    def tool(*, name: str, description: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+            server.add_parameters(name, fn)
+            return server.tool(name=name, description=description)(fn)
+
+        return register
 
     def owner_of(ctx: Context) -> str:
         try:
@@ -120,7 +160,7 @@ def build_server(memory: Memory, owner_resolver: OwnerResolver) -> MCPServer:
         except PermissionError as exc:
             raise ToolError(str(exc)) from None
 
-    @server.tool(
+    @tool(
         name="mem.ingest_memory",
         description=(
             "Save one memory (a fact, decision, plan, result or lesson worth keeping across sessions). Give "
@@ -143,8 +183,8 @@ def build_server(memory: Memory, owner_resolver: OwnerResolver) -> MCPServer:
                                 Text] = None,
         project_path: Annotated[str | None, Field(max_length=MAX_PATH, description="Local path (source only)."),
                                 Text] = None,
-        ts: Annotated[int | None, Field(ge=0, le=MAX_TS, description="Unix seconds; default now.")]
-        = None,
+        ts: Annotated[Ts | None, Field(description="Unix seconds, from 2000-01-01 to one day from now; "
+                                       "default now.")] = None,
         speaker: Annotated[OptName, Field(description="Who said or wrote it.")] = None,
     ) -> dict[str, Any]:
         owner = owner_of(ctx)
@@ -156,7 +196,7 @@ def build_server(memory: Memory, owner_resolver: OwnerResolver) -> MCPServer:
             project_path=project_path, ts=ts, speaker=speaker,
         ).as_dict())
 
-    @server.tool(
+    @tool(
         name="mem.search",
         description=(
             "STEP 1 of recall: search long-term memory. Returns matches with id, snippet (at most 200 "
@@ -178,7 +218,7 @@ def build_server(memory: Memory, owner_resolver: OwnerResolver) -> MCPServer:
         return _call(memory.find, owner, query, project_key=project_key,
                      project_name=project_name, scope=scope, limit=limit)
 
-    @server.tool(
+    @tool(
         name="mem.get",
         description=(
             "STEP 2 of recall: the full content of memories by id. ids: the ids from mem.search (1-100). Ids "
@@ -193,21 +233,21 @@ def build_server(memory: Memory, owner_resolver: OwnerResolver) -> MCPServer:
         owner = owner_of(ctx)
         return _call(memory.get, owner, ids)
 
-    @server.tool(
+    @tool(
         name="mem.timeline",
         description=(
             "Memories in time order (oldest first), a page at a time: what happened in a project and "
             "when. project_key or project_name: one project (omit for all). since / until: ISO 8601 times "
-            "(UTC if no zone). content_type: one of the five types. limit: 1-200. cursor: the next_cursor "
-            "of the previous page."
+            "(UTC if no zone) or whole Unix seconds. content_type: one of the five types. limit: 1-200. "
+            "cursor: the next_cursor of the previous page."
         ),
     )
     def timeline_tool(
         ctx: Context,
         project_key: ProjectKeyArg = None,
         project_name: ProjectNameArg = None,
-        since: Annotated[datetime | None, Field(description="Only memories at or after this time.")] = None,
-        until: Annotated[datetime | None, Field(description="Only memories before this time.")] = None,
+        since: Annotated[Instant | None, Field(description="Only memories at or after this time.")] = None,
+        until: Annotated[Instant | None, Field(description="Only memories before this time.")] = None,
         content_type: Annotated[ContentType | None, Field(description="Only this content type.")] = None,
         limit: Annotated[int, Field(ge=1, le=MAX_TIMELINE_LIMIT, description="Page size.")] = 50,
         cursor: Annotated[str | None, Field(max_length=500, description="next_cursor of the previous page."),
@@ -215,10 +255,10 @@ def build_server(memory: Memory, owner_resolver: OwnerResolver) -> MCPServer:
     ) -> dict[str, Any]:
         owner = owner_of(ctx)
         return _call(memory.timeline, owner, project_key=project_key, project_name=project_name,
-                     since=_utc(since), until=_utc(until), content_type=content_type, limit=limit,
+                     since=since, until=until, content_type=content_type, limit=limit,
                      cursor=cursor)
 
-    @server.tool(
+    @tool(
         name="mem.list_projects",
         description="Your projects (project_key, project_name, machine, path, memory count, last update).",
     )
@@ -226,7 +266,7 @@ def build_server(memory: Memory, owner_resolver: OwnerResolver) -> MCPServer:
         owner = owner_of(ctx)
         return _call(lambda: {"projects": memory.projects(owner)})
 
-    @server.tool(
+    @tool(
         name="mem.context",
         description=(
             "One ready-to-use memory context block for a task, within token_budget tokens: relevant tasks, "

@@ -1,17 +1,21 @@
-"""Input types every surface validates with (HTTP bodies and queries, MCP tool arguments).
+"""Input types every surface validates with (HTTP bodies and queries, MCP tool arguments, CLI options).
 
-Limits come from `vocabulary`, so HTTP, MCP and the library agree; a bad value is rejected before any
-library call, naming the field.
+Limits come from `vocabulary`, so HTTP, MCP, the CLI and the library agree; a bad value is rejected before
+any library call, naming the field.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+import math
+import re
+from datetime import UTC, datetime
+from typing import Annotated, Any
 
-from pydantic import AfterValidator, StringConstraints
+from pydantic import AfterValidator, BeforeValidator, Field, StringConstraints, TypeAdapter, WithJsonSchema
+from pydantic import ValidationError as PydanticError
 
 from ..infra.errors import ValidationError, check_storable
-from ..vocabulary import MAX_CONTENT, MAX_ID, MAX_NAME, MAX_PATH, MAX_QUERY
+from ..vocabulary import MAX_CONTENT, MAX_ID, MAX_NAME, MAX_PATH, MAX_QUERY, MAX_TS, MIN_TS
 
 
 def storable(value: str | None) -> str | None:
@@ -24,10 +28,90 @@ def storable(value: str | None) -> str | None:
         raise ValueError(exc.message) from None
 
 
-Text = AfterValidator(storable)
-Query = Annotated[str, StringConstraints(min_length=1, max_length=MAX_QUERY), Text]
-ItemId = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID), Text]
-Name = Annotated[str, StringConstraints(min_length=1, max_length=MAX_NAME), Text]
-PathText = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PATH), Text]
-Content = Annotated[str, StringConstraints(min_length=1, max_length=MAX_CONTENT), Text]
-Cursor = Annotated[str, StringConstraints(min_length=1, max_length=500), Text]
+def not_blank(value: str | None) -> str | None:
+    """Storable text with something in it besides whitespace (the library strips what it is given)."""
+    value = storable(value)
+    if value is not None and not value.strip():
+        raise ValueError("must not be blank")
+    return value
+
+
+# What `not_blank` accepts, for the JSON schema (documentation: the validator decides, with a clearer message):
+# no NUL, and one character that is not whitespace by Python's `str.strip` (which counts \x1c-\x1f and \x85).
+_BLANK = r"\t\n\u000b\u000c\r\u001c-\u001f \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+TEXT_PATTERN = rf"^[^\u0000]*[^\u0000{_BLANK}][^\u0000]*$"
+
+
+class Documented:
+    """Annotation metadata adding keywords to a type's JSON schema, and nothing to its validation."""
+
+    def __init__(self, **keywords: Any) -> None:
+        self.keywords = keywords
+
+    def __get_pydantic_json_schema__(self, core_schema: Any, handler: Any) -> dict[str, Any]:
+        return {**handler(core_schema), **self.keywords}
+
+
+Text = AfterValidator(not_blank)
+_TextSchema = Documented(pattern=TEXT_PATTERN)
+Query = Annotated[str, StringConstraints(min_length=1, max_length=MAX_QUERY), Text, _TextSchema]
+ItemId = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID), Text, _TextSchema]
+Name = Annotated[str, StringConstraints(min_length=1, max_length=MAX_NAME), Text, _TextSchema]
+PathText = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PATH), Text, _TextSchema]
+Content = Annotated[str, StringConstraints(min_length=1, max_length=MAX_CONTENT), Text, _TextSchema]
+Cursor = Annotated[str, StringConstraints(min_length=1, max_length=500), Text, _TextSchema]
+Ts = Annotated[int, Field(ge=MIN_TS, le=MAX_TS)]
+"""A memory's own time in Unix seconds: the range the library accepts (it also refuses more than a day ahead)."""
+
+# -- instants: ISO 8601 times or whole Unix seconds -------------------------------------------------------------
+
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+
+
+def _instant(value: Any) -> Any:
+    """Unix seconds (a number, or a string of one, as query parameters are) must be whole and from 0 to
+    MAX_TS; they become an aware UTC datetime. Anything else is left to the ISO 8601 parser."""
+    if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
+        value = float(value) if any(c in value for c in ".eE") else int(value)
+    if isinstance(value, bool):
+        raise ValueError("must be an ISO 8601 time or whole Unix seconds")
+    if isinstance(value, float):
+        if not (math.isfinite(value) and value.is_integer()):
+            raise ValueError("Unix seconds must be a whole number (or give an ISO 8601 time)")
+        value = int(value)
+    if isinstance(value, int):
+        if not 0 <= value <= MAX_TS:
+            raise ValueError(f"Unix seconds must be from 0 to {MAX_TS} (or give an ISO 8601 time)")
+        return datetime.fromtimestamp(value, UTC)
+    return value
+
+
+def _aware(value: datetime) -> datetime:
+    """Naive times are read as UTC."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
+Instant = Annotated[
+    datetime,
+    BeforeValidator(_instant),
+    AfterValidator(_aware),
+    WithJsonSchema({"anyOf": [{"type": "string", "format": "date-time"},
+                              {"type": "integer", "minimum": 0, "maximum": MAX_TS}],
+                    "description": "An ISO 8601 time (UTC when it has no zone) or whole Unix seconds."}),
+]
+"""A point in time for a filter (since, until): ISO 8601 (naive is UTC) or whole Unix seconds, never a fraction."""
+
+# -- checking one value outside a model (the CLI) ---------------------------------------------------------------
+
+_ADAPTERS: dict[Any, TypeAdapter] = {}
+
+
+def check(field: str, kind: Any, value: Any) -> Any:
+    """`value` validated as `kind` (e.g. `Name`, `Query`); ValidationError naming `field` otherwise."""
+    adapter = _ADAPTERS.setdefault(kind, TypeAdapter(kind))
+    try:
+        return adapter.validate_python(value)
+    except PydanticError as exc:
+        first = exc.errors()[0]
+        message = str(first.get("msg", "is invalid")).removeprefix("Value error, ")
+        raise ValidationError(field, message) from None

@@ -13,8 +13,10 @@ import warnings
 from collections.abc import Callable
 
 from ...embeddings.base import EmbeddingError
-from ...infra.errors import UserError
+from ...infra.errors import UserError, ValidationError
+from ...infra.redact import install_redaction, redact
 from ...vocabulary import CONTEXT_MODES, DEFAULT_BUDGET, MAX_BUDGET, MIN_BUDGET, SEARCH_MODES, SEARCH_SOURCES
+from ..schema import Name, Query, check
 
 # Modules that add their own commands: each has `register(sub)` adding sub-parsers with
 # `set_defaults(func=...)`. Add a module here to add its commands.
@@ -103,7 +105,8 @@ def embed_with_bar(rt) -> list:
     failed = sum(r.failed for r in results)
     if failed:
         first = next(e for r in results for e in r.errors)
-        print(f"warning: {failed} rows could not be embedded and stay pending: {first}", file=sys.stderr)
+        print(f"warning: {failed} rows could not be embedded and stay pending: {redact(str(first))}",
+              file=sys.stderr)
     return results
 
 
@@ -237,6 +240,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Text arguments, checked wherever a command has them as HTTP and MCP check theirs (schema.py, limits from
+# vocabulary): attribute -> (the name the user typed, its type).
+_CHECKED = {"owner": ("--owner", Name), "name": ("--name", Name), "query": ("query", Query),
+            "key": ("KEY_ID_OR_PREFIX", Name)}
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """ValidationError naming the argument (`--owner`, `query`) when a value breaks the shared limits: empty,
+    too long, a NUL, or bytes that are not UTF-8 (the shell passes them through as lone surrogates)."""
+    for field, (name, kind) in _CHECKED.items():
+        value = getattr(args, field, None)
+        if not isinstance(value, str):
+            continue
+        if not value.strip():
+            raise ValidationError(name, "must not be empty" + ("; leave it out for the default owner"
+                                                               if field == "owner" else ""))
+        try:
+            check(name, kind, value)
+        except ValidationError as exc:
+            message = exc.message.replace("(no lone surrogates)", "(bytes that are not UTF-8)")
+            raise ValidationError(name, message) from None
+
+
 def exit_on_termination() -> None:
     """SIGTERM (what systemd, Docker and Kubernetes send) and SIGHUP end the process the way Ctrl-C does:
     through Python's exit, so exit handlers run and the process leaves the embedded server (the last one out
@@ -265,10 +291,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
+    install_redaction()
     try:
+        check_args(args)
         return args.func(args)
     except (UserError, EmbeddingError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {redact(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted; committed work is kept and the next run resumes", file=sys.stderr)

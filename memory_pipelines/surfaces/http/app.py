@@ -11,8 +11,8 @@ included) and its errors (one error model).
 
 
 import logging
+import re
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path as Path_
 from typing import Annotated, Any
 
@@ -69,6 +69,15 @@ def _invalid(field: str, message: str, where: str = "body") -> JSONResponse:
     return _error(422, [{"loc": [where, field], "msg": message, "type": "value_error"}], field=field)
 
 
+def _where(request: Request, field: str) -> str:
+    """Where a field the library rejected came from, as FastAPI's own 422s say it: path, query or body."""
+    if field in request.path_params:
+        return "path"
+    if field in request.query_params or request.method in ("GET", "HEAD", "DELETE"):
+        return "query"
+    return "body"
+
+
 def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _request_invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:
@@ -79,8 +88,8 @@ def _install_error_handlers(app: FastAPI) -> None:
         return _error(422, errors, field=".".join(loc[1:]) or loc[0])
 
     @app.exception_handler(ValidationError)
-    async def _lib_invalid(_req: Request, exc: ValidationError) -> JSONResponse:
-        return _invalid(exc.field, exc.message)
+    async def _lib_invalid(req: Request, exc: ValidationError) -> JSONResponse:
+        return _invalid(exc.field, exc.message, _where(req, _FIELD_ALIASES.get(exc.field, exc.field)))
 
     @app.exception_handler(NotFoundError)
     async def _not_found(_req: Request, exc: NotFoundError) -> JSONResponse:
@@ -149,14 +158,13 @@ class BodyLimit:
         await self.app(scope, counted, send)
 
 
-def _utc(value: datetime | None) -> datetime | None:
-    """Naive times are read as UTC."""
-    if value is not None and value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
-    return value
+_IDS = re.compile(m.IDS_PATTERN)
 
 
 def _split_ids(raw: str) -> list[str]:
+    if not _IDS.fullmatch(raw):
+        raise ValidationError("ids", f"give 1 to {m.MAX_IDS} memory ids from /memories/search, comma separated, "
+                                     f"in printable ASCII, at most {m.MAX_ID} characters each")
     ids = list(dict.fromkeys(p.strip() for p in raw.split(",") if p.strip()))
     if not ids:
         raise ValidationError("ids", "give one or more memory ids, comma separated (from /memories/search)")
@@ -455,8 +463,10 @@ def create_app(memory: Memory) -> FastAPI:
         owner: Owner,
         project_key: Annotated[m.Name | None, Query()] = None,
         project_name: Annotated[m.Name | None, Query()] = None,
-        since: Annotated[datetime | None, Query(description="ISO 8601 or Unix seconds")] = None,
-        until: Annotated[datetime | None, Query(description="ISO 8601 or Unix seconds")] = None,
+        since: Annotated[m.Instant | None, Query(description="ISO 8601 (UTC if no zone) or whole Unix seconds")]
+        = None,
+        until: Annotated[m.Instant | None, Query(description="ISO 8601 (UTC if no zone) or whole Unix seconds")]
+        = None,
         content_type: Annotated[m.ContentType | None, Query()] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_TIMELINE_LIMIT)] = 50,
         cursor: Annotated[m.Cursor | None, Query(description="next_cursor of the previous page")] = None,
@@ -464,14 +474,14 @@ def create_app(memory: Memory) -> FastAPI:
         """Active memories by `ts`, oldest first, `since` ≤ ts < `until` (naive times are UTC). Keyset-paged:
         pass `next_cursor` back as `cursor`."""
         return to_json(memory.timeline(owner, project_key=project_key, project_name=project_name,
-                                       since=_utc(since), until=_utc(until), content_type=content_type,
+                                       since=since, until=until, content_type=content_type,
                                        limit=limit, cursor=cursor))
 
     @app.get("/memories", tags=["memory centre"], summary="Stage 2: full content by ids",
              response_model=r.MemoryList, responses=read)
     def memories_get(
         owner: Owner,
-        ids: Annotated[str, Query(min_length=1, max_length=m.MAX_IDS * (m.MAX_ID + 1),
+        ids: Annotated[str, m.Documented(pattern=m.IDS_PATTERN), Query(min_length=1, max_length=m.IDS_CHARS,
                                   description="Comma-separated memory ids from /memories/search")],
     ) -> JSONResponse:
         """The full records, in the order asked (up to 100 ids). Ids this owner has no memory for are listed

@@ -12,18 +12,23 @@ from ...vocabulary import (
     MAX_ID,
     MAX_IDS,
     MAX_TOP_K,
-    MAX_TS,
     MIN_BUDGET,
     ContentType,
     ContextMode,
     Scope,
 )
-from ..schema import Content, Cursor, ItemId, Name, Query, storable
+from ..schema import Content, Cursor, Documented, Instant, ItemId, Name, Query, Ts, storable
 from ..schema import PathText as Path_
 
 SearchMode = Literal["summary", "hybrid", "semantic", "keyword"]
-__all__ = ["ContentType", "ContextMode", "Scope", "Content", "Cursor", "ItemId", "Name", "Query", "Path_",
-           "storable", "MAX_ID", "MAX_IDS"]
+__all__ = ["ContentType", "ContextMode", "Scope", "Content", "Cursor", "Documented", "Instant", "ItemId", "Name",
+           "Query", "Path_", "storable", "MAX_ID", "MAX_IDS"]
+
+# `GET /memories?ids=`: what a URL can carry through any server (uvicorn's h11 takes 16 KiB of request head,
+# httptools 64 KiB): 100 memory ids (`mem_` + 20 hex) with their commas, printable ASCII (at most 3 bytes each
+# once percent-encoded), an id at most MAX_ID characters, the first one not blank.
+IDS_CHARS = MAX_IDS * 25
+IDS_PATTERN = rf"^[!-+\--~][ -+\--~]{{0,{MAX_ID - 1}}}(,[ -+\--~]{{0,{MAX_ID}}}){{0,{MAX_IDS - 1}}}$"
 
 OwnerField = Annotated[str | None, Field(None, max_length=200, description=(
     "Ignored when it names the key's own owner; any other value is rejected. The owner always comes "
@@ -34,9 +39,10 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, str_strip_whitespace=False)
 
 
-def _examples(*examples: dict) -> ConfigDict:
-    """Request examples for the docs; each succeeds as written (none names `owner_id`: the key decides it)."""
-    return ConfigDict(json_schema_extra={"examples": list(examples)})
+def _examples(*examples: dict, **schema: object) -> ConfigDict:
+    """Request examples for the docs; each succeeds as written (none names `owner_id`: the key decides it).
+    `schema`: more keywords of the body's JSON schema."""
+    return ConfigDict(json_schema_extra={"examples": list(examples), **schema})
 
 
 class SearchRequest(_Body):
@@ -69,6 +75,9 @@ class IngestRequest(_Body):
          "content": "我们选择 pgvector 存储向量，因为 PostgreSQL 已经在用，运维成本低，支持 HNSW 索引。"},
         {"project_name": "web-app", "content_type": "requirement",
          "content": "The login page keeps the session cookie for 30 days across subdomains."},
+        # project_name or project_key (the library says which is missing: a 422 naming project_name)
+        anyOf=[{"required": [name], "properties": {name: {"type": "string"}}}
+               for name in ("project_name", "project_key")],
     )
 
     content: Content = Field(description="The memory text; the server chunks, embeds, summarises, tags it.")
@@ -77,7 +86,7 @@ class IngestRequest(_Body):
     project_key: Name | None = Field(None, description="Stable project id across machines (default: name).")
     machine_name: Path_ | None = None
     project_path: Path_ | None = None
-    ts: int | None = Field(None, ge=0, le=MAX_TS, description="Unix seconds; default now.")
+    ts: Ts | None = Field(None, description="Unix seconds, from 2000-01-01 to one day from now; default now.")
     speaker: Name | None = Field(None, description="Who said or wrote it.")
     owner_id: OwnerField = None
 
