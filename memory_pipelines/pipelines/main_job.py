@@ -33,6 +33,10 @@ MAIN_JOB = "main_job"
 INSTALLED_MODULE = "memory_pipelines_dagster"
 CHECKOUT_MODULE = "assets"
 LAUNCH_TAG = "memory_pipelines/launch"
+LOCATION_NAME = "memory_pipelines"  # workspace.yaml's location_name
+REPOSITORY_TAG = ".dagster/repository"
+"""Runs started by `dagster job execute` carry no code-location origin; this tag (what the webserver sets on
+runs it launches) files them under the job of the `memory_pipelines` location in the UI."""
 RANGE_TAGS = {"dagster/asset_partition_range_start": "0",
               "dagster/asset_partition_range_end": str(BUCKETS - 1)}
 """One run over every bucket of the partitioned (embedding) assets."""
@@ -173,7 +177,8 @@ def run_main_job(settings: Settings | None = None, *, verbose: bool = False, loa
     run_config = logs / "dagster-run-config.yaml"
     run_config.write_text("loggers:\n  console:\n    config:\n      log_level: INFO\n")  # not every event
     launch_id = uuid.uuid4().hex
-    tags = {LAUNCH_TAG: launch_id, "trigger": "memory-pipelines run"}
+    tags = {LAUNCH_TAG: launch_id, "trigger": "memory-pipelines run",
+            REPOSITORY_TAG: f"__repository__@{LOCATION_NAME}"}
     jobs = [(DEMO_JOB, tags)] if load_demo else []
     jobs.append((MAIN_JOB, {**tags, **RANGE_TAGS}))
     codes: dict[str, int] = {}
