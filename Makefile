@@ -22,7 +22,7 @@ test-fast: $(STAMP)  ## the suite without the tests marked slow
 	$(PY) -m pytest -q -m "not slow"
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check memory_pipelines assets tests bench
+	$(VENV)/bin/ruff check memory_pipelines assets tests bench scripts
 
 dagster: $(STAMP)  ## the Dagster UI on the instance `make run` records into ($$MEMORY_PIPELINES_HOME/dagster)
 	$(PY) -m memory_pipelines.pipelines.dagster_home $(VENV)/bin/dagster dev -w workspace.yaml
