@@ -32,9 +32,11 @@ from ..infra.migrate import migrate
 from ..retrieval.search import SearchFilters, search
 from ..store.memories import insert_memory
 from ..store.projects import ensure_project
+from ..vocabulary import CONTEXT_MODES, MAX_BUDGET, MIN_BUDGET
 
-METHODS = ("keyword", "semantic", "hybrid", "hybrid_rrf", "context")
+METHODS = ("keyword", "semantic", "hybrid", "hybrid_rrf", "context", "hybrid_matched")
 KS = (5, 10)
+EVAL_BUDGET = MAX_BUDGET  # no budget cut unless asked
 
 
 @dataclass
@@ -143,19 +145,26 @@ def ndcg_at(ranked: Sequence[str], gold: Sequence[str], k: int = 10) -> float:
     return dcg / ideal if ideal else 0.0
 
 
-def rankings(pool: ConnectionPool, embedder: Embedder, q: Query) -> dict[str, list[str]]:
-    """Top-10 memory ids (as dataset ids) of every method for one query."""
+def rankings(
+    pool: ConnectionPool, embedder: Embedder, q: Query, mode: str = "chat", budget: int = EVAL_BUDGET
+) -> dict[str, list[str]]:
+    """Top-10 memory ids (as dataset ids) of every method for one query.
+
+    `context` is what a context build of `mode` within `budget` tokens injects (its memory items, at most
+    10); `hybrid_matched` is hybrid search cut to that many items, so the two are compared item for item.
+    """
     qvec = embedder.embed_query(q.query)
     f = SearchFilters(sources=("memory",), as_of=q.asked_at)
     out: dict[str, list[str]] = {}
-    for method, mode, fusion in (
+    for method, search_mode, fusion in (
         ("keyword", "keyword", "weighted"),
         ("semantic", "semantic", "weighted"),
         ("hybrid", "hybrid", "weighted"),
         ("hybrid_rrf", "hybrid", "rrf"),
     ):
         hits = search(
-            pool, embedder, q.owner, q.query, mode=mode, filters=f, limit=10, fusion=fusion, query_vector=qvec
+            pool, embedder, q.owner, q.query, mode=search_mode, filters=f, limit=10, fusion=fusion,
+            query_vector=qvec,
         ).hits
         out[method] = [h.id for h in hits]
     ctx = build_memory_context(
@@ -163,13 +172,14 @@ def rankings(pool: ConnectionPool, embedder: Embedder, q: Query) -> dict[str, li
         embedder,
         q.owner,
         q.query,
-        mode="chat",
-        token_budget=32000,
+        mode=mode,
+        token_budget=budget,
         as_of=q.asked_at,
         query_vector=qvec,
         log_build=False,
     )
     out["context"] = [i.id for i in ctx.items if i.source == "memory"][:10]
+    out["hybrid_matched"] = out["hybrid"][: len(out["context"])]
     return out
 
 
@@ -204,8 +214,17 @@ def evaluate(
     folder: Path,
     bar: Callable[[int, str], Any] | None = None,
     limit: int | None = None,
+    mode: str = "chat",
+    budget: int = EVAL_BUDGET,
 ) -> dict[str, Any]:
-    """Run the whole evaluation; returns {method: {category: {metric: value, n}}}."""
+    """Run the whole evaluation; returns {method: {category: {metric: value, n}}}.
+
+    `mode` and `budget` are those of the context builds (default: chat, 32,000 tokens, i.e. no budget cut).
+    """
+    if mode not in CONTEXT_MODES:
+        raise ValidationError("mode", f"must be one of {list(CONTEXT_MODES)}")
+    if not MIN_BUDGET <= budget <= MAX_BUDGET:
+        raise ValidationError("budget", f"must be an integer from {MIN_BUDGET} to {MAX_BUDGET}")
     memories, queries = read_dataset(folder)
     if limit:
         queries = queries[:limit]
@@ -219,7 +238,7 @@ def evaluate(
         per_query = []
         with _progress(bar, len(queries), "queries") as step:
             for q in queries:
-                per_query.append((q, rankings(pool, embedder, q)))
+                per_query.append((q, rankings(pool, embedder, q, mode, budget)))
                 step(1)
         return summarise(per_query)
 

@@ -170,7 +170,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     settings = get_settings()
     embedder = make_embedder(settings)
-    results = evaluate(database_url(settings), embedder, Path(args.dir), bar=_bar, limit=args.limit)
+    results = evaluate(database_url(settings), embedder, Path(args.dir), bar=_bar, limit=args.limit,
+                       mode=args.mode, budget=args.budget)
     print(json.dumps(results) if args.json else format_table(results))
     return 0
 
@@ -233,6 +234,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dir")
     p.add_argument("--json", action="store_true", help="one JSON object keyed by method")
     p.add_argument("--limit", type=int, help="evaluate only the first N queries")
+    p.add_argument("--mode", default="chat", choices=CONTEXT_MODES, help="mode of the context builds (default chat)")
+    p.add_argument("--budget", type=int, default=MAX_BUDGET,
+                   help=f"token budget of the context builds, {MIN_BUDGET}-{MAX_BUDGET} (default {MAX_BUDGET}: "
+                   "no cut); `hybrid_matched` is hybrid search cut to as many items as the context injected")
     for name, fn in COMMANDS.items():
         sub.choices[name].set_defaults(func=fn)
     for module in COMMAND_MODULES:

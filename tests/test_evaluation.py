@@ -1,0 +1,64 @@
+"""`memory-pipelines eval`: a benchmark folder in, recall per method out; context builds at a real budget."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from memory_pipelines.embeddings import FakeEmbedder
+from memory_pipelines.infra.errors import ValidationError
+from memory_pipelines.pipelines.evaluation import METHODS, evaluate
+
+TOPICS = [
+    "the deploy pipeline broke because the staging database password expired",
+    "we moved the weekly planning meeting to thursday afternoon",
+    "the mobile app crashes when the camera permission is denied",
+    "our cat luna learned to open the kitchen door by herself",
+    "the invoice export now rounds amounts to two decimals",
+    "grandma sent a recipe for dumplings with pork and cabbage",
+]
+
+_STEMS = ("amber", "basil", "cedar", "delta", "ember", "fjord", "garnet", "harbor", "indigo", "jasper", "kelp")
+_ENDS = ("wood", "stone", "field", "brook", "ridge", "glen", "moor", "vale", "crest", "fen")
+FILLER = [f"{a}{b}" for a in _STEMS for b in _ENDS]
+
+
+def _folder(tmp_path: Path) -> Path:
+    """Two owners, 60 memories each (six topics, ten long turns each), one query per topic."""
+    memories, queries = [], []
+    for owner in ("alice", "bob"):
+        for t, topic in enumerate(TOPICS):
+            for i in range(10):
+                filler = " ".join(FILLER[(i * 11 + j) % len(FILLER)] for j in range(30))  # turns share few words
+                memories.append({"id": f"{owner}-{t}-{i}", "owner": owner, "speaker": owner,
+                                 "created_at": f"2024-03-{i + 1:02d}T10:00:00", "text": f"{topic}. {filler}"})
+            queries.append({"id": f"q-{owner}-{t}", "owner": owner, "query": topic, "category": "single_hop",
+                            "gold_ids": [f"{owner}-{t}-{i}" for i in range(3)], "asked_at": "2024-04-01T00:00:00"})
+    (tmp_path / "memories.jsonl").write_text("\n".join(json.dumps(m) for m in memories), encoding="utf-8")
+    (tmp_path / "queries.jsonl").write_text("\n".join(json.dumps(q) for q in queries), encoding="utf-8")
+    return tmp_path
+
+
+def test_a_real_budget_injects_fewer_items_and_hybrid_is_matched_to_them(server_url, tmp_path):
+    folder = _folder(tmp_path)
+    embedder = FakeEmbedder(384)
+    unlimited = evaluate(server_url, embedder, folder)
+    tight = evaluate(server_url, embedder, folder, mode="plan", budget=150)
+    assert set(unlimited) == set(METHODS) == set(tight)
+    assert unlimited["context"]["overall"]["n"] == tight["context"]["overall"]["n"] == len(TOPICS) * 2
+    # Search does not depend on the context budget; the context does.
+    assert tight["hybrid"] == unlimited["hybrid"]
+    assert unlimited["hybrid"]["overall"]["recall@10"] > 0.5
+    assert tight["context"]["overall"]["recall@10"] < unlimited["context"]["overall"]["recall@10"]
+    # A few long turns fit in 150 tokens: hybrid cut to as many items can be no better than hybrid's top 10.
+    assert tight["hybrid_matched"]["overall"]["recall@10"] < tight["hybrid"]["overall"]["recall@10"]
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [({"mode": "dream"}, "mode"), ({"budget": 10}, "budget"),
+                                               ({"budget": 40_000}, "budget")])
+def test_bad_mode_or_budget_is_refused_before_any_work(server_url, tmp_path, kwargs, field):
+    with pytest.raises(ValidationError) as err:
+        evaluate(server_url, FakeEmbedder(384), tmp_path / "absent", **kwargs)
+    assert err.value.field == field
