@@ -580,3 +580,19 @@ def test_live_ingest_ignores_unsettled_deferred_memories(pool, fake_embedder) ->
             "similarity": pytest.approx(1.0, abs=1e-5),
         }
     ]
+
+
+def test_llm_timing_out_during_arbitration_keeps_both_and_records_it(pool, fake_embedder, fake_openai) -> None:
+    """The arbiter times out on every attempt: the write still goes through, as KEEP_BOTH by the rules,
+    and the arbitration log says why (no REPLACE on a guess, nothing lost)."""
+    first = ingest(pool, fake_embedder, None, content=PGV_A)
+    llm = make_llm(fake_openai, timeout=0.2, max_retries=1)
+    fake_openai.chat_responses.append(summary_json("second"))
+    fake_openai.faults.extend([{}, {"delay": 2.0}, {"delay": 2.0}, {"delay": 2.0}, {"delay": 2.0}])
+    second = ingest(pool, fake_embedder, llm, content=PGV_B)
+    assert (second.status, second.action, second.candidate_id) == ("created", "KEEP_BOTH", first.id)
+    assert second.id != first.id and counts(pool)["memories"] == 2 and counts(pool)["memory_versions"] == 0
+    last = arbitrations(pool)[-1]
+    assert (last["action"], last["model"], last["candidate"], last["new"]) == (
+        "KEEP_BOTH", "rules", first.id, second.id)
+    assert "timed out" in last["reason"].lower() or "timeout" in last["reason"].lower(), last["reason"]
