@@ -14,17 +14,13 @@ Elsewhere: `embedding_backfill`, its nightly schedule and `unembedded_rows_senso
 
 import dagster as dg
 
-from memory_pipelines.vocabulary import BUCKETS
+from memory_pipelines.pipelines.main_job import RANGE_TAGS
 
 from .demo import DEMO_GROUP
 from .embeddings import memory_vectors, vector_indexes
 from .keywords import keyword_assets
 from .resources import RESOURCES
 from .tuning import TUNING_GROUP
-
-RANGE_TAGS = {"dagster/asset_partition_range_start": "0",
-              "dagster/asset_partition_range_end": str(BUCKETS - 1)}
-"""Run tags of one run over every bucket (the partition range of the embedding assets)."""
 
 MAIN_SELECTION = dg.AssetSelection.all() - dg.AssetSelection.groups(TUNING_GROUP, DEMO_GROUP)
 

@@ -80,11 +80,8 @@ class Memory:
     def owner_of_key(self, key: str | None) -> str | None:
         """The owner of an API key, or None for a missing, malformed, unknown or revoked one."""
         from .infra.auth import resolve_key
-        from .vocabulary import MAX_KEY_CHARS
 
-        if not key or len(key) > MAX_KEY_CHARS or "\x00" in key:
-            return None
-        return resolve_key(self.pool, key)
+        return resolve_key(self.pool, key) if key else None
 
     def search(self, owner: str, query: str, *, mode: str = "hybrid", sources: Sequence[str] | None = None,
                limit: int = 10) -> SearchResult:
@@ -124,7 +121,7 @@ class Memory:
         """Mark which injected items of one of the owner's builds were used; returns how many were marked."""
         from .context.log import record_feedback
 
-        return record_feedback(self.pool, owner, retrieval_id, list(used_ids))
+        return record_feedback(self.pool, owner, retrieval_id, used_ids)
 
     def builds(self, owner: str, *, limit: int = 20, cursor: str | None = None) -> dict[str, Any]:
         """The owner's recent context builds, newest first, with their injected items, scores and used marks."""
@@ -148,11 +145,8 @@ class Memory:
                project_key: str | None = None, machine_name: str | None = None, project_path: str | None = None,
                ts: int | None = None, speaker: str | None = None) -> IngestResult:
         """Store one memory: chunked, embedded, summarised, tagged and arbitrated against similar ones."""
-        from .infra.errors import ValidationError
         from .store.ingest import ingest_memory
 
-        if not project_name and not project_key:
-            raise ValidationError("project_name", "give project_name or project_key")
         return ingest_memory(self.pool, self.embedder, self.llm, owner, content=content, content_type=content_type,
                              project_name=project_name, project_key=project_key, machine_name=machine_name,
                              project_path=project_path, ts=ts, speaker=speaker)
@@ -169,7 +163,7 @@ class Memory:
         """Memory centre, stage 2: the full content of memories by id (unknown ids reported as not found)."""
         from .store.read import get_memories
 
-        return get_memories(self.pool, owner, list(dict.fromkeys(ids)))
+        return get_memories(self.pool, owner, ids)
 
     def timeline(self, owner: str, *, project_key: str | None = None, project_name: str | None = None,
                  since: int | datetime | None = None, until: int | datetime | None = None,

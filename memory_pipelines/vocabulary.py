@@ -65,7 +65,7 @@ TS_FUTURE_SLACK = 86_400
 DEFAULT_BUDGET = 800
 MIN_BUDGET, MAX_BUDGET = 50, 32_000
 """Token budget of a context block."""
-MAX_KEY_CHARS = 512
+MAX_KEY_CHARS = 200
 """Characters of an API key as sent; longer is rejected before any lookup."""
 MAX_BUILDS = 100
 """Context builds in one page of an owner's build history."""
@@ -224,8 +224,10 @@ SOURCES: dict[str, Source] = {
         " 'speaker', m.speaker), m.created_at, m.avg_embedding FROM memories m"
         " JOIN projects p ON p.id = m.project_id WHERE m.id = %s AND m.owner_id = %s AND m.is_active",
     ),
-    "event": Source("event", "events", "uuid", 1, {"plan": 0.5, "execute": 0.8, "debug": 1.5, "chat": 0.3}),
-    "okr": Source("okr", "goals", "uuid", None, {"plan": 1.5, "execute": 0.5, "debug": 0.3, "chat": 1.0}),
+    "event": Source("event", "events", "uuid", 1, {"plan": 0.5, "execute": 0.8, "debug": 1.5, "chat": 0.3},
+                    title_sql="'[' || t.type || ']'"),
+    "okr": Source("okr", "goals", "uuid", None, {"plan": 1.5, "execute": 0.5, "debug": 0.3, "chat": 1.0},
+                  title_sql="t.title"),
 }
 
 SOURCE_NAMES: tuple[str, ...] = tuple(SOURCES)

@@ -106,7 +106,8 @@ def test_hash_is_md5_of_the_text_the_backfill_embeds(pool):
 def test_ingest_writes_the_hash_the_trigger_computes(pool):
     rec = RecordingEmbedder()
     result = ingest_memory(pool, rec, None, "alice", content="the release train leaves on fridays",
-                           content_type="plan", project_name="Apollo", speaker="bob")
+                           content_type="plan", project_name="Apollo", speaker="bob",
+                           ts=1_767_225_600)  # 2026-01-01T00:00:00Z: the date its indexed text carries
     with pool.connection() as conn:
         rows = _texts(conn, "fragment", "t.memory_id = %s", (result.id,))
         embedded = conn.execute(
@@ -115,7 +116,7 @@ def test_ingest_writes_the_hash_the_trigger_computes(pool):
             "SELECT kd.content_hash FROM keyword_docs kd JOIN fragments f ON f.id = kd.item_id"
             " WHERE kd.source = 'fragment' AND f.memory_id = %s", (result.id,)).fetchall()
     assert [text for text, _ in rows.values()] == rec.seen
-    assert rec.seen[0] == "bob: the release train leaves on fridays\n[Apollo · plan · " + rec.seen[0][-11:]
+    assert rec.seen[0] == "bob: the release train leaves on fridays\n[Apollo · plan · 2026-01-01]"
     assert [(h,) for _, h in rows.values()] == embedded == kd
     assert _pending(pool, rec.model_name)["fragment"] == 0
 

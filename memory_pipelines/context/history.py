@@ -19,16 +19,6 @@ from ..infra.errors import NotFoundError, ValidationError
 from ..infra.ids import is_uuid
 from ..vocabulary import MAX_BUILDS, MAX_HISTORY_DAYS, SOURCES
 
-# The title an item is shown by, per scored source (alias `t` is the source's table).
-_TITLE_SQL = {
-    "task": "t.title",
-    "learning": "t.title",
-    "capability": "t.name",
-    "memory": "coalesce(nullif(t.summary, ''), left(t.content, 80))",
-    "event": "'[' || t.type || ']'",
-    "okr": "t.title",
-}
-
 _BUILD_COLUMNS = (
     "r.id::text, r.query, r.mode, r.token_budget, r.token_used, r.candidates_count, r.injected_count,"
     " r.config_version, r.degraded, r.randomized, r.created_at, r.feedback_at"
@@ -65,9 +55,8 @@ def _titles(conn: psycopg.Connection, owner: str, keys: set[tuple[str, str]]) ->
     """(source, id) → the item's current title; items deleted since the build have none."""
     out: dict[tuple[str, str], str] = {}
     for source in sorted({s for s, _ in keys}):
-        title = _TITLE_SQL.get(source)
         spec = SOURCES.get(source)
-        if title is None or spec is None:
+        if spec is None or not spec.title_sql:
             continue
         ids = sorted(i for s, i in keys if s == source)
         if spec.id_type == "uuid":
@@ -75,7 +64,7 @@ def _titles(conn: psycopg.Connection, owner: str, keys: set[tuple[str, str]]) ->
         if not ids:
             continue
         rows = conn.execute(
-            f"SELECT t.id::text, {title} FROM {spec.table} t"
+            f"SELECT t.id::text, {spec.title_sql} FROM {spec.table} t"
             f" WHERE t.owner_id = %s AND t.id = ANY(%s::{spec.id_type}[])",
             (owner, ids),
         ).fetchall()

@@ -44,13 +44,19 @@ class BackfillResult:
         return self.embedded / self.seconds if self.seconds > 0 else 0.0
 
 
+NEEDS_EMBEDDING = (
+    "t.embedding IS NULL OR t.embedding_model IS DISTINCT FROM %(model)s"
+    " OR t.embedded_hash IS DISTINCT FROM t.content_hash"
+)
+"""An active row needs an embedding: none, another model's, or its indexed text changed since."""
+
+
 def _pending_sql(source: IndexedText, bucketed: bool) -> str:
     bucket = f" AND {bucket_sql()} = %(bucket)s" if bucketed else ""
     return (
         f"SELECT t.id::text, {source.text_sql}, t.content_hash FROM {source.from_sql}"
         f" WHERE {source.active_sql}"
-        " AND (t.embedding IS NULL OR t.embedding_model IS DISTINCT FROM %(model)s"
-        "      OR t.embedded_hash IS DISTINCT FROM t.content_hash)"
+        f" AND ({NEEDS_EMBEDDING})"
         f" AND (%(after)s::text IS NULL OR t.id > %(after)s::{source.id_type}){bucket}"
         " ORDER BY t.id LIMIT %(limit)s"
     )
@@ -72,8 +78,7 @@ def count_pending(
     """(rows needing an embedding, active rows) for one source, or for one hash bucket of it."""
     source = INDEXED[source_name]
     row = conn.execute(
-        f"SELECT count(*) FILTER (WHERE t.embedding IS NULL OR t.embedding_model IS DISTINCT FROM %(model)s"
-        f" OR t.embedded_hash IS DISTINCT FROM t.content_hash), count(*) FROM {source.from_sql}"
+        f"SELECT count(*) FILTER (WHERE {NEEDS_EMBEDDING}), count(*) FROM {source.from_sql}"
         f" WHERE {source.active_sql}{_bucket_sql(bucket, buckets)}",
         {"model": model, "buckets": buckets, "bucket": bucket},
     ).fetchone()

@@ -15,12 +15,11 @@ from typing import Any
 
 from psycopg_pool import ConnectionPool
 
-from ..vocabulary import MAX_NAME
+from ..vocabulary import MAX_KEY_CHARS, MAX_NAME
 from .errors import ValidationError
 
 KEY_PREFIX = "mp_"
 PREFIX_CHARS = 11  # "mp_" + 8 characters (48 random bits) shown in listings
-MAX_KEY_CHARS = 200
 LAST_USED_RESOLUTION = "60 seconds"  # last_used_at is written at most this often per key
 
 
@@ -51,7 +50,7 @@ def create_key(pool: ConnectionPool, owner: str, name: str | None = None) -> tup
 
 def resolve_key(pool: ConnectionPool, key: str) -> str | None:
     """The owner of an active key, or None (unknown, malformed or revoked). Records when it was last used."""
-    if not isinstance(key, str) or not key.startswith(KEY_PREFIX) or len(key) > MAX_KEY_CHARS:
+    if not isinstance(key, str) or not key.startswith(KEY_PREFIX) or len(key) > MAX_KEY_CHARS or not key.isascii():
         return None
     with pool.connection() as conn:
         row = conn.execute(

@@ -84,8 +84,6 @@ def embedded_config(total_memory: int | None = None) -> dict[str, str]:
     the rest is read through the OS cache page by page), and JIT off (compiling a plan costs more than it
     saves on queries of a few milliseconds)."""
     if total_memory is None:
-        import psutil
-
         total_memory = psutil.virtual_memory().total
     mb = max(128, min(1024, total_memory // (8 << 20)))
     return {"shared_buffers": f"{mb}MB", "jit": "off"}

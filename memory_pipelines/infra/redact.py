@@ -14,6 +14,7 @@ through `redact`, so a library or a dependency quoting a URL or a key cannot pri
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -51,10 +52,15 @@ def url_password(url: str | None) -> str | None:
     return m.group(1) if m else None
 
 
-def environment_secrets() -> list[str]:
+def environment_secrets() -> tuple[str, ...]:
     """The secrets the environment configures: OPENAI_API_KEY and the password of DATABASE_URL."""
-    found = [os.environ.get("OPENAI_API_KEY"), url_password(os.environ.get("DATABASE_URL"))]
-    return [s for s in found if s]
+    return _secrets(os.environ.get("OPENAI_API_KEY"), os.environ.get("DATABASE_URL"))
+
+
+@functools.lru_cache(maxsize=8)
+def _secrets(key: str | None, url: str | None) -> tuple[str, ...]:
+    """Parsed once per value: `redact` runs on every log line of a server."""
+    return tuple(s for s in (key, url_password(url)) if s)
 
 
 def redact(text: str, *secrets: str | None) -> str:

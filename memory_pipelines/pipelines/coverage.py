@@ -12,13 +12,8 @@ from collections.abc import Sequence
 
 import psycopg
 
+from ..index.vectors import NEEDS_EMBEDDING
 from ..vocabulary import BUCKETS, INDEXED, INDEXED_NAMES, bucket_sql
-
-NEEDS_EMBEDDING = (
-    "t.embedding IS NULL OR t.embedding_model IS DISTINCT FROM %(model)s"
-    " OR t.embedded_hash IS DISTINCT FROM t.content_hash"
-)
-"""An active row needs an embedding: none, another model's, or its content changed since."""
 
 
 def _in_buckets(buckets: Sequence[int] | None) -> tuple[str, dict]:

@@ -55,14 +55,14 @@ def _settle_one(
         row = conn.execute(
             "SELECT m.owner_id, m.project_id::text, p.project_name, m.content, m.content_type, m.ts,"
             " m.speaker, coalesce(m.summary, ''), m.tags,"
-            " coalesce(m.metadata->>'summary_by', 'extractive'), m.avg_embedding"
+            " coalesce(m.metadata->>'summary_by', 'extractive'), m.avg_embedding, m.created_at"
             " FROM memories m JOIN projects p ON p.id = m.project_id WHERE m.id = %s AND m.is_active"
             " AND m.arbitration_status = 'pending' AND m.embedding_status = 'done' FOR UPDATE OF m",
             (memory_id,),
         ).fetchone()
         if row is None:  # settled by another worker meanwhile
             return None
-        owner, project_id, project_name, content, ctype, ts, speaker, summary, tags, by, vec = row
+        owner, project_id, project_name, content, ctype, ts, speaker, summary, tags, by, vec, own_date = row
         limit = threshold if threshold is not None else conflict_threshold_for(model)
         candidates = find_candidates(conn, owner, project_id, to_array(vec), model, limit, exclude=memory_id)
         d = arbitrate(llm, summary, content, ctype, candidates)
@@ -74,9 +74,6 @@ def _settle_one(
                     (memory_id,),
                 ).fetchall()
                 chunks = [f[0] for f in frags]
-                own_date = conn.execute(
-                    "SELECT created_at FROM memories WHERE id = %s", (memory_id,)
-                ).fetchone()[0]
                 new = NewContent(
                     content,
                     ctype,

@@ -75,7 +75,7 @@ def bearer_key(headers: Mapping[str, str] | None) -> str | None:
     value = (headers or {}).get("authorization") or ""
     scheme, _, key = value.partition(" ")
     key = key.strip()
-    if scheme.lower() != "bearer" or not key or len(key) > 512 or "\x00" in key:
+    if scheme.lower() != "bearer" or not key:
         return None
     return key
 
@@ -188,8 +188,6 @@ def build_server(memory: Memory, owner_resolver: OwnerResolver) -> MCPServer:
         speaker: Annotated[OptName, Field(description="Who said or wrote it.")] = None,
     ) -> dict[str, Any]:
         owner = owner_of(ctx)
-        if not project_name and not project_key:
-            raise ToolError("invalid `project_name`: give project_name or project_key. Add one, call again.")
         return _call(lambda: memory.ingest(
             owner, content=content, content_type=content_type,
             project_name=project_name, project_key=project_key, machine_name=machine_name,

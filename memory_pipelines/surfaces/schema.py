@@ -6,6 +6,7 @@ any library call, naming the field.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from datetime import UTC, datetime
@@ -103,14 +104,15 @@ Instant = Annotated[
 
 # -- checking one value outside a model (the CLI) ---------------------------------------------------------------
 
-_ADAPTERS: dict[Any, TypeAdapter] = {}
+@functools.cache
+def _adapter(kind: Any) -> TypeAdapter:
+    return TypeAdapter(kind)
 
 
 def check(field: str, kind: Any, value: Any) -> Any:
     """`value` validated as `kind` (e.g. `Name`, `Query`); ValidationError naming `field` otherwise."""
-    adapter = _ADAPTERS.setdefault(kind, TypeAdapter(kind))
     try:
-        return adapter.validate_python(value)
+        return _adapter(kind).validate_python(value)
     except PydanticError as exc:
         first = exc.errors()[0]
         message = str(first.get("msg", "is invalid")).removeprefix("Value error, ")

@@ -92,16 +92,15 @@ class EmbeddingProgress:
         from tqdm import tqdm
 
         with tqdm(desc=f"embedding ({self.rt.embedder.model_name})", unit="row", file=sys.stderr) as bar:
-            while True:
+            def update() -> None:
                 done, total = self._counts()
-                bar.total = max(total, 1)
-                bar.n = done
+                bar.total, bar.n = max(total, 1), done
                 bar.refresh()
-                if self._stop.wait(self.interval):
-                    done, total = self._counts()
-                    bar.total, bar.n = max(total, 1), done
-                    bar.refresh()
-                    return
+
+            update()
+            while not self._stop.wait(self.interval):
+                update()
+            update()
 
     def __enter__(self) -> EmbeddingProgress:
         self._thread.start()
