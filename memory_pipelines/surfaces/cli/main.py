@@ -85,6 +85,18 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+@command("upgrade-db")
+def cmd_upgrade_db(args: argparse.Namespace) -> int:
+    from ...infra.engine import upgrade_embedded
+    from ...infra.settings import get_settings
+
+    settings = get_settings()
+    if settings.database_url:
+        raise UserError("upgrade-db moves the embedded database; DATABASE_URL is set, so none is used")
+    upgrade_embedded(settings.home, say=lambda line: print(line, file=sys.stderr))
+    return 0
+
+
 @command("embed")
 def cmd_embed(args: argparse.Namespace) -> int:
     from ...index.keywords import index_all
@@ -204,6 +216,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", help="database, pgvector, model, and row / embedding counts per table")
     p.add_argument("--json", action="store_true", help="print JSON")
+
+    sub.add_parser(
+        "upgrade-db",
+        help="move an embedded database made by an earlier release (PostgreSQL 16) to PostgreSQL 18 "
+        "by dump and restore, keeping the old folder",
+    )
 
     p = sub.add_parser(
         "embed", help="embed every row that has no current-model embedding, then refresh the keyword table"
