@@ -28,8 +28,9 @@ import numpy as np
 from _common import emit, log, scratch, sentence
 
 from memory_pipelines.embeddings import Embedder, normalise
-from memory_pipelines.index.vectors import count_pending, embed_buckets, index_exists
+from memory_pipelines.index.vectors import count_pending, embed_buckets
 from memory_pipelines.infra.db import get_pool
+from memory_pipelines.infra.migrate import index_exists
 
 BUCKETS = 8
 

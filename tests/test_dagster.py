@@ -454,7 +454,7 @@ def test_bulk_load_defers_the_index_and_the_last_loader_builds_it(db_url, pool):
     import psycopg
 
     from assets.embeddings import vector_indexes
-    from memory_pipelines.index.vectors import index_exists
+    from memory_pipelines.infra.migrate import index_exists
     from memory_pipelines.vocabulary import LOCK_INDEX
 
     with pool.connection() as conn:

@@ -15,9 +15,9 @@ import psycopg
 
 from memory_pipelines.embeddings import FakeEmbedder
 from memory_pipelines.index.keywords import index_all, index_rows, index_source, keyword_staleness
-from memory_pipelines.index.vectors import count_pending, embed_all, embed_source, index_exists
+from memory_pipelines.index.vectors import count_pending, embed_all, embed_source
 from memory_pipelines.infra.db import connect, get_pool
-from memory_pipelines.infra.migrate import load_migrations, migrate
+from memory_pipelines.infra.migrate import index_exists, load_migrations, migrate
 from memory_pipelines.store.ingest import ingest_memory
 from memory_pipelines.vocabulary import INDEXED, INDEXED_NAMES
 from tests.factories import add_capability, add_learning, add_memory, add_task

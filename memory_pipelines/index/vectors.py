@@ -17,7 +17,8 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from ..embeddings import Embedder, EmbeddingAuthError, EmbeddingError
-from ..vocabulary import INDEXED, INDEXED_NAMES, LOCK_INDEX, VECTOR_COLUMNS, IndexedText, bucket_sql
+from ..infra.migrate import restore_vector_index
+from ..vocabulary import BUCKETS, INDEXED, INDEXED_NAMES, LOCK_INDEX, VECTOR_COLUMNS, IndexedText, bucket_sql
 
 log = logging.getLogger(__name__)
 
@@ -131,13 +132,9 @@ def _index_for(source: IndexedText) -> str | None:
     return None
 
 
-def ensure_vector_indexes(conn: psycopg.Connection) -> None:
-    """Create any HNSW index a deferred load dropped (idempotent)."""
-    for table, column, index in VECTOR_COLUMNS:
-        if index:
-            conn.execute(
-                f"CREATE INDEX IF NOT EXISTS {index} ON {table} USING hnsw ({column} vector_cosine_ops)"
-            )
+def ensure_vector_indexes(conn: psycopg.Connection) -> list[str]:
+    """Build every HNSW index a deferred load dropped and no load in progress will build; the names built."""
+    return [VECTOR_COLUMNS[i][2] for i in range(len(VECTOR_COLUMNS)) if restore_vector_index(conn, i)]
 
 
 def embed_source(
@@ -146,31 +143,39 @@ def embed_source(
     source_name: str,
     *,
     batch_size: int | None = None,
-    bucket: int | None = None,
-    buckets: int | None = None,
     defer_index: bool | None = None,
     max_consecutive_failures: int = 3,
     progress: ProgressFn | None = None,
 ) -> BackfillResult:
-    """Embed every pending row of one source (optionally one hash bucket of it).
+    """Embed every pending row of one source, then restore its HNSW index if it is missing.
 
     `defer_index` drops the source's HNSW index before the load and rebuilds it after; by default it
-    does so when more than half of a table of over 2,000 rows needs embedding.
+    does so when more than half of a table of over 2,000 rows needs embedding. The load holds the
+    source's loader lock (shared), like the bucketed loads; whichever loader ends last builds a missing
+    index, so a load killed after the drop is healed by the next run of any loader.
     """
+    return embed_buckets(pool, embedder, source_name, range(BUCKETS), BUCKETS, batch_size=batch_size,
+                         defer_index=defer_index, max_consecutive_failures=max_consecutive_failures,
+                         progress=progress)
+
+
+def _load(
+    pool: ConnectionPool,
+    embedder: Embedder,
+    source_name: str,
+    *,
+    batch_size: int | None,
+    bucket: int | None,
+    buckets: int | None,
+    max_consecutive_failures: int,
+    progress: ProgressFn | None,
+) -> BackfillResult:
+    """One keyset pass over the pending rows of a source (or of one hash bucket): embed, COPY, UPDATE."""
     source = INDEXED[source_name]
     model = embedder.model_name
     result = BackfillResult(source=source_name, model=model)
     size = batch_size or max(embedder.batch_size, 16)
     started = time.perf_counter()
-    index = _index_for(source)
-    with pool.connection() as conn:
-        pending, total = count_pending(conn, source_name, model)
-    if defer_index is None:
-        defer_index = total > 2000 and pending > total / 2 and bucket is None
-    if defer_index and index and pending:
-        with pool.connection() as conn:
-            conn.execute(f"DROP INDEX IF EXISTS {index}")
-        result.index_rebuilt = True
     params = {"model": model, "after": None, "limit": size, "buckets": buckets, "bucket": bucket}
     sql = _pending_sql(source, bucket is not None)
     consecutive_failures = 0
@@ -204,9 +209,6 @@ def embed_source(
             if progress:
                 progress(len(rows))
     finally:
-        if result.index_rebuilt:
-            with pool.connection() as conn:
-                ensure_vector_indexes(conn)
         result.seconds = time.perf_counter() - started
     return result
 
@@ -226,32 +228,9 @@ def pending_total(pool: ConnectionPool, model: str) -> int:
 
 # --- bucketed backfills (the Dagster partitions) with a coordinated HNSW deferral --------------------------
 
-INDEX_BUILD_MEMORY = "512MB"
-
 
 def _lock_id(source: IndexedText) -> int:
     return next(i for i, (table, _c, _x) in enumerate(VECTOR_COLUMNS) if table == source.table)
-
-
-def index_exists(conn: psycopg.Connection, index: str) -> bool:
-    """Whether the named index exists (in the search path)."""
-    return conn.execute("SELECT to_regclass(%s) IS NOT NULL", (index,)).fetchone()[0]
-
-
-def _build_index(conn: psycopg.Connection, source: IndexedText) -> bool:
-    """Create the source's HNSW index if it is missing; True when it was built now."""
-    index = _index_for(source)
-    if not index or index_exists(conn, index):
-        return False
-    column = next(c for table, c, _x in VECTOR_COLUMNS if table == source.table)
-    with conn.transaction():
-        # pgvector builds far faster when the graph fits in maintenance_work_mem (default 64 MB).
-        conn.execute(f"SET LOCAL maintenance_work_mem = '{INDEX_BUILD_MEMORY}'")
-        conn.execute(
-            f"CREATE INDEX IF NOT EXISTS {index} ON {source.table} USING hnsw ({column} vector_cosine_ops)"
-        )
-    conn.commit()
-    return True
 
 
 @contextmanager
@@ -271,17 +250,7 @@ def _loader_lock(pool: ConnectionPool, source: IndexedText) -> Iterator[psycopg.
 def _rebuild_if_last(pool: ConnectionPool, source: IndexedText) -> bool:
     """Build a missing index unless another loader still holds its shared lock (then that one builds it)."""
     with pool.connection() as conn:
-        key = (LOCK_INDEX, _lock_id(source))
-        got = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", key).fetchone()[0]
-        conn.commit()
-        if not got:
-            return False
-        try:
-            return _build_index(conn, source)
-        finally:
-            conn.rollback()
-            conn.execute("SELECT pg_advisory_unlock_all()")
-            conn.commit()
+        return restore_vector_index(conn, _lock_id(source))
 
 
 def embed_buckets(
@@ -328,9 +297,9 @@ def embed_buckets(
             log.info("%s: HNSW index %s dropped for the load (%s of %s rows pending)",
                      source_name, index, pending_table, total_table)
         for bucket in [None] if whole else todo:
-            part = embed_source(
+            part = _load(
                 pool, embedder, source_name, batch_size=batch_size, bucket=bucket,
-                buckets=None if bucket is None else buckets, defer_index=False,
+                buckets=None if bucket is None else buckets,
                 max_consecutive_failures=max_consecutive_failures, progress=progress,
             )
             result.embedded += part.embedded

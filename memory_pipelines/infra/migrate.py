@@ -8,15 +8,21 @@ that says how to switch (`memory-pipelines migrate --reembed`).
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
 
-from ..vocabulary import LOCK_MIGRATE, VECTOR_COLUMNS
+from ..vocabulary import LOCK_INDEX, LOCK_MIGRATE, VECTOR_COLUMNS
 from .db import connect, describe_url
 from .errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+INDEX_BUILD_MEMORY = "512MB"
+"""maintenance_work_mem for an HNSW build: pgvector builds far faster when the graph fits (default 64 MB)."""
 
 _NAME = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
 
@@ -57,8 +63,11 @@ def _render(sql: str, dimension: int) -> str:
     return sql.replace("{{EMBED_DIM}}", str(dimension))
 
 
-def migrate(url: str, dimension: int, model_name: str) -> list[str]:
-    """Apply pending migrations; return the names applied. Safe to call from many processes at once."""
+def migrate(url: str, dimension: int, model_name: str, *, restore_indexes: bool = False) -> list[str]:
+    """Apply pending migrations; return the names applied. Safe to call from many processes at once.
+
+    `restore_indexes` (the `migrate` command) also builds any missing HNSW index no load is building; a
+    surface's start only warns of one (a build on a large table would hold the start for minutes)."""
     applied: list[str] = []
     with connect(url, vector=False, autocommit=True) as conn:
         try:
@@ -93,7 +102,52 @@ def migrate(url: str, dimension: int, model_name: str) -> list[str]:
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (LOCK_MIGRATE,))
         check_dimension(conn, dimension, model_name, url)
+        if restore_indexes:
+            for position in range(len(VECTOR_COLUMNS)):
+                if restore_vector_index(conn, position):
+                    applied.append(f"restored {VECTOR_COLUMNS[position][2]}")
+        elif missing := missing_vector_indexes(conn):
+            log.warning("HNSW indexes missing: %s; `memory-pipelines migrate` or `embed` rebuilds them",
+                        ", ".join(missing))
     return applied
+
+
+def index_exists(conn: psycopg.Connection, index: str) -> bool:
+    """Whether the named index exists (in the search path)."""
+    return conn.execute("SELECT to_regclass(%s) IS NOT NULL", (index,)).fetchone()[0]
+
+
+def missing_vector_indexes(conn: psycopg.Connection) -> list[str]:
+    """The HNSW indexes of VECTOR_COLUMNS that do not exist (an interrupted bulk load dropped them)."""
+    return [index for _t, _c, index in VECTOR_COLUMNS if index and not index_exists(conn, index)]
+
+
+def restore_vector_index(conn: psycopg.Connection, position: int) -> bool:
+    """Build the HNSW index of VECTOR_COLUMNS[position] if it is missing and no bulk load holds its lock
+    (a load in progress builds it itself when done); True when built now.
+
+    Every bulk loader holds (LOCK_INDEX, position) shared while the index is dropped for it; taking it
+    exclusively here means none is loading. The caller's open transaction, if any, is committed.
+    """
+    table, column, index = VECTOR_COLUMNS[position]
+    if not index or index_exists(conn, index):
+        return False
+    if not conn.autocommit:
+        conn.commit()
+    if not conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (LOCK_INDEX, position)).fetchone()[0]:
+        return False
+    try:
+        if index_exists(conn, index):  # built by another process meanwhile
+            return False
+        with conn.transaction():
+            conn.execute(f"SET LOCAL maintenance_work_mem = '{INDEX_BUILD_MEMORY}'")
+            conn.execute(f"CREATE INDEX IF NOT EXISTS {index} ON {table} USING hnsw ({column} vector_cosine_ops)")
+        log.warning("HNSW index %s on %s was missing (an interrupted bulk load?); rebuilt it", index, table)
+        return True
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_INDEX, position))
+        if not conn.autocommit:
+            conn.commit()
 
 
 def _record_dimension(conn: psycopg.Connection, dimension: int, model_name: str) -> None:

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..index.vectors import count_pending
 from ..infra.db import describe_url, pgvector_version
-from ..infra.migrate import stored_dimension
+from ..infra.migrate import missing_vector_indexes, stored_dimension
 from ..runtime import Runtime
 from ..vocabulary import INDEXED, INDEXED_NAMES
 
@@ -37,6 +37,7 @@ def collect_status(rt: Runtime) -> dict[str, Any]:
             "dimension": rt.embedder.dimension,
             "database_dimension": stored[0] if stored else None,
             "migrations": [r[0] for r in conn.execute("SELECT name FROM schema_migrations ORDER BY version")],
+            "missing_indexes": missing_vector_indexes(conn),
             "embedded_sources": {},
             "tables": {},
         }
@@ -62,6 +63,9 @@ def format_status(info: dict[str, Any]) -> str:
         "",
         f"{'table':<22}{'rows':>8}{'embedded':>10}{'pending':>9}",
     ]
+    problems = [f"HNSW index {name} is missing (search scans exactly, slowly). Fix: memory-pipelines migrate"
+                f" (or embed)" for name in info["missing_indexes"]]
+    lines[3:3] = [f"PROBLEM    {p}" for p in problems]
     for table, c in info["embedded_sources"].items():
         lines.append(f"{table:<22}{c['active']:>8}{c['embedded']:>10}{c['pending']:>9}")
     for table, n in info["tables"].items():

@@ -70,7 +70,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
             "run `memory-pipelines embed` (or `run`) to re-embed every row"
         )
         return 0
-    applied = migrate(url, embedder.dimension, embedder.model_name)
+    applied = migrate(url, embedder.dimension, embedder.model_name, restore_indexes=True)
     print(f"database {describe_url(url)}: " + (f"applied {', '.join(applied)}" if applied else "up to date"))
     return 0
 

@@ -1,0 +1,89 @@
+"""Indexes heal themselves: a bulk embedding load killed after it dropped a table's HNSW index leaves the
+index missing; `status` flags it, and the next `embed` (or `migrate`) builds it again."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psycopg
+import pytest
+
+from memory_pipelines.infra.migrate import index_exists, missing_vector_indexes
+
+CLI = [sys.executable, "-m", "memory_pipelines.surfaces.cli"]
+INDEX = "tasks_embedding_hnsw"
+
+
+def _env(db_url: str, home, fake_openai) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "MEMORY_PIPELINES_"))}
+    return {**env, "DATABASE_URL": db_url, "MEMORY_PIPELINES_HOME": str(home),
+            "OPENAI_API_KEY": "sk-test-key-0123456789", "OPENAI_BASE_URL": fake_openai.base_url,
+            "OPENAI_EMBED_DIMENSIONS": "384"}
+
+
+def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *args], env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_a_killed_bulk_load_leaves_the_index_missing_and_the_next_embed_restores_it(db_url, tmp_path,
+                                                                                      fake_openai):
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO tasks (owner_id, title, description) SELECT 'alice', 'bulk task ' || i,"
+                     " 'row ' || i FROM generate_series(1, 3000) AS i")
+    env = _env(db_url, tmp_path, fake_openai)
+    # The first batch (2,048 rows) answers after 0.5 s, the second after 30 s: time to kill the load once over
+    # half of the rows are in. A next run then finds too few pending rows to defer the index itself.
+    fake_openai.faults.extend([{"delay": 0.5}, {"delay": 30.0}])
+    load = subprocess.Popen([*CLI, "embed"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            # The load drops the index (all 3,000 rows pending), then writes its first batch.
+            while index_exists(conn, INDEX) or conn.execute(
+                    "SELECT count(*) FROM tasks WHERE embedding IS NOT NULL").fetchone()[0] < 1501:
+                assert load.poll() is None, load.stderr.read().decode()
+                assert time.monotonic() < deadline, "the bulk load never dropped the index"
+                time.sleep(0.05)
+        load.send_signal(signal.SIGKILL)  # midway: no finally, no exit handler
+        load.wait(30)
+    finally:
+        if load.poll() is None:
+            load.kill()
+    fake_openai.faults.clear()
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        assert missing_vector_indexes(conn) == [INDEX]
+        pending = conn.execute("SELECT count(*) FROM tasks WHERE embedding IS NULL").fetchone()[0]
+    assert 0 < pending < 1500  # killed midway, past half
+
+    status = _cli(env, "status")
+    assert status.returncode == 0, status.stderr
+    assert f"PROBLEM    HNSW index {INDEX} is missing" in status.stdout
+    assert INDEX in _cli(env, "status", "--json").stdout
+
+    healed = _cli(env, "embed")
+    assert healed.returncode == 0, healed.stderr
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        assert missing_vector_indexes(conn) == []
+        assert conn.execute("SELECT count(*) FROM tasks WHERE embedding IS NULL").fetchone()[0] == 0
+    assert "PROBLEM" not in _cli(env, "status").stdout
+
+
+def test_migrate_restores_a_missing_index_and_a_surface_start_only_warns(db_url, tmp_path, fake_openai):
+    env = _env(db_url, tmp_path, fake_openai)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(f"DROP INDEX {INDEX}")
+    started = _cli(env, "search", "anything", "--owner", "alice")
+    assert started.returncode == 0, started.stderr
+    assert f"HNSW indexes missing: {INDEX}" in started.stderr
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        assert missing_vector_indexes(conn) == [INDEX]
+    migrated = _cli(env, "migrate")
+    assert migrated.returncode == 0, migrated.stderr
+    assert f"restored {INDEX}" in migrated.stdout
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        assert missing_vector_indexes(conn) == []
