@@ -26,6 +26,7 @@ all_assets = [
     vector_indexes,
     *keyword_assets.values(),
     demo.demo_corpus,
+    demo.demo_sessions,
 ]
 """Every asset but the `tuning` group, which needs a retrieval log with feedback and runs weekly
 (`weekly_tuning`) or from the UI. `main_job` materialises these, the demo corpus apart (`demo_job`)."""

@@ -2,14 +2,15 @@
 
     retrieval_log_frames ─┬─ hit_rate_report
                           └─ fitted_scoring_params ── scoring_evaluation
-                                 ══[publish_gate, blocking]══> published_scoring_config
+                                 ──[publish_gate, WARN]──> published_scoring_config
 
-The logic lives in `memory_pipelines.tuning`; these assets only load, call and present. The gate is a
-BLOCKING asset check on `scoring_evaluation` built from `publish.gate_checks` (enough data, a signal,
-something re-fitted, a held-out improvement whose 95 % interval is above zero, no guard metric worse,
-every parameter within bounds): when it fails, `published_scoring_config` does not run and the active
-version stays. `published_scoring_config` re-applies the same gate before writing anything, so
-materialising it on its own cannot bypass the check.
+The logic lives in `memory_pipelines.tuning`; these assets only load, call and present. The gate is an
+asset check on `scoring_evaluation` built from `publish.gate_checks` (enough data, a signal, something
+re-fitted, a held-out improvement whose 95 % interval is above zero, no guard metric worse, every parameter
+within bounds). A refusal is what the gate is for, not an error: the check fails with severity WARN, its
+metadata says which checks refused and why, and the run succeeds. `published_scoring_config` re-applies the
+same gate before writing anything: when the gate refuses it publishes nothing and is not materialised (an
+optional output), so the active version stays and materialising it on its own cannot bypass the gate.
 
 The tuning library (pandas, scikit-learn, matplotlib) is imported inside the assets, on first use: loading
 the code location for another job (`main_job`, a sensor tick) does not pay seconds for it.
@@ -17,14 +18,16 @@ the code location for another job (`main_job`, a sensor tick) does not pay secon
 Plots are PNG files under $DAGSTER_HOME/storage/tuning_plots/<run id>/ (a temp folder without
 DAGSTER_HOME), shown in the UI as Markdown images (base64 data URIs) with their paths beside them.
 
-The group is not part of `main_job` (`make run`): a fresh demo database has no retrieval log, so the gate
-could only fail. It runs from the `weekly_tuning` schedule/job or the UI.
+The group is not part of `main_job`; `make run` materialises it after replaying the demo corpus's simulated
+agent sessions (`demo_sessions`), so a fresh demo database shows labelled candidates and hit-rate plots.
+Otherwise it runs from the `weekly_tuning` schedule/job or the UI.
 """
 
 import base64
 import math
 import os
 import tempfile
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -317,9 +320,9 @@ def scoring_evaluation(
 @dg.asset_check(
     asset=scoring_evaluation,
     name="publish_gate",
-    blocking=True,
     description="Enough data, a signal, something re-fitted, a held-out improvement (95 % interval above 0), "
-    "no guard metric worse, every parameter within bounds. Blocks `published_scoring_config` when it fails.",
+    "no guard metric worse, every parameter within bounds. A refusal is a WARN with the reasons in the "
+    "metadata; `published_scoring_config` then publishes nothing.",
 )
 def publish_gate(scoring_evaluation: dict[str, Any]) -> dg.AssetCheckResult:
     from memory_pipelines.tuning.publish import Gate, gate_checks
@@ -328,10 +331,16 @@ def publish_gate(scoring_evaluation: dict[str, Any]) -> dg.AssetCheckResult:
     failed = [c for c in checks if not c["passed"]]
     return dg.AssetCheckResult(
         passed=not failed,
-        severity=dg.AssetCheckSeverity.ERROR,
-        description="; ".join(f"{c['name']}: {c['detail']}" for c in failed) or "every gate check passed",
-        metadata={c["name"]: dg.MetadataValue.text(("ok: " if c["passed"] else "FAIL: ") + c["detail"])
-                  for c in checks},
+        severity=dg.AssetCheckSeverity.WARN,
+        description=("not published: " + "; ".join(f"{c['name']}: {c['detail']}" for c in failed)) if failed
+        else "every gate check passed",
+        metadata={
+            **{c["name"]: dg.MetadataValue.text(("ok: " if c["passed"] else "FAIL: ") + c["detail"])
+               for c in checks},
+            "refused_by": dg.MetadataValue.json([c["name"] for c in failed]),
+            "reasons": dg.MetadataValue.md("\n".join(f"- **{c['name']}**: {c['detail']}" for c in failed)
+                                           or "_none: the gate passed_"),
+        },
     )
 
 
@@ -339,12 +348,14 @@ def publish_gate(scoring_evaluation: dict[str, Any]) -> dg.AssetCheckResult:
     group_name=TUNING_GROUP,
     kinds={"postgres"},
     description="The proposed config stored as a new scoring config version (with what it was fitted on and "
-    "its evaluation) and activated; the online builder uses it from its next build. Runs only when "
-    "`scoring_evaluation:publish_gate` passes. Rollback: `memory-pipelines scoring activate N`.",
+    "its evaluation) and activated; the online builder uses it from its next build. Published only when "
+    "the gate (`scoring_evaluation:publish_gate`) passes; otherwise not materialised, the run still succeeds. "
+    "Rollback: `memory-pipelines scoring activate N`.",
+    output_required=False,
 )
 def published_scoring_config(
     context: dg.AssetExecutionContext, memory: MemoryResource, scoring_evaluation: dict[str, Any]
-) -> dg.MaterializeResult:
+) -> Iterator[dg.Output]:
     from memory_pipelines.tuning.publish import Gate, jsonable, publish_result
 
     pool = memory.runtime.pool
@@ -358,12 +369,14 @@ def published_scoring_config(
         )
     note = f"dagster run {context.run.run_id[:8]}: tuned from {result['data']['train_builds']} builds"
     decision = publish_result(pool, result, Gate(**result["gate"]), note=note)
-    if not decision["publish"]:  # only reachable when materialised without its blocking check
-        raise dg.Failure("the publish gate failed; nothing published: " + "; ".join(decision["reasons"]))
+    if not decision["publish"]:  # the gate refused: a WARN on publish_gate, not a failed run
+        context.log.warning("the publish gate refused; nothing published: " + "; ".join(decision["reasons"]))
+        return
     version = decision["version"]
     context.log.info(f"published scoring config version {version} (was {base}); it is now active")
     ev = result["evaluation"]["configs"]
-    return dg.MaterializeResult(
+    yield dg.Output(
+        None,
         metadata={
             "version": version,
             "previous_version": base,

@@ -123,6 +123,13 @@ class Memory:
 
         return record_feedback(self.pool, owner, retrieval_id, used_ids)
 
+    def implicit_feedback(self, owner: str, retrieval_id: str, output: str) -> dict[str, Any]:
+        """Mark the injected items of one of the owner's builds that the agent's final `output` (answer, summary,
+        diff or tool calls as text) demonstrably used; explicit feedback wins. Returns the marks and evidence."""
+        from .context.log import record_implicit_feedback
+
+        return record_implicit_feedback(self.pool, self.embedder, owner, retrieval_id, output)
+
     def builds(self, owner: str, *, limit: int = 20, cursor: str | None = None) -> dict[str, Any]:
         """The owner's recent context builds, newest first, with their injected items, scores and used marks."""
         from .context.history import recent_builds

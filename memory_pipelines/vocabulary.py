@@ -71,6 +71,8 @@ MAX_BUILDS = 100
 """Context builds in one page of an owner's build history."""
 MAX_HISTORY_DAYS = 366
 """Days a hit-rate series reaches back."""
+MAX_OUTPUT = 100_000
+"""Characters of an agent's output posted as implicit feedback (an answer, summary, diff or tool calls)."""
 MAX_BODY_BYTES = 2_097_152
 """Bytes of one HTTP request body; a larger one is a 413 (the longest content, 100 000 characters, is
 at most 1.2 MB as escaped JSON)."""
@@ -83,6 +85,8 @@ LOCK_PROJECT = 7_245_002
 """pg_advisory_xact_lock(LOCK_PROJECT, hashtext(project_id)): one ingest per project at a time."""
 LOCK_INDEX = 7_245_003
 """pg_advisory_lock(LOCK_INDEX, n): bulk loaders of the n-th vector column share, the index builder excludes."""
+LOCK_DEMO_LOG = 7_245_004
+"""pg_advisory_lock(LOCK_DEMO_LOG): one loader of the demo corpus's simulated agent sessions at a time."""
 
 # -- partitions ---------------------------------------------------------------------------------------------------
 

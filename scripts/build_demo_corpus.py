@@ -2307,7 +2307,7 @@ def build_events(rng: random.Random, tasks: list[dict[str, Any]]) -> list[dict[s
 def build_corpus(seed: int = SEED) -> dict[str, Any]:
     rng = random.Random(seed)
     tasks = build_tasks(rng)
-    return {
+    corpus = {
         "owners": list(OWNERS),
         "tasks": tasks,
         "learnings": build_learnings(rng),
@@ -2316,6 +2316,144 @@ def build_corpus(seed: int = SEED) -> dict[str, Any]:
         "events": build_events(rng, tasks),
         "memories": build_memories(rng),
     }
+    corpus["sessions"] = build_sessions(corpus)
+    return corpus
+
+
+# --------------------------------------------------------------------------------------------------
+# Simulated agent sessions (the retrieval log of the demo)
+# --------------------------------------------------------------------------------------------------
+# Each session is one context build as an agent would ask it (a question about one corpus item, asked
+# `age_days` before "now", in the item's language or, for bilingual twins, the other one) and what the
+# agent finally produced: an answer that quotes or paraphrases the item (and sometimes a second one), an
+# answer in the other language taken from the item's twin, or an answer about another topic that uses
+# nothing. `uses` names the items the output really uses (the ground truth the implicit-feedback
+# threshold is measured against, scripts/calibrate_implicit.py); the loader never reads it. A separate
+# random stream, so the rest of the corpus is unchanged.
+
+SESSION_SEED = SEED + 11
+SESSION_COUNTS = {"team-alpha": 150, "team-beta": 110, "solo-gamma": 40}
+SESSION_DAYS = 42.0  # six weeks of sessions
+SESSION_STYLES = {"quote": 30, "paraphrase": 35, "translate": 20, "unrelated": 15}
+
+Q_EN = ["{t}: what did we do last time?", "How should I handle this: {t}?", "Plan the fix for: {t}",
+        "Before I start: {t}. Anything we learned?", "{t} - is there a known fix?"]
+Q_ZH = ["{t}，上次是怎么处理的？", "怎么解决：{t}？", "开始之前：{t}，有什么经验？", "{t} 这个问题有已知的方案吗？"]
+OPEN_EN = ["Based on what we saw before: ", "Here is the plan. ", "Short answer: ", "Checked our notes first. "]
+OPEN_ZH = ["根据之前的经验：", "处理方案如下。", "简单说：", "先查了之前的记录。"]
+CLOSE_EN = [" I'll apply this and report back.", " Opening a PR with the change now.", " Next: verify on staging.",
+            " Ping me if the numbers differ."]
+CLOSE_ZH = ["我会按这个处理并同步结果。", "我现在提交修改的 PR。", "下一步：在预发环境验证。", "数字不一致的话告诉我。"]
+UNRELATED_EN = [
+    "Updated the onboarding checklist for the new intern: laptop, VPN, repository access and the style guide.",
+    "Drafted the quarterly newsletter: three customer stories, the hiring update and the office move date.",
+    "Reformatted the README tables and fixed two broken links in the contributing guide.",
+    "Booked the venue for the team offsite and sent the calendar invite with the agenda.",
+]
+UNRELATED_ZH = [
+    "整理了新同事的入职清单：电脑、VPN、代码仓库权限和编码规范。",
+    "起草了季度简报：三个客户故事、招聘进展和搬家日期。",
+    "重新排版了 README 的表格，修复了贡献指南里的两个失效链接。",
+    "预订了团建场地，并发出了带议程的日历邀请。",
+]
+
+
+def _text_of(item: dict[str, Any]) -> tuple[str, str]:
+    """(title, body) of a task, learning or memory."""
+    if "content_type" in item:
+        body = item["content"]
+        return body.split("。")[0].split(". ")[0][:80], body
+    return item["title"], item.get("content") or item.get("description") or ""
+
+
+def _split(text: str) -> list[str]:
+    parts = re.split(r"(?<=[.!?。！？])\s*", text.strip())
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _retell(rng: random.Random, item: dict[str, Any], style: str, lang: str) -> str:
+    """The part of an answer that uses `item`: its sentences quoted, or kept in part and reordered."""
+    title, body = _text_of(item)
+    sents = _split(body) or [title]
+    if style == "quote":
+        k = min(len(sents), rng.randint(1, 2))
+        start = rng.randrange(0, len(sents) - k + 1)
+        lead = "我们的记录写着：" if lang == "zh" else "Our notes say: "
+        return lead + ("" if lang == "zh" else " ").join(sents[start:start + k])
+    keep = [s for s in sents if rng.random() < 0.7] or sents[:1]
+    if len(keep) > 2:
+        keep = keep[1:] + keep[:1]
+    joiner = "" if lang == "zh" else " "
+    head = (f"关于「{title}」：" if lang == "zh" else f"On \"{title}\": ")
+    return head + joiner.join(keep)
+
+
+def build_sessions(corpus: dict[str, Any]) -> list[dict[str, Any]]:
+    rng = random.Random(SESSION_SEED)
+    sessions: list[dict[str, Any]] = []
+    styles = list(SESSION_STYLES)
+    weights = list(SESSION_STYLES.values())
+    for owner, n in SESSION_COUNTS.items():
+        pool = {
+            "learnings": [x for x in corpus["learnings"] if x["owner"] == owner],
+            "tasks": [x for x in corpus["tasks"] if x["owner"] == owner],
+            "memories": [x for x in corpus["memories"] if x["owner"] == owner],
+        }
+        twins: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for section in ("learnings", "tasks"):
+            for x in pool[section]:
+                if (pair := (x.get("metadata") or {}).get("pair")):
+                    twins.setdefault((section, pair), []).append(x)
+        others = [x for x in corpus["learnings"] if x["owner"] != owner]
+        for _ in range(n):
+            age = round(rng.uniform(0.3, SESSION_DAYS), 3)
+            style = rng.choices(styles, weights=weights)[0]
+            paired = [(sec, x) for (sec, _p), xs in sorted(twins.items(), key=lambda kv: kv[0])
+                      for x in xs if len(xs) == 2 and all(y["age_days"] > age + 0.5 for y in xs)]
+            if style == "translate" and paired:
+                section, target = rng.choice(paired)
+            else:
+                style = "paraphrase" if style == "translate" else style
+                section = rng.choices(["learnings", "tasks", "memories"], weights=[50, 30, 20])[0]
+                choices = [x for x in pool[section] if x["age_days"] > age + 0.5] or \
+                    [x for x in pool["learnings"] if x["age_days"] > age + 0.5]
+                target = rng.choice(choices)
+            pair = (target.get("metadata") or {}).get("pair")
+            twin = next((x for x in twins.get((section, pair), []) if x is not target
+                         and x["age_days"] > age + 0.5), None) if pair else None
+            lang = "zh" if is_chinese(_text_of(target)[1]) else "en"
+            out_lang = ("en" if lang == "zh" else "zh") if style == "translate" else lang
+            q_lang = out_lang if rng.random() < 0.8 else lang
+            q_item = twin if (twin is not None and q_lang != lang) else target
+            q_lang = "zh" if is_chinese(_text_of(q_item)[1]) else "en"
+            query = rng.choice(Q_ZH if q_lang == "zh" else Q_EN).format(t=_text_of(q_item)[0])
+            mode = {"learnings": rng.choice(["debug", "debug", "execute", "plan"]),
+                    "tasks": rng.choice(["execute", "execute", "plan", "debug"]),
+                    "memories": rng.choice(["plan", "chat", "execute"])}[section]
+            zh = out_lang == "zh"
+            if style == "unrelated":
+                other = rng.choice(others)
+                body = rng.choice(UNRELATED_ZH if zh else UNRELATED_EN)
+                output = body + ("" if zh else " ") + _retell(rng, other, "paraphrase",
+                                                              "zh" if is_chinese(other["content"]) else "en")
+                uses: list[str] = []
+            else:
+                source = twin if style == "translate" else target
+                parts = [_retell(rng, source, "quote" if style == "quote" else "paraphrase", out_lang)]
+                uses = [target["key"]] + ([twin["key"]] if twin is not None and style == "translate" else [])
+                same = [x for x in pool["learnings"] if x is not target and x["age_days"] > age + 0.5
+                        and x.get("failure_class") and x.get("failure_class") == target.get("failure_class")
+                        and is_chinese(x["content"]) == zh]
+                if same and rng.random() < 0.3:
+                    second = rng.choice(same)
+                    parts.append(_retell(rng, second, "paraphrase", out_lang))
+                    uses.append(second["key"])
+                output = rng.choice(OPEN_ZH if zh else OPEN_EN) + ("" if zh else " ").join(parts) + \
+                    rng.choice(CLOSE_ZH if zh else CLOSE_EN)
+            sessions.append({"key": f"session-{len(sessions) + 1:04d}", "owner": owner, "age_days": age,
+                             "mode": mode, "query": query, "output": output, "style": style, "uses": uses})
+    sessions.sort(key=lambda x: (-x["age_days"], x["key"]))
+    return sessions
 
 
 # --------------------------------------------------------------------------------------------------
@@ -2462,6 +2600,17 @@ def check(corpus: dict[str, Any]) -> None:
     assert sum(is_long(m["content"]) for m in memories) >= 8
     assert all("{" not in m["content"] for m in memories)
 
+    # sessions: six weeks, every used item exists when its session runs, every style present
+    sessions = corpus["sessions"]
+    assert len(sessions) >= 250, len(sessions)
+    _check_keys(sessions, r"session-\d{4}")
+    assert all(0 < x["age_days"] <= SESSION_DAYS and x["query"] and x["output"] for x in sessions)
+    ages = {x["key"]: x["age_days"] for x in (*tasks, *learnings, *memories)}
+    assert all(ages[k] > x["age_days"] for x in sessions for k in x["uses"])
+    assert set(Counter(x["style"] for x in sessions)) == set(SESSION_STYLES)
+    assert all(bool(x["uses"]) == (x["style"] != "unrelated") for x in sessions)
+    assert sum(is_chinese(x["output"]) for x in sessions) >= len(sessions) // 3
+
     # bilingual balance over the free text
     texts = [t["description"] for t in tasks] + [x["content"] for x in learnings]
     texts += [m["content"] for m in memories]
@@ -2474,6 +2623,7 @@ SUMMARY_TEXT = {
     "capabilities": lambda x: x["description"], "goals": lambda x: x["title"] + " " + x["description"],
     "events": lambda x: str(x["payload"].get("message") or x["payload"].get("title", "")),
     "memories": lambda x: x["content"],
+    "sessions": lambda x: x["output"],
 }
 
 

@@ -88,12 +88,13 @@ def test_every_endpoint_documents_its_answer_errors_and_what_it_does(spec):
             assert "404" in codes, where
         if method == "post":
             assert {"400", "413"} <= codes, where
-    assert seen == 16
+    assert seen == 17
 
 
 def test_request_examples_are_valid_and_never_name_the_owner(spec):
     bodies = {"SearchRequest": m.SearchRequest, "RelatedRequest": m.RelatedRequest, "IngestRequest": m.IngestRequest,
-              "ContextRequest": m.ContextRequest, "FeedbackRequest": m.FeedbackRequest}
+              "ContextRequest": m.ContextRequest, "FeedbackRequest": m.FeedbackRequest,
+              "ImplicitFeedbackRequest": m.ImplicitFeedbackRequest}
     posts = [op for method, _p, op in _operations(spec) if method == "post"]
     assert len(posts) == len(bodies)
     for op in posts:
@@ -148,6 +149,8 @@ def test_real_answers_match_the_documented_models_field_for_field(app, live, run
         ("GET", "/api/brain/memory/detail/{id}", f"/api/brain/memory/detail/{zh['id']}", None),
         ("POST", "/api/brain/memory/search-related", "/api/brain/memory/search-related", {"base_id": task}),
         ("POST", "/api/brain/memory/context", "/api/brain/memory/context", {"query": "cookie", "tokenBudget": 300}),
+        ("POST", "/api/brain/memory/feedback/implicit", "/api/brain/memory/feedback/implicit",
+         {"retrieval_id": ctx["retrieval_id"], "output": "向量放在 pgvector 里，运维成本低。"}),
         ("POST", "/api/brain/memory/feedback", "/api/brain/memory/feedback",
          {"retrieval_id": ctx["retrieval_id"], "used_ids": [zh["id"]]}),
         ("GET", "/api/brain/memory/builds", "/api/brain/memory/builds", {"limit": 1}),
@@ -202,11 +205,16 @@ def test_request_examples_succeed_as_written(spec, live, runtime):
     # The ones that name an id answer 404 (documented) for an id this owner does not have, never 422 ...
     assert c.post("/api/brain/memory/search-related", json=example("RelatedRequest")).status_code == 404
     assert c.post("/api/brain/memory/feedback", json=example("FeedbackRequest")).status_code == 404
+    assert c.post("/api/brain/memory/feedback/implicit", json=example("ImplicitFeedbackRequest")).status_code == 404
     # ... and 200 with ids from earlier answers.
     ctx = c.post("/api/brain/memory/context", json=example("ContextRequest")).json()
     mem = ctx["items"][0]["id"]
     assert c.post("/api/brain/memory/search-related", json={**example("RelatedRequest"), "base_id": mem}) \
         .status_code == 200
+    implicit = c.post("/api/brain/memory/feedback/implicit",
+                      json={**example("ImplicitFeedbackRequest"), "retrieval_id": ctx["retrieval_id"]})
+    assert implicit.status_code == 200, implicit.text
+    r.ImplicitFeedback.model_validate(implicit.json())
     fb = c.post("/api/brain/memory/feedback", json={"retrieval_id": ctx["retrieval_id"], "used_ids": [mem]})
     assert fb.status_code == 200 and fb.json()["marked"] == 1
 

@@ -182,6 +182,7 @@ def build_memory_context(
                 injected=injected,
                 injected_sources=[it.source for it in items],
                 randomized=randomized,
+                lines={(it.source, it.id): it.line for it in items},
             )
     t_end = time.perf_counter()
     return ContextResult(

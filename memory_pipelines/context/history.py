@@ -25,7 +25,7 @@ _BUILD_COLUMNS = (
 )
 _ITEM_COLUMNS = (
     "c.retrieval_id::text, c.source, c.item_id, c.relevance, c.age_days, c.decay, c.mode_weight, c.score,"
-    " c.rank, c.mmr_rank, c.tokens, c.injected, c.used"
+    " c.rank, c.mmr_rank, c.tokens, c.injected, c.used, c.used_by"
 )
 
 
@@ -73,7 +73,7 @@ def _titles(conn: psycopg.Connection, owner: str, keys: set[tuple[str, str]]) ->
 
 
 def _item(row: tuple, titles: dict[tuple[str, str], str]) -> dict[str, Any]:
-    _rid, source, item_id, relevance, age_days, decay, mode_weight, score, rank, mmr_rank, tokens, inj, used = row
+    _rid, source, item_id, relevance, age_days, decay, mode_weight, score, rank, mmr_rank, tokens, inj, used, by = row
     return {
         "source": source,
         "id": item_id,
@@ -88,6 +88,7 @@ def _item(row: tuple, titles: dict[tuple[str, str], str]) -> dict[str, Any]:
         "tokens": tokens,
         "injected": inj,
         "used": used,
+        "used_by": by,
     }
 
 

@@ -1,16 +1,23 @@
 """The retrieval log: one row per build, one per scored candidate, the spec's memory_retrieval event,
-and feedback on which injected items were used."""
+and feedback on which injected items were used: explicit (the agent names them) or implicit (the agent posts
+what it produced; `implicit` decides which items it demonstrably used)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
+import numpy as np
 import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from ..infra.errors import NotFoundError, ValidationError
+from ..embeddings import Embedder
+from ..embeddings.base import EmbeddingError, normalise, to_array
+from ..infra.errors import NotFoundError, ValidationError, check_storable
 from ..infra.ids import is_uuid
+from ..vocabulary import MAX_OUTPUT, SOURCES
+from . import implicit
 from .retrieve import Candidate
 
 
@@ -29,13 +36,16 @@ def write_log(
     injected: dict[tuple[str, str], tuple[int, int | None]],
     injected_sources: list[str],
     randomized: bool = False,
+    lines: dict[tuple[str, str], str] | None = None,
 ) -> str:
     """Insert the build, its candidates and the memory_retrieval event; returns the retrieval id.
 
     `ranked` holds every scored candidate (profile goals included, logged with source okr);
     `injected` maps (source, id) to (position in the block, tokens); the counts of the event follow
-    the seed: candidates and injected items exclude the profile.
+    the seed: candidates and injected items exclude the profile. `lines` maps (source, id) to the block line
+    the agent was shown (what implicit feedback compares its output with).
     """
+    lines = lines or {}
     sources = injected_sources
     candidates_count = sum(1 for c in ranked if c.source != "okr")
     injected_count = len(sources)
@@ -63,7 +73,7 @@ def write_log(
         conn.cursor() as cur,
         cur.copy(
             "COPY retrieval_candidates (retrieval_id, owner_id, source, item_id, relevance, age_days, mode, decay,"
-            " mode_weight, score, rank, mmr_rank, tokens, injected) FROM STDIN"
+            " mode_weight, score, rank, mmr_rank, tokens, injected, line) FROM STDIN"
         ) as copy,
     ):
         seen = set()
@@ -88,6 +98,7 @@ def write_log(
                     mmr_rank,
                     tokens,
                     (c.source, c.id) in injected,
+                    lines.get((c.source, c.id)),
                 )
             )
     conn.execute(
@@ -115,7 +126,8 @@ def write_log(
 def record_feedback(pool: ConnectionPool, owner: str, retrieval_id: str, used_ids: Sequence[str]) -> int:
     """Mark which injected items of one build were used; returns how many were marked.
 
-    The build must belong to `owner` (another owner's build is reported as not found).
+    The build must belong to `owner` (another owner's build is reported as not found). Explicit feedback wins
+    over implicit: it replaces every injected item's mark, and says so (`used_by = 'explicit'`).
     """
     if not isinstance(used_ids, list | tuple) or not all(isinstance(i, str) for i in used_ids):
         raise ValidationError("used_ids", "must be a list of item ids (strings)")
@@ -128,7 +140,7 @@ def record_feedback(pool: ConnectionPool, owner: str, retrieval_id: str, used_id
         if not found:
             raise NotFoundError(f"retrieval {retrieval_id} not found")
         conn.execute(
-            "UPDATE retrieval_candidates SET used = (item_id = ANY(%s))"
+            "UPDATE retrieval_candidates SET used = (item_id = ANY(%s)), used_by = 'explicit'"
             " WHERE retrieval_id = %s AND owner_id = %s AND injected",
             (list(used_ids), retrieval_id, owner),
         )
@@ -139,3 +151,130 @@ def record_feedback(pool: ConnectionPool, owner: str, retrieval_id: str, used_id
     return int(marked)
 
 
+
+
+def check_output(output: Any) -> str:
+    """The agent's output as posted for implicit feedback: non-blank text of at most MAX_OUTPUT characters."""
+    if not isinstance(output, str):
+        raise ValidationError("output", "must be text (the answer, summary, diff or tool calls the agent produced)")
+    if not output.strip():
+        raise ValidationError("output", "must not be empty: post what the agent produced")
+    if len(output) > MAX_OUTPUT:
+        raise ValidationError("output", f"must be at most {MAX_OUTPUT:,} characters (got {len(output):,}); "
+                                        "post the final answer or its summary")
+    return check_storable("output", output)
+
+
+def stored_vectors(
+    conn: psycopg.Connection, owner: str, keys: Sequence[tuple[str, str]]
+) -> dict[tuple[str, str], np.ndarray]:
+    """(source, id) → the item's stored embedding (what search compares with), for the items that have one."""
+    out: dict[tuple[str, str], np.ndarray] = {}
+    for source in sorted({s for s, _ in keys}):
+        spec = SOURCES.get(source)
+        if spec is None or not spec.vector_sql:
+            continue
+        ids = [i for s, i in keys if s == source and (spec.id_type != "uuid" or is_uuid(i))]
+        rows = conn.execute(
+            f"SELECT t.id::text, {spec.vector_sql} FROM {spec.from_sql or spec.table + ' t'}"
+            f" WHERE t.owner_id = %s AND t.id = ANY(%s::{spec.id_type}[]) AND {spec.vector_sql} IS NOT NULL",
+            (owner, ids),
+        ).fetchall()
+        out.update(((source, r[0]), v) for r in rows if (v := to_array(r[1])) is not None)
+    return out
+
+
+def _implicit_evidence(
+    embedder: Embedder, query: str, output: str, lines: list[str], vectors: list[np.ndarray | None]
+) -> tuple[list[implicit.Evidence], str | None]:
+    """Evidence for each injected line against the output. Items are compared by their stored embedding (the
+    line is embedded for those without one); semantic scores are 0 when the embedder fails."""
+    texts = [implicit.item_text(line) for line in lines]
+    chunks = implicit.output_chunks(output)
+    missing = [k for k, v in enumerate(vectors) if v is None or len(v) != embedder.dimension]
+    item_vecs = [v if v is not None and len(v) == embedder.dimension else None for v in vectors]
+    degraded = None
+    try:
+        chunk_vecs = embedder.embed(chunks, kind="query")
+        if missing:
+            for k, vec in zip(missing, embedder.embed([texts[k] for k in missing], kind="passage"), strict=True):
+                item_vecs[k] = vec
+    except EmbeddingError as exc:
+        degraded = f"semantic overlap skipped, the embedding provider failed ({exc}); lexical overlap only"
+        chunk_vecs = np.zeros((0, embedder.dimension), dtype=np.float32)
+        item_vecs = [np.zeros(embedder.dimension, dtype=np.float32)] * len(texts)
+    out_terms = implicit.output_terms(output)
+    chunk_langs = [implicit.language(c) for c in chunks]
+    found = []
+    for text, vec in zip(texts, item_vecs, strict=True):
+        floors = [embedder.floor_for(lang, implicit.language(text)) for lang in chunk_langs][: len(chunk_vecs)]
+        found.append(implicit.evidence(text, query, out_terms, normalise(vec[None, :])[0], chunk_vecs, floors))
+    return found, degraded
+
+
+def record_implicit_feedback(
+    pool: ConnectionPool, embedder: Embedder, owner: str, retrieval_id: str, output: Any
+) -> dict[str, Any]:
+    """Mark the injected items of one build that the agent's `output` demonstrably used (`used_by = 'implicit'`),
+    with the evidence on every scored item; returns what was decided.
+
+    Explicit feedback wins: after it, implicit feedback changes nothing. Posting again never unmarks and never
+    marks twice (`marked` counts items newly marked). The build must belong to `owner`.
+    """
+    output = check_output(output)
+    if not isinstance(retrieval_id, str) or not is_uuid(retrieval_id):
+        raise NotFoundError(f"retrieval {retrieval_id} not found")
+    with pool.connection() as conn:
+        build = conn.execute(
+            "SELECT query FROM retrievals WHERE id = %s AND owner_id = %s", (retrieval_id, owner)
+        ).fetchone()
+        if not build:
+            raise NotFoundError(f"retrieval {retrieval_id} not found")
+        rows = conn.execute(
+            "SELECT source, item_id, line FROM retrieval_candidates"
+            " WHERE retrieval_id = %s AND owner_id = %s AND injected AND line IS NOT NULL ORDER BY mmr_rank",
+            (retrieval_id, owner),
+        ).fetchall()
+        vectors = stored_vectors(conn, owner, [(r[0], r[1]) for r in rows])
+    found, degraded = _implicit_evidence(embedder, build[0], output, [r[2] for r in rows],
+                                         [vectors.get((r[0], r[1])) for r in rows])
+    marked = 0
+    with pool.connection() as conn, conn.transaction():
+        conn.execute("SELECT 1 FROM retrievals WHERE id = %s FOR UPDATE", (retrieval_id,))
+        explicit = conn.execute(
+            "SELECT count(*) > 0 FROM retrieval_candidates WHERE retrieval_id = %s AND used_by = 'explicit'",
+            (retrieval_id,),
+        ).fetchone()[0]
+        if not explicit:
+            for (source, item_id, _line), ev in zip(rows, found, strict=True):
+                cur = conn.execute(
+                    "UPDATE retrieval_candidates SET evidence = %s,"
+                    " used = used OR %s, used_by = CASE WHEN %s THEN 'implicit' ELSE used_by END"
+                    " WHERE retrieval_id = %s AND source = %s AND item_id = %s AND NOT used",
+                    (Jsonb(ev.as_dict()), ev.used, ev.used, retrieval_id, source, item_id),
+                )
+                marked += cur.rowcount if ev.used else 0
+            conn.execute(
+                "UPDATE retrievals SET feedback_at = coalesce(feedback_at, now()),"
+                " implicit_at = coalesce(implicit_at, now()) WHERE id = %s",
+                (retrieval_id,),
+            )
+        used = conn.execute(
+            "SELECT source, item_id, used, used_by FROM retrieval_candidates"
+            " WHERE retrieval_id = %s AND injected ORDER BY mmr_rank",
+            (retrieval_id,),
+        ).fetchall()
+    by_key = {(s, i): ev for (s, i, _l), ev in zip(rows, found, strict=True)}
+    return {
+        "retrieval_id": retrieval_id,
+        "marked": marked,
+        "used": sum(1 for r in used if r[2]),
+        "explicit_feedback": bool(explicit),
+        "threshold": implicit.IMPLICIT_THRESHOLD,
+        "degraded": degraded,
+        "items": [
+            {"source": s, "id": i, "used": u, "used_by": by,
+             "evidence": by_key[(s, i)].as_dict() if (s, i) in by_key else None}
+            for s, i, u, by in used
+        ],
+    }

@@ -30,6 +30,7 @@ from .dagster_home import STORAGE_URL_ENV, instance_env
 
 DEMO_JOB = "demo_job"
 MAIN_JOB = "main_job"
+DEMO_SESSIONS_JOB = "demo_sessions_job"
 INSTALLED_MODULE = "memory_pipelines_dagster"
 CHECKOUT_MODULE = "assets"
 LAUNCH_TAG = "memory_pipelines/launch"
@@ -44,7 +45,9 @@ LOG_NAME = "dagster-run.log"
 
 KEPT_METADATA = ("rows_embedded", "rows_skipped", "rows_failed", "rows_pending_after", "rows_per_second",
                  "model", "rows_indexed", "terms_written", "rows_removed", "memories_done", "memories_pending",
-                 "arbitrated", "index_rebuilt", "builds", "built_now")
+                 "arbitrated", "index_rebuilt", "builds", "built_now", "sessions", "sessions_built",
+                 "builds_with_implicit_feedback", "labelled_candidates", "used_implicit", "used_share",
+                 "gate_would_pass")
 """Metadata a run summary keeps per asset (besides the demo's `inserted_*` counts)."""
 
 
@@ -161,8 +164,9 @@ def tail(path: Path, lines: int = 40) -> str:
 
 
 def run_main_job(settings: Settings | None = None, *, verbose: bool = False, load_demo: bool = True) -> dict[str, Any]:
-    """Launch `demo_job` (unless `load_demo` is false) and `main_job` over every bucket through Dagster, in
-    the shared instance; return what they reported (the shape `memory-pipelines run` prints).
+    """Launch `demo_job` (unless `load_demo` is false), `main_job` over every bucket, then (with the demo)
+    `demo_sessions_job` (the demo's simulated agent sessions and the tuning group up to its gate) through
+    Dagster, in the shared instance; return what they reported (the shape `memory-pipelines run` prints).
 
     Never raises on a failed step or check: `success`, the per-check results and `log` say what happened.
     """
@@ -181,6 +185,8 @@ def run_main_job(settings: Settings | None = None, *, verbose: bool = False, loa
             REPOSITORY_TAG: f"__repository__@{LOCATION_NAME}"}
     jobs = [(DEMO_JOB, tags)] if load_demo else []
     jobs.append((MAIN_JOB, {**tags, **RANGE_TAGS}))
+    if load_demo:
+        jobs.append((DEMO_SESSIONS_JOB, tags))
     codes: dict[str, int] = {}
     with open(log_path, "w") as log:
         for job, job_tags in jobs:
@@ -199,6 +205,8 @@ def run_main_job(settings: Settings | None = None, *, verbose: bool = False, loa
     out["success"] = bool(main["success"]) and codes.get(MAIN_JOB) == 0
     if load_demo:
         out["demo"] = runs.get(DEMO_JOB) or {"success": False, "run_id": None, "assets": {}, "checks": {}}
+        out["demo_sessions"] = runs.get(DEMO_SESSIONS_JOB) or {"success": False, "run_id": None, "assets": {},
+                                                              "checks": {}}
     out.update(dagster_home=str(home), module=module, launch_id=launch_id, exit_codes=codes,
                log=None if verbose else str(log_path), seconds=round(time.perf_counter() - started, 2))
     return out

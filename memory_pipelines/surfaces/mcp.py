@@ -32,6 +32,7 @@ from ..vocabulary import (
     MAX_ID,
     MAX_IDS,
     MAX_NAME,
+    MAX_OUTPUT,
     MAX_PATH,
     MAX_QUERY,
     MAX_SEARCH_LIMIT,
@@ -42,7 +43,7 @@ from ..vocabulary import (
     Scope,
 )
 from .encode import jsonable
-from .schema import Instant, Text, Ts
+from .schema import Instant, Output, Text, Ts
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,8 @@ QueryArg = Annotated[str, Field(min_length=1, max_length=MAX_QUERY, description=
 ProjectKeyArg = Annotated[str | None, Field(max_length=MAX_NAME, description="Only this project."), Text]
 ProjectNameArg = Annotated[str | None, Field(max_length=MAX_NAME, description="Project, by name."), Text]
 OptName = Annotated[str | None, Field(max_length=MAX_NAME), Text]
+RetrievalIdArg = Annotated[str, Field(min_length=1, max_length=MAX_ID, description="retrieval_id of a mem.context "
+                                                                                "answer."), Text]
 
 
 def config_owner(owner: str) -> OwnerResolver:
@@ -286,6 +289,42 @@ def build_server(memory: Memory, owner_resolver: OwnerResolver) -> MCPServer:
         owner = owner_of(ctx)
         return _call(lambda: memory.context(owner, query, mode=mode,
                                                   token_budget=token_budget).as_dict())
+
+    @tool(
+        name="mem.feedback",
+        description=(
+            "After answering with a mem.context block: which of its items you used. retrieval_id: from "
+            "mem.context. used_ids: ids of the items you used (its other items are marked unused). Replaces any "
+            "earlier marks of that build, implicit ones included. Returns how many items are marked used."
+        ),
+    )
+    def feedback_tool(
+        ctx: Context,
+        retrieval_id: RetrievalIdArg,
+        used_ids: Annotated[list[Annotated[str, Field(min_length=1, max_length=MAX_ID), Text]],
+                            Field(max_length=500, description="Ids of the items you used.")],
+    ) -> dict[str, Any]:
+        owner = owner_of(ctx)
+        return _call(lambda: {"retrieval_id": retrieval_id,
+                              "marked": memory.feedback(owner, retrieval_id, used_ids)})
+
+    @tool(
+        name="mem.implicit_feedback",
+        description=(
+            "After answering with a mem.context block, when you do not name items: post what you finally "
+            "produced (answer, summary, diff or tool calls, as text; at most "
+            f"{MAX_OUTPUT:,} characters) with the build's retrieval_id. The items you demonstrably used "
+            "(semantic or lexical overlap above a calibrated threshold) are marked used, with the evidence. "
+            "Explicit feedback (mem.feedback) wins; posting twice marks nothing twice."
+        ),
+    )
+    def implicit_feedback_tool(
+        ctx: Context,
+        retrieval_id: RetrievalIdArg,
+        output: Annotated[Output, Field(description="What you produced, as text.")],
+    ) -> dict[str, Any]:
+        owner = owner_of(ctx)
+        return _call(memory.implicit_feedback, owner, retrieval_id, output)
 
     return server
 

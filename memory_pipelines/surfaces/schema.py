@@ -16,7 +16,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, StringConstraints, 
 from pydantic import ValidationError as PydanticError
 
 from ..infra.errors import ValidationError, check_storable
-from ..vocabulary import MAX_CONTENT, MAX_ID, MAX_NAME, MAX_PATH, MAX_QUERY, MAX_TS, MIN_TS
+from ..vocabulary import MAX_CONTENT, MAX_ID, MAX_NAME, MAX_OUTPUT, MAX_PATH, MAX_QUERY, MAX_TS, MIN_TS
 
 
 def storable(value: str | None) -> str | None:
@@ -60,6 +60,8 @@ ItemId = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID), Text
 Name = Annotated[str, StringConstraints(min_length=1, max_length=MAX_NAME), Text, _TextSchema]
 PathText = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PATH), Text, _TextSchema]
 Content = Annotated[str, StringConstraints(min_length=1, max_length=MAX_CONTENT), Text, _TextSchema]
+Output = Annotated[str, StringConstraints(min_length=1, max_length=MAX_OUTPUT), Text, _TextSchema]
+"""What an agent produced (answer, summary, diff, tool calls as text), posted as implicit feedback."""
 Cursor = Annotated[str, StringConstraints(min_length=1, max_length=500), Text, _TextSchema]
 Ts = Annotated[int, Field(ge=MIN_TS, le=MAX_TS)]
 """A memory's own time in Unix seconds: the range the library accepts (it also refuses more than a day ahead)."""

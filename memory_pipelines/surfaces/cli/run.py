@@ -57,7 +57,16 @@ def print_run_summary(summary: dict) -> None:
           f"{summary['failed']} failed, {summary['keyword_rows_indexed']} rows keyword-indexed")
     for name in summary["checks_failed"]:
         print(f"  failed check: {name}")
-    runs = ", ".join(f"{run['run_id'][:8]}" for run in (summary.get("demo", {}), summary) if run.get("run_id"))
+    sessions = summary.get("demo_sessions", {})
+    log = sessions.get("assets", {}).get("demo_sessions", {})
+    if log:
+        gate = sessions.get("checks", {}).get("scoring_evaluation:publish_gate")
+        verdict = {True: "passed", False: "refused (a WARN; see its reasons in the UI)", None: "not run"}[gate]
+        print(f"demo sessions: {log.get('builds_with_implicit_feedback')} builds with implicit feedback, "
+              f"{log.get('labelled_candidates')} labelled candidates, {log.get('used_implicit')} used "
+              f"(share {log.get('used_share')}); tuning gate {verdict}")
+    runs = ", ".join(f"{run['run_id'][:8]}" for run in (summary.get("demo", {}), summary, sessions)
+                     if run.get("run_id"))
     print(f"  runs {runs or 'none recorded'} in the Dagster instance {summary['dagster_home']} (`make dagster`)")
     if not summary["success"]:
         print(f"the Dagster run failed (exit codes {summary['exit_codes']})", file=sys.stderr)

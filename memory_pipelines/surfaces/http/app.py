@@ -379,6 +379,20 @@ def create_app(memory: Memory) -> FastAPI:
         marked = memory.feedback(owner, body.retrieval_id, list(body.used_ids))
         return to_json({"retrieval_id": body.retrieval_id, "marked": marked})
 
+    @app.post("/api/brain/memory/feedback/implicit", tags=["context"],
+              summary="Post what the agent produced; mark the injected items it used",
+              response_model=r.ImplicitFeedback,
+              responses=r.errors(r.BAD_REQUEST, r.TOO_LARGE,
+                                 r.not_found("context build", "retrieval 7d1e2f3a-4b5c-4d6e-8f70-819a2b3c4d5e "
+                                             "not found")))
+    def memory_feedback_implicit(body: m.ImplicitFeedbackRequest, owner: Owner) -> JSONResponse:
+        """After the agent answered, without naming items: its final `output` (answer, summary, diff or tool
+        calls as text). Each injected item it demonstrably used (semantic or lexical overlap with the output
+        above the calibrated threshold) is marked used, `used_by: implicit`, with the evidence logged. Explicit
+        feedback wins (after it, this changes nothing); posting again marks nothing twice."""
+        _same_owner(body.owner_id, owner)
+        return to_json(memory.implicit_feedback(owner, body.retrieval_id, body.output))
+
     @app.get("/api/brain/memory/builds", tags=["context"], summary="Recent context builds, with used marks",
              response_model=r.Builds, responses=read)
     def memory_builds(

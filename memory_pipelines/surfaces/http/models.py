@@ -17,7 +17,7 @@ from ...vocabulary import (
     ContextMode,
     Scope,
 )
-from ..schema import Content, Cursor, Documented, Instant, ItemId, Name, Query, Ts, storable
+from ..schema import Content, Cursor, Documented, Instant, ItemId, Name, Output, Query, Ts, storable
 from ..schema import PathText as Path_
 
 SearchMode = Literal["summary", "hybrid", "semantic", "keyword"]
@@ -113,4 +113,17 @@ class FeedbackRequest(_Body):
     retrieval_id: ItemId = Field(description="`retrieval_id` of a context answer.")
     used_ids: list[ItemId] = Field(default_factory=list, max_length=500, description=(
         "Ids of the build's items the agent used; its other injected items are marked unused."))
+    owner_id: OwnerField = None
+
+
+class ImplicitFeedbackRequest(_Body):
+    """What the agent finally produced for one context build."""
+
+    model_config = _examples({"retrieval_id": "7d1e2f3a-4b5c-4d6e-8f70-819a2b3c4d5e",
+                              "output": "The 401s come from the expired token: refresh it before the call "
+                                        "and retry once, as we did for Stripe."})
+
+    retrieval_id: ItemId = Field(description="`retrieval_id` of a context answer.")
+    output: Output = Field(description=(
+        "The agent's final answer, summary, diff or tool calls, as text (at most the limit in characters)."))
     owner_id: OwnerField = None

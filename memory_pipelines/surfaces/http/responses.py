@@ -185,7 +185,7 @@ class Context(_Out):
                    "line": "- [memory · 2026-01-20] 选择 pgvector 存储向量: 李雷: 我们选择 pgvector 存储向量，因为 "
                            "PostgreSQL 已经在用，运维成本低，支持 HNSW 索引。"}],
         "token_used": 41, "token_budget": 800, "retrieval_id": _RID, "mode": "debug", "candidates_count": 12,
-        "config_version": 1, "degraded": None,
+        "config_version": 1, "degraded": None, "floored": 9,
         "timings_ms": {"embed": 14.2, "retrieve": 31.5, "score_mmr_budget": 3.4, "log": 6.3,
                        "total_excluding_embed": 41.2},
     })
@@ -199,6 +199,8 @@ class Context(_Out):
     candidates_count: int = Field(description="Scored candidates, the profile excluded.")
     config_version: int = Field(description="The scoring config (half-lives, mode weights) the build used.")
     degraded: str | None = Field(description="Set when the embedding provider failed (keyword-only retrieval).")
+    floored: int = Field(0, description="Candidates below the relevance floor, left out (an empty slot is "
+                                        "better than noise).")
     timings_ms: dict[str, float] = Field(description="Milliseconds per stage.")
 
 
@@ -207,6 +209,44 @@ class Feedback(_Out):
 
     retrieval_id: str
     marked: int = Field(description="How many injected items of the build are now marked used.")
+
+
+class ImplicitEvidence(_Out):
+    semantic: float = Field(description="Cosine of the item and the best output chunk, calibrated to [0, 1] "
+                                        "above the model's floor for the two languages.")
+    cosine: float = Field(description="The raw cosine of that chunk.")
+    lexical: float = Field(description="Share of the item's distinctive terms (not in the query) in the output.")
+    matched_terms: list[str]
+    distinctive_terms: int
+    score: float = Field(description="max(semantic, lexical).")
+    threshold: float
+    used: bool = Field(description="Whether this evidence reaches the threshold.")
+
+
+class ImplicitItem(_Out):
+    source: str
+    id: str
+    used: bool = Field(description="Marked used now (by this or earlier feedback).")
+    used_by: Literal["explicit", "implicit"] | None
+    evidence: ImplicitEvidence | None = Field(description="This output's evidence (null: no line was logged).")
+
+
+class ImplicitFeedback(_Out):
+    model_config = _examples({
+        "retrieval_id": _RID, "marked": 1, "used": 1, "explicit_feedback": False, "threshold": 0.5,
+        "degraded": None,
+        "items": [{"source": "learning", "id": _TASK, "used": True, "used_by": "implicit",
+                   "evidence": {"semantic": 0.71, "cosine": 0.93, "lexical": 0.5, "matched_terms": ["stripe", "401"],
+                                "distinctive_terms": 9, "score": 0.71, "threshold": 0.5, "used": True}}],
+    })
+
+    retrieval_id: str
+    marked: int = Field(description="Items newly marked used by this output (0 when posted again).")
+    used: int = Field(description="Injected items of the build now marked used.")
+    explicit_feedback: bool = Field(description="The build has explicit feedback: nothing was changed.")
+    threshold: float
+    degraded: str | None = Field(description="Set when the embedder failed (lexical overlap only).")
+    items: list[ImplicitItem] = Field(description="The injected items in block order.")
 
 
 # -- build history ---------------------------------------------------------------------------------------------
@@ -225,11 +265,13 @@ class BuildItem(_Out):
     tokens: int | None
     injected: bool
     used: bool = Field(description="Marked used by feedback.")
+    used_by: Literal["explicit", "implicit"] | None = Field(
+        description="Who said used: explicit feedback, or implicit feedback from the agent's output.")
 
 
 _ITEM = {"source": "memory", "id": _MEM, "title": "选择 pgvector 存储向量", "relevance": 0.71, "age_days": 0.4,
          "decay": 1.0, "mode_weight": 1.0, "score": 0.71, "rank": 1, "mmr_rank": 1, "tokens": 38,
-         "injected": True, "used": True}
+         "injected": True, "used": True, "used_by": "implicit"}
 _BUILD = {"retrieval_id": _RID, "query": "fix the login cookie bug", "mode": "debug", "token_budget": 800,
           "token_used": 41, "candidates_count": 12, "injected_count": 1, "used_count": 1, "config_version": 1,
           "degraded": None, "randomized": False, "created_at": _WHEN, "feedback_at": _WHEN, "items": [_ITEM]}

@@ -1,0 +1,74 @@
+"""CLI command `feedback`: explicit (`--used ID`) or implicit (`--output TEXT` / `--output-file FILE|-`) feedback
+on one context build, as HTTP's POST /api/brain/memory/feedback[/implicit] and MCP's mem.feedback /
+mem.implicit_feedback do."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ...infra.errors import ValidationError
+from ...vocabulary import MAX_OUTPUT
+
+
+def read_output(args: argparse.Namespace) -> str:
+    """The output given inline, or read from a file or stdin ('-'), at most MAX_OUTPUT characters."""
+    if args.output is not None:
+        return args.output
+    if args.output_file == "-":
+        text = sys.stdin.read(MAX_OUTPUT + 1)
+    else:
+        try:
+            with Path(args.output_file).open(encoding="utf-8", errors="surrogateescape") as f:
+                text = f.read(MAX_OUTPUT + 1)
+        except OSError as exc:
+            raise ValidationError("--output-file", f"cannot be read ({exc.strerror or exc})") from None
+    return text
+
+
+def cmd_feedback(args: argparse.Namespace) -> int:
+    from ...face import Memory
+
+    output = None if args.used is not None else read_output(args)
+    memory = Memory.open(llm=None)
+    owner = args.owner or memory.settings.default_owner
+    if args.used is not None:
+        result = {"retrieval_id": args.retrieval_id,
+                  "marked": memory.feedback(owner, args.retrieval_id, list(args.used))}
+        print(json.dumps(result) if args.json else f"{result['marked']} item(s) marked used (explicit)")
+        return 0
+    result = memory.implicit_feedback(owner, args.retrieval_id, output)
+    if args.json:
+        print(json.dumps(result, ensure_ascii=False, indent=2))
+        return 0
+    for item in result["items"]:
+        ev = item["evidence"] or {}
+        mark = "used" if item["used"] else "-"
+        print(f"{mark:<5} {item['used_by'] or '':<9} {item['source']:<10} {item['id']}  semantic "
+              f"{ev.get('semantic', 0):.2f}  lexical {ev.get('lexical', 0):.2f}  "
+              f"{', '.join(ev.get('matched_terms', [])[:6])}")
+    note = " (explicit feedback already given: nothing changed)" if result["explicit_feedback"] else ""
+    print(f"{result['marked']} newly marked, {result['used']} used of {len(result['items'])} injected, "
+          f"threshold {result['threshold']}{note}", file=sys.stderr)
+    if result["degraded"]:
+        print(f"[degraded] {result['degraded']}", file=sys.stderr)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add `feedback` to the CLI."""
+    p = sub.add_parser(
+        "feedback",
+        help="feedback on one context build: the items the agent used (--used), or what it produced "
+        "(--output / --output-file: the items it demonstrably used are marked, used_by implicit)",
+    )
+    p.add_argument("retrieval_id", help="retrieval_id of a context build (`context --json` prints it)")
+    p.add_argument("--owner", help="owner id (default MEMORY_PIPELINES_OWNER or 'default')")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--used", action="append", metavar="ID", help="an item the agent used (repeat); explicit")
+    what.add_argument("--output", help=f"the agent's final output as text (at most {MAX_OUTPUT:,} characters)")
+    what.add_argument("--output-file", metavar="FILE", help="read the output from FILE ('-': stdin)")
+    p.add_argument("--json", action="store_true", help="print the marks and evidence as JSON")
+    p.set_defaults(func=cmd_feedback)
