@@ -274,13 +274,15 @@ def test_killed_run_resumes_and_embeds_every_row_exactly_once(db_url, pool, fake
     checks = _checks(first)
     assert checks["task_embeddings:embedding_coverage"] is False
     meta = _one(first, "task_embeddings")
-    assert meta["rows_embedded"] == 20 and meta["rows_failed"] > 0 and meta["rows_pending_after"] == 40
+    # The parallel loaders of a whole-table run each stop at their first failed batch, after 20-25 rows.
+    assert 20 <= meta["rows_embedded"] <= 25 and meta["rows_failed"] > 0
+    assert meta["rows_pending_after"] == 60 - meta["rows_embedded"]
     assert meta["errors"]
     healthy = _resource(db_url, batch_size=10)
     second = dg.materialize(selection, resources={"memory": healthy}, tags=RANGE_TAGS, run_config=QUIET)
     meta2 = _one(second, "task_embeddings")
     assert second.success and _checks(second) and all(_checks(second).values())
-    assert meta2["rows_embedded"] == 40 and meta2["rows_skipped"] == 20
+    assert meta2["rows_embedded"] == 60 - meta["rows_embedded"] and meta2["rows_skipped"] == meta["rows_embedded"]
     assert meta["rows_embedded"] + meta2["rows_embedded"] == 60
     assert _pending(pool, fake_embedder.model_name)["task"] == 0
 

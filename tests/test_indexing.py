@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from memory_pipelines.embeddings import FakeEmbedder
 from memory_pipelines.index.keywords import index_all, index_source
-from memory_pipelines.index.vectors import embed_all, embed_source, pending_total
+from memory_pipelines.index.vectors import LOADERS, embed_all, embed_source, pending_total
 from tests.factories import add_learning, add_memory, add_task
 
 LONG = " ".join(
@@ -51,7 +51,8 @@ def test_killed_run_resumes_without_redoing_work(pool):
     failing = FakeEmbedder(384, batch_size=10)
     failing.fail_after = 25  # two batches of 10 succeed, the third fails, and so on
     first = embed_source(pool, failing, "task", batch_size=10, max_consecutive_failures=1)
-    assert first.embedded == 20 and first.failed == 10 and first.errors
+    # Each of the parallel loaders stops at its first failed batch.
+    assert first.embedded == 20 and first.failed == 10 * LOADERS and first.errors
     healthy = FakeEmbedder(384, batch_size=10)
     second = embed_source(pool, healthy, "task", batch_size=10)
     assert second.embedded == 30 and healthy.texts_embedded == 30  # only what was still pending

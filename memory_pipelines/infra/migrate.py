@@ -106,6 +106,8 @@ def migrate(url: str, dimension: int, model_name: str, *, restore_indexes: bool 
             for position in range(len(VECTOR_COLUMNS)):
                 if restore_vector_index(conn, position):
                     applied.append(f"restored {VECTOR_COLUMNS[position][2]}")
+                    log.warning("HNSW index %s was missing (an interrupted bulk load?); rebuilt it",
+                                VECTOR_COLUMNS[position][2])
         elif missing := missing_vector_indexes(conn):
             log.warning("HNSW indexes missing: %s; `memory-pipelines migrate` or `embed` rebuilds them",
                         ", ".join(missing))
@@ -142,7 +144,7 @@ def restore_vector_index(conn: psycopg.Connection, position: int) -> bool:
         with conn.transaction():
             conn.execute(f"SET LOCAL maintenance_work_mem = '{INDEX_BUILD_MEMORY}'")
             conn.execute(f"CREATE INDEX IF NOT EXISTS {index} ON {table} USING hnsw ({column} vector_cosine_ops)")
-        log.warning("HNSW index %s on %s was missing (an interrupted bulk load?); rebuilt it", index, table)
+        log.info("built the missing HNSW index %s on %s", index, table)
         return True
     finally:
         conn.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_INDEX, position))
