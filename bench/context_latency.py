@@ -20,7 +20,19 @@ import random
 import time
 
 import numpy as np
-from _common import emit, load_tasks, log, note, percentiles, scratch, sentence, topic_vector
+from _common import (
+    LOADS,
+    database_size,
+    emit,
+    load_tasks,
+    log,
+    machine,
+    note,
+    percentiles,
+    scratch,
+    sentence,
+    topic_vector,
+)
 from psycopg.types.json import Jsonb
 
 from memory_pipelines.context.builder import build_memory_context
@@ -90,8 +102,10 @@ def run_size(n: int, builds: int) -> dict:
                 )
             conn.execute("ANALYZE")
         log(f"[{n}] keyword index")
+        t = time.perf_counter()
         index_source(pool, "task", weights=False)  # BM25 reads tf and df; the TF-IDF weights are for tags
         index_source(pool, "learning", weights=False)
+        keyword_seconds = time.perf_counter() - t
         with pool.connection() as conn:  # the steady state: autovacuum has seen the 1M+ keyword rows
             conn.autocommit = True
             conn.execute("VACUUM ANALYZE keywords, keyword_docs, keyword_stats, keyword_df")
@@ -116,6 +130,10 @@ def run_size(n: int, builds: int) -> dict:
         ours_p, base_p = percentiles(ours), percentiles(base)
         steps = ("retrieve", "score_mmr_budget", "log")
         return {
+            "loads": LOADS[-2:],
+            "keyword_index_seconds": round(keyword_seconds, 1),
+            "database_size": database_size(url),
+            "machine": machine(),
             "project": ours_p,
             "project_steps_p50_ms": {k: round(float(np.median([p[k] for p in parts])), 2) for k in steps},
             "seed_baseline": base_p,

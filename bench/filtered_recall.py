@@ -14,10 +14,10 @@ import argparse
 import random
 import time
 
-from _common import emit, load_tasks, log, note, scratch, topic_vector
+from _common import LOADS, database_size, emit, load_tasks, log, machine, note, scratch, topic_vector
 
 from memory_pipelines.infra.db import get_pool
-from memory_pipelines.retrieval.search import SearchFilters, search
+from memory_pipelines.retrieval.search import PLANS, SearchFilters, search
 
 
 def exact(conn, table: str, owner: str, q) -> list[str]:
@@ -80,6 +80,8 @@ def main() -> None:
         embedder = load_tasks(url, n, [("all", n)], seed=3, table="learnings")
         load_tasks(url, n, split, seed=4, table="tasks")
         pool = get_pool(url)
+        size = database_size(url)
+        busy_before = machine()
         queries = [topic_vector(note(rng)[1], rng) for _ in range(args.queries)]
         results = {}
         for label, table, source, owner in [
@@ -88,12 +90,18 @@ def main() -> None:
             ("1%", "tasks", "task", "s1"),
             ("0.1%", "tasks", "task", "s01"),
         ]:
+            PLANS.clear()
             results[label] = measure(pool, embedder, table, source, owner, queries)
+            results[label]["plans"] = dict(PLANS)  # how each vector scan ran; exact-fallback: came back short
             log(f"{label}: {results[label]}")
     emit(
         {
             "benchmark": "filtered_recall",
             "rows": n,
+            "loads": LOADS,
+            "database_size": size,
+            "machine_before": busy_before,
+            "machine_after": machine(),
             "queries": args.queries,
             "selectivity": results,
             "min_recall": min(r["recall_at_10"] for r in results.values()),

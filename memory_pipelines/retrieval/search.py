@@ -9,6 +9,7 @@ HNSW index with a wider candidate list — or pgvector 0.8's iterative scan — 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -28,6 +29,10 @@ from ..vocabulary import CONTENT_TYPES, SEARCH_MODES, SEARCH_SOURCES, SOURCES
 from .fusion import FUSIONS, rescored
 
 log = logging.getLogger(__name__)
+
+PLANS: Counter[str] = Counter()
+"""Vector scans of this process by plan (exact, hnsw, hnsw-iterative, empty, exact-fallback): the benches
+report how often an index scan came back short and was answered exactly."""
 
 # Hybrid search reads this many candidates per channel and source; and how each channel's score maps to
 # [0, 1] before fusion. Chosen on the LoCoMo dev folder (README, "Choosing the hybrid default").
@@ -208,9 +213,11 @@ def _semantic_source(
             return []
         rows = conn.execute(sql, params, binary=True).fetchall()
         found = rows[0][-1] if src.chunked and rows else len(rows)
+        PLANS[plan.split("(")[0]] += 1
         if plan != "exact" and found < wanted:
             # The index scan came back short: fewer candidates passed the filters than the estimate
             # promised. Rare (stale statistics); answer exactly rather than return too few.
+            PLANS["exact-fallback"] += 1
             conn.execute("SET LOCAL enable_indexscan = off")
             rows = conn.execute(sql, params, binary=True).fetchall()
     return [_hit(source, r[:7], semantic=float(r[4])) for r in rows]
