@@ -337,3 +337,37 @@ def test_demo_sessions_label_candidates_idempotently_and_the_gate_warns(runtime,
     assert "published_scoring_config" not in mats
     assert mats["retrieval_log_frames"]["used"].value == used
     assert any(k.startswith("plot_") for k in mats["hit_rate_report"])
+
+
+# -- cross-lingual: the semantic channel (the bundled model) ---------------------------------------------------
+
+ZH_USES_POOL = ("billing-api 的 nightly export 把 SQLAlchemy 的 QueuePool（20 个连接）耗尽了。"
+                "我会把 pool_size 调到 40，"
+                "并且在 worker 的 finally block 里 close session。")
+"""A Chinese answer that uses the English POOL learning: its meaning, plus the identifiers an agent keeps."""
+
+
+@pytest.mark.slow
+def test_a_chinese_output_using_an_english_item_is_marked_by_meaning(db_url, pool, local_embedder):
+    from memory_pipelines.infra.settings import Settings
+    from memory_pipelines.runtime import Runtime
+
+    runtime = Runtime(settings=Settings(database_url=db_url, embedder="local"), url=db_url, pool=pool,
+                      embedder=local_embedder)
+    with pool.connection() as conn:
+        ids = {name: add_learning(conn, "alice", t, c) for name, (t, c) in
+               {"stripe": STRIPE, "pool": POOL, "flaky": FLAKY}.items()}
+    embed_all(pool, local_embedder)
+    index_all(pool)
+    memory = Memory(runtime, llm=None)
+    result = memory.context("alice", QUERY, mode="debug", token_budget=2000)
+    injected = {it.id for it in result.items}
+    assert ids["pool"] in injected and len(injected) > 1
+    out = memory.implicit_feedback("alice", result.retrieval_id, ZH_USES_POOL)
+    ev = {i["id"]: i["evidence"] for i in out["items"] if i["evidence"]}
+    assert used_ids(pool, result.retrieval_id) == {ids["pool"]}
+    assert ev[ids["pool"]]["used"] and {"sqlalchemy", "pool_size"} <= set(ev[ids["pool"]]["matched_terms"])
+    # the meaning carries across languages: the used item's semantic score stands clear of the others'
+    others = [e["semantic"] for i, e in ev.items() if i != ids["pool"]]
+    assert ev[ids["pool"]]["semantic"] > max(others) + 0.15, ev
+    assert all(not e["used"] for i, e in ev.items() if i != ids["pool"])
