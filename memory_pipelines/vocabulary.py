@@ -5,7 +5,7 @@ concept is spelled once. Adding a source is one `Source` entry here plus its mig
 
 Two kinds of source:
 - *indexed texts* (`INDEXED`): rows whose words are embedded and keyword-indexed (`task`, `learning`,
-  `capability`, and `fragment`, the chunks of agent-mem memories);
+  `capability`, `event`, and `fragment`, the chunks of agent-mem memories);
 - *scored sources* (`SOURCES`): what search and the context builder rank (`task`, `learning`, `capability`,
   `memory`, `event`, `okr`); `memory` is reached through its fragments' index.
 """
@@ -155,6 +155,15 @@ class Source:
     vector_sql: str = "t.embedding"
     detail_sql: str = ""
     """The full record by id and owner: id, title, body, status, metadata, created_at, vector."""
+    active_sql: str = "t.is_active"
+    """Which rows of the table are live (ranked and indexed)."""
+
+
+EVENT_TYPES: tuple[str, ...] = ("task_failed", "task_completed", "alert", "layer2_health", "escalation")
+"""The event types a context build reads as recent events (the context-builder spec)."""
+EVENT_WINDOW_HOURS = {"default": 24, "debug": 72}
+EVENT_ACTIVE_SQL = "t.type IN (" + ", ".join(f"'{t}'" for t in EVENT_TYPES) + ")"
+"""The events that are indexed and ranked: those of EVENT_TYPES (not the build log's memory_retrieval)."""
 
 
 INDEXED: dict[str, IndexedText] = {
@@ -186,6 +195,14 @@ INDEXED: dict[str, IndexedText] = {
         from_sql="fragments t JOIN memories m ON m.id = t.memory_id JOIN projects p ON p.id = m.project_id",
         text_sql="mp_fragment_text(m.speaker, t.content, p.project_name, m.content_type, m.created_at)",
         active_sql="m.is_active",
+    ),
+    "event": IndexedText(
+        name="event",
+        table="events",
+        id_type="uuid",
+        from_sql="events t",
+        text_sql="mp_event_text(t.type, t.payload)",
+        active_sql=EVENT_ACTIVE_SQL,
     ),
 }
 
@@ -228,14 +245,21 @@ SOURCES: dict[str, Source] = {
         " 'speaker', m.speaker), m.created_at, m.avg_embedding FROM memories m"
         " JOIN projects p ON p.id = m.project_id WHERE m.id = %s AND m.owner_id = %s AND m.is_active",
     ),
-    "event": Source("event", "events", "uuid", 1, {"plan": 0.5, "execute": 0.8, "debug": 1.5, "chat": 0.3},
-                    title_sql="'[' || t.type || ']'"),
+    "event": Source(
+        "event", "events", "uuid", 1, {"plan": 0.5, "execute": 0.8, "debug": 1.5, "chat": 0.3},
+        indexed_as="event", from_sql="events t", title_sql="'[' || t.type || ']'",
+        body_sql="left(mp_event_values(t.payload), 200)", extra_sql="jsonb_build_object('type', t.type)",
+        active_sql=EVENT_ACTIVE_SQL,
+    ),
     "okr": Source("okr", "goals", "uuid", None, {"plan": 1.5, "execute": 0.5, "debug": 0.3, "chat": 1.0},
                   title_sql="t.title"),
 }
 
 SOURCE_NAMES: tuple[str, ...] = tuple(SOURCES)
 SEARCH_SOURCES: tuple[str, ...] = tuple(n for n, s in SOURCES.items() if s.searchable)
+RANKED_SOURCES: tuple[str, ...] = tuple(n for n, s in SOURCES.items() if s.indexed_as)
+"""Sources search can rank when asked (SEARCH_SOURCES, the default, plus events: the context builder's
+recent events, searched within their window)."""
 INDEXED_NAMES: tuple[str, ...] = tuple(INDEXED)
 KEYWORD_SOURCE_OF: dict[str, str] = {n: s.indexed_as for n, s in SOURCES.items() if s.indexed_as}
 """Scored source → the keyword-table source that indexes it (memory → fragment)."""
@@ -243,14 +267,10 @@ KEYWORD_SOURCE_OF: dict[str, str] = {n: s.indexed_as for n, s in SOURCES.items()
 VECTOR_COLUMNS: list[tuple[str, str, str | None]] = [
     *((i.table, i.vector_column, i.index_name) for i in INDEXED.values()),
     ("memories", "avg_embedding", "memories_avg_embedding_hnsw"),
-    ("events", "embedding", None),
     ("memory_versions", "avg_embedding", None),
 ]
 """Every vector column, with its HNSW index (recreated when the dimension changes)."""
 
-EVENT_TYPES: tuple[str, ...] = ("task_failed", "task_completed", "alert", "layer2_health", "escalation")
-"""The event types a context build reads as recent events (the context-builder spec)."""
-EVENT_WINDOW_HOURS = {"default": 24, "debug": 72}
 
 
 def seed_half_lives() -> dict[str, float | None]:

@@ -94,8 +94,9 @@ def test_factors_decay_and_capabilities(pool, fake_embedder, team):
         assert item.score == pytest.approx(item.relevance * item.decay * item.mode_weight)
         if item.source == "capability":
             assert item.decay == 1.0
-        if item.source == "task":
-            assert item.decay == pytest.approx(0.5 ** (item.age_days / 30), rel=1e-6)
+        if item.source == "task":  # bounded: the decay floor plus the rest halving every 30 days
+            floor = ScoringConfig().decay_floor
+            assert item.decay == pytest.approx(floor + (1 - floor) * 0.5 ** (item.age_days / 30), rel=1e-6)
     assert any(i.source == "capability" for i in items) and any(i.source == "task" for i in items)
     assert all("bob" not in i.line for i in items)
 
@@ -107,6 +108,22 @@ def test_events_window_by_mode(pool, fake_embedder, team):
     debug_events = [i.title for i in debug.items if i.source == "event"]
     assert exec_events == ["[task_failed]"]  # 24 h window, seed types only
     assert sorted(debug_events) == ["[alert]", "[task_failed]"]  # 72 h in debug
+
+
+def test_events_are_ranked_by_relevance_not_a_free_half(pool, fake_embedder, team):
+    """Events are searched like every source: an unrelated recent one is floored, not given 0.5; one not
+    embedded yet competes by its keywords."""
+    with pool.connection() as conn:
+        add_event(conn, "alice", "alert", {"message": "quarterly marketing newsletter draft"}, hours=1)
+    embed_all(pool, fake_embedder)
+    with pool.connection() as conn:
+        pending = add_event(conn, "alice", "task_failed", {"task": "login", "error": "auth token expired 401"}, hours=1)
+    index_all(pool)  # keywords only: the new event has no embedding yet
+    result = _build(pool, fake_embedder, token_budget=4000)
+    assert pending in {i.id for i in result.items if i.source == "event"}
+    assert not any("newsletter" in i.line for i in result.items)
+    assert result.floored >= 1 and result.as_dict()["floored"] == result.floored
+    assert all(i.relevance != 0.5 for i in result.items if i.source == "event")
 
 
 def test_retrieval_log_and_feedback(pool, fake_embedder, team):
@@ -162,7 +179,9 @@ def test_active_config_is_used_from_the_next_build(pool, fake_embedder, team):
         mode_weights={
             **ScoringConfig().mode_weights,
             "capability": {m: 0.01 for m in ("plan", "execute", "debug", "chat")},
-        }
+        },
+        weight_bounds=(0.01, 5.0),  # the default bounds would lift 0.01 to their floor
+        decay_floor=0.3,
     )
     version = add_config(pool, config, note="test")
     activate(pool, version)
@@ -170,6 +189,8 @@ def test_active_config_is_used_from_the_next_build(pool, fake_embedder, team):
     assert result.config_version == version
     capabilities = [i for i in result.items if i.source == "capability"]
     assert capabilities and all(i.mode_weight == 0.01 for i in capabilities)
+    tasks = [i for i in result.items if i.source == "task"]
+    assert tasks and all(i.decay == pytest.approx(0.3 + 0.7 * 0.5 ** (i.age_days / 30)) for i in tasks)
 
 
 def test_bad_input_names_the_field(pool, fake_embedder, team):

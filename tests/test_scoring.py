@@ -9,17 +9,37 @@ import pytest
 
 from memory_pipelines.context.budget import fit_to_budget
 from memory_pipelines.context.mmr import mmr_select
-from memory_pipelines.context.scoring import ScoringConfig, time_decay
+from memory_pipelines.context.scoring import (
+    DECAY_FLOOR,
+    RELEVANCE_FLOORS,
+    UNBOUNDED,
+    ScoringConfig,
+    apply_floor,
+    time_decay,
+)
 from memory_pipelines.text.keywords import jaccard
 from memory_pipelines.text.tokens import count_tokens
 
 
 def test_task_decay_halves_every_30_days():
+    seed = ScoringConfig(**UNBOUNDED)  # the seed's pure exponential decay
+    assert seed.decay("task", 30) == pytest.approx(0.5, abs=1e-9)
+    assert seed.decay("task", 90) == pytest.approx(0.125, abs=1e-9)
+    assert seed.decay("learning", 90) == pytest.approx(0.5, abs=1e-9)
+    assert seed.decay("event", 1) == pytest.approx(0.5, abs=1e-9)
+    assert time_decay(30, 30) == pytest.approx(0.5, abs=1e-9)
+
+
+def test_decay_orders_but_never_buries():
     config = ScoringConfig()
-    assert config.decay("task", 30) == pytest.approx(0.5, abs=1e-9)
-    assert config.decay("task", 90) == pytest.approx(0.125, abs=1e-9)
-    assert config.decay("learning", 90) == pytest.approx(0.5, abs=1e-9)
-    assert config.decay("event", 1) == pytest.approx(0.5, abs=1e-9)
+    floor = config.decay_floor
+    assert config.decay("task", 0) == pytest.approx(1.0)
+    assert config.decay("task", 30) == pytest.approx(floor + (1 - floor) * 0.5)
+    assert config.decay("task", 10_000) == pytest.approx(floor)  # a very old item keeps the floor
+    assert config.decay("task", 10) > config.decay("task", 20)  # still ordered by age
+    lo, hi = config.weight_bounds
+    # the largest lift one item can get over another of higher relevance
+    assert hi / (lo * floor) <= 6.0
 
 
 def test_capabilities_goals_and_memories_do_not_decay():
@@ -29,10 +49,40 @@ def test_capabilities_goals_and_memories_do_not_decay():
     assert time_decay(None, 30) == 1.0
 
 
-def test_mode_weights_are_the_seed_table():
+def test_mode_weights_are_the_seed_table_within_bounds():
+    seed = ScoringConfig(**UNBOUNDED)
+    assert seed.weight("okr", "plan") == 1.5 and seed.weight("event", "debug") == 1.5
+    assert seed.weight("learning", "chat") == 0.6 and seed.weight("task", "execute") == 1.2
     config = ScoringConfig()
-    assert config.weight("okr", "plan") == 1.5 and config.weight("event", "debug") == 1.5
-    assert config.weight("learning", "chat") == 0.6 and config.weight("task", "execute") == 1.2
+    lo, hi = config.weight_bounds
+    assert config.weight("task", "execute") == 1.2 and config.weight("event", "debug") == min(1.5, hi)
+    assert config.weight("event", "chat") == max(0.3, lo)  # bounded: the seed's 0.3 cannot bury events
+    boosted = ScoringConfig(source_weights={"learning": 10.0, "task": 0.5})
+    assert boosted.weight("learning", "plan") == hi and boosted.weight("task", "plan") == max(0.5, lo)
+
+
+def test_relevance_floor_per_channel():
+    config = ScoringConfig(relevance_floors={"semantic": 0.4, "keyword": 0.2})
+    assert config.passes_floor(0.5, None) and config.passes_floor(None, 0.25) and config.passes_floor(0.1, 0.3)
+    assert not config.passes_floor(0.3, 0.1) and not config.passes_floor(None, None)
+    items = [Channels(0.9, None), Channels(0.1, 0.05), Channels(None, 0.5), Channels(0.39, None)]
+    kept, floored = apply_floor(items, config)
+    assert kept == [items[0], items[2]] and floored == 2
+
+
+def test_stored_config_without_params_reads_the_defaults():
+    old = ScoringConfig.from_row(3, {"task": 10}, {"task": {"plan": 2.0}})
+    assert old.version == 3 and old.decay_floor == DECAY_FLOOR and old.relevance_floors == RELEVANCE_FLOORS
+    new = ScoringConfig(decay_floor=0.2, source_weights={"event": 0.8}, relevance_floors={"semantic": 0.5})
+    back = ScoringConfig.from_row(4, new.half_lives, new.mode_weights, new.params())
+    assert back.decay_floor == 0.2 and back.source_weights == {"event": 0.8}
+    assert back.relevance_floors["semantic"] == 0.5 and back.weight_bounds == new.weight_bounds
+
+
+@dataclass
+class Channels:
+    semantic: float | None
+    keyword: float | None
 
 
 @dataclass

@@ -17,7 +17,7 @@ from memory_pipelines.context.builder import build_memory_context
 from memory_pipelines.context.config import activate, active_config, add_config, list_configs
 from memory_pipelines.context.exploration import exploration_order, explore_rate
 from memory_pipelines.context.log import record_feedback
-from memory_pipelines.context.scoring import ScoringConfig
+from memory_pipelines.context.scoring import UNBOUNDED, ScoringConfig
 from memory_pipelines.index.keywords import index_all
 from memory_pipelines.index.vectors import embed_all
 from memory_pipelines.infra.db import get_pool
@@ -130,7 +130,7 @@ def test_replay_metrics_on_a_hand_built_build():
     assert row["mrr"] == pytest.approx(1 / 3)
     assert row["ndcg@10"] == pytest.approx(1 / math.log2(4))
     assert summarize(per_build_metrics(cands, flat))["tokens_per_hit"] == pytest.approx(100.0)
-    boost = ScoringConfig(half_lives={}, mode_weights={"learning": {"plan": 2.0}})
+    boost = ScoringConfig(half_lives={}, mode_weights={"learning": {"plan": 2.0}}, weight_bounds=(0.05, 5.0))
     row = per_build_metrics(cands, boost).iloc[0]
     assert (row["hit@1"], row["mrr"], row["ndcg@10"]) == (1.0, 1.0, 1.0)
 
@@ -198,11 +198,12 @@ def test_a_log_without_signal_publishes_nothing(pool):
 
 
 def test_even_a_forced_proposal_shows_no_improvement_on_a_log_without_signal():
-    frames = simulate_log(SimSpec(n_builds=1000, seed=9, no_signal=True))
+    seed = ScoringConfig(**UNBOUNDED)  # logged and replayed in the truth's own (unbounded) form
+    frames = simulate_log(SimSpec(n_builds=1000, seed=9, no_signal=True, active=seed))
     _, test = time_split(frames.builds, 0.3)
     test_ids = set(frames.builds["retrieval_id"][test])
     cands = frames.candidates[frames.candidates["retrieval_id"].isin(test_ids)]
-    ev = evaluate(cands, frames.builds[test], {"active": ScoringConfig(), "proposed": hidden_truth()})
+    ev = evaluate(cands, frames.builds[test], {"active": seed, "proposed": hidden_truth()})
     d = ev["deltas"]["proposed"]["hit@5"]
     assert d["ci_low"] < 0.01 and abs(d["delta"]) < 0.05
 

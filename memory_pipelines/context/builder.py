@@ -22,6 +22,7 @@ from .exploration import exploration_order, explore_rate, should_explore
 from .log import write_log
 from .mmr import mmr_select
 from .retrieve import Candidate, event_candidates, load_profile, score_all, semantic_candidates
+from .scoring import apply_floor
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,8 @@ class ContextResult:
     degraded: str | None = None
     profile: str = ""
     timings_ms: dict[str, float] = field(default_factory=dict)
+    floored: int = 0
+    """Candidates the relevance floor removed (not counted in candidates_count)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -73,6 +76,7 @@ class ContextResult:
             "candidates_count": self.candidates_count,
             "config_version": self.config_version,
             "degraded": self.degraded,
+            "floored": self.floored,
             "timings_ms": self.timings_ms,
         }
 
@@ -128,11 +132,14 @@ def build_memory_context(
     t_embed = time.perf_counter()
     config = active_config(pool)
     semantic = _executor.submit(semantic_candidates, pool, embedder, owner, query, qvec, as_of, depth)
-    events = _executor.submit(event_candidates, pool, owner, query, mode, now)
+    events = _executor.submit(event_candidates, pool, embedder, owner, query, qvec, mode, now)
     profile = _executor.submit(load_profile, pool, owner, mode)
-    candidates = semantic.result() + events.result()
+    candidates, floored = apply_floor(semantic.result() + events.result(), config)
     prof = profile.result()
     t_retrieve = time.perf_counter()
+    if floored:
+        log.info("context build (%s): the relevance floor removed %d of %d candidates",
+                 mode, floored, floored + len(candidates))
 
     score_all(candidates, config, mode, now)
     score_all(prof.goals, config, mode, now)
@@ -196,6 +203,7 @@ def build_memory_context(
         config_version=config.version,
         degraded=degraded,
         profile=prof.snippet if fitted.profile_included else "",
+        floored=floored,
         timings_ms={
             "embed": (t_embed - t0) * 1000,
             "retrieve": (t_retrieve - t_embed) * 1000,

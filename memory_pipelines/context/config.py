@@ -15,7 +15,7 @@ def active_config(pool: ConnectionPool) -> ScoringConfig:
     """The active scoring config (the spec's defaults if none is active)."""
     with pool.connection() as conn:
         row = conn.execute(
-            "SELECT version, half_lives, mode_weights FROM scoring_configs WHERE is_active"
+            "SELECT version, half_lives, mode_weights, params FROM scoring_configs WHERE is_active"
         ).fetchone()
     return ScoringConfig.from_row(*row) if row else ScoringConfig()
 
@@ -31,11 +31,12 @@ def add_config(
     """Store a new (inactive) version; returns its number."""
     with pool.connection() as conn:
         row = conn.execute(
-            "INSERT INTO scoring_configs (half_lives, mode_weights, fitted_on, evaluation, note)"
-            " VALUES (%s, %s, %s, %s, %s) RETURNING version",
+            "INSERT INTO scoring_configs (half_lives, mode_weights, params, fitted_on, evaluation, note)"
+            " VALUES (%s, %s, %s, %s, %s, %s) RETURNING version",
             (
                 Jsonb(config.half_lives),
                 Jsonb(config.mode_weights),
+                Jsonb(config.params()),
                 Jsonb(fitted_on or {}),
                 Jsonb(evaluation or {}),
                 note,

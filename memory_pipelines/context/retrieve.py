@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import numpy as np
 from psycopg_pool import ConnectionPool
 
 from ..embeddings import Embedder
-from ..retrieval.search import SearchFilters, search
-from ..text.keywords import terms
-from ..vocabulary import EVENT_TYPES, EVENT_WINDOW_HOURS, SEARCH_SOURCES
+from ..retrieval.search import Hit, SearchFilters, calibrated_similarity, language, search
+from ..vocabulary import EVENT_WINDOW_HOURS, SEARCH_SOURCES
 from .scoring import ScoringConfig
-
-EVENT_BASE_RELEVANCE = 0.5  # the context-builder spec; a query-term overlap adds up to another 0.5
 
 
 @dataclass
@@ -34,6 +31,53 @@ class Candidate:
     decay: float = 1.0
     mode_weight: float = 1.0
     score: float = 0.0
+    semantic: float | None = None
+    """The semantic channel's calibrated score (0 = the model's floor for unrelated texts), None if not found."""
+    keyword: float | None = None
+    """The keyword channel's calibrated score, None if not found."""
+
+
+def _candidates(hits: list[Hit], embedder: Embedder, query: str) -> list[Candidate]:
+    """Search hits as candidates, with both channels on the calibrated scale (for the relevance floor)."""
+    qlang = language(query)
+    return [
+        Candidate(
+            source=h.source,
+            id=h.id,
+            title=h.title,
+            text=h.text,
+            created_at=h.created_at,
+            relevance=float(h.score),
+            embedding=h.embedding,
+            extra=h.extra,
+            semantic=None if h.semantic is None else calibrated_similarity(embedder, qlang, h.text, h.semantic),
+            keyword=h.keyword,
+        )
+        for h in hits
+    ]
+
+
+def _search(
+    pool: ConnectionPool,
+    embedder: Embedder,
+    owner: str,
+    query: str,
+    qvec: np.ndarray | None,
+    filters: SearchFilters,
+    limit: int,
+) -> list[Candidate]:
+    """Hybrid search (keywords only without a vector), as candidates."""
+    result = search(
+        pool,
+        embedder,
+        owner,
+        query,
+        mode="hybrid" if qvec is not None else "keyword",
+        filters=filters,
+        limit=limit,
+        query_vector=qvec,
+    )
+    return _candidates(result.hits, embedder, query)
 
 
 def semantic_candidates(
@@ -46,72 +90,25 @@ def semantic_candidates(
     depth: int = 20,
 ) -> list[Candidate]:
     """Hybrid search over tasks, learnings, capabilities and memories (keywords only without a vector)."""
-    result = search(
-        pool,
-        embedder,
-        owner,
-        query,
-        mode="hybrid" if qvec is not None else "keyword",
-        filters=SearchFilters(sources=SEARCH_SOURCES, as_of=as_of),
-        limit=depth,
-        query_vector=qvec,
-    )
-    return [
-        Candidate(
-            source=h.source,
-            id=h.id,
-            title=h.title,
-            text=h.text,
-            created_at=h.created_at,
-            relevance=float(h.score),
-            embedding=h.embedding,
-            extra=h.extra,
-        )
-        for h in result.hits
-    ]
-
-
-def _event_text(event_type: str, payload: dict[str, Any]) -> str:
-    """`[type] value | value | …`: the payload's values without its keys (keys like "error" would make
-    every event look relevant to every query about errors), cut to 200 characters as in the context-builder spec."""
-    values = [str(v) for v in payload.values() if v not in (None, "", [], {})] if isinstance(payload, dict) else []
-    return f"[{event_type}] {' | '.join(values)[:200]}"
+    return _search(pool, embedder, owner, query, qvec, SearchFilters(sources=SEARCH_SOURCES, as_of=as_of), depth)
 
 
 def event_candidates(
-    pool: ConnectionPool, owner: str, query: str, mode: str, now: datetime, limit: int = 10
+    pool: ConnectionPool,
+    embedder: Embedder,
+    owner: str,
+    query: str,
+    qvec: np.ndarray | None,
+    mode: str,
+    now: datetime,
+    limit: int = 10,
 ) -> list[Candidate]:
-    """Recent events of the spec's types: 24 h (72 h in debug), newest first, window as a parameter."""
+    """Recent events of the spec's types (24 h, 72 h in debug), ranked by the same hybrid search as the
+    other sources: the window is a filter (and decay a recency prior), not a relevance. An event not
+    embedded yet competes by its keyword channel."""
     hours = EVENT_WINDOW_HOURS.get(mode, EVENT_WINDOW_HOURS["default"])
-    with pool.connection() as conn:
-        rows = conn.execute(
-            "SELECT id::text, type, payload, created_at FROM events"
-            " WHERE owner_id = %(owner)s AND type = ANY(%(types)s)"
-            " AND created_at > %(since)s AND created_at <= %(now)s ORDER BY created_at DESC LIMIT %(limit)s",
-            {
-                "owner": owner,
-                "types": list(EVENT_TYPES),
-                "since": now - timedelta(hours=hours),
-                "now": now,
-                "limit": limit,
-            },
-        ).fetchall()
-    qterms = set(terms(query))
-    out = []
-    for item_id, event_type, payload, created_at in rows:
-        text = _event_text(event_type, payload)
-        overlap = len(qterms & set(terms(text))) / len(qterms) if qterms else 0.0
-        out.append(
-            Candidate(
-                source="event",
-                id=item_id,
-                title=f"[{event_type}]",
-                text=text,
-                created_at=created_at,
-                relevance=EVENT_BASE_RELEVANCE * (1 + overlap),
-            )
-        )
-    return out
+    filters = SearchFilters(sources=("event",), time_range_days=hours / 24, as_of=now)
+    return _search(pool, embedder, owner, query, qvec, filters, limit)
 
 
 @dataclass

@@ -1,18 +1,35 @@
-"""Pure scoring: score = relevance × timeDecay(half-life[source]) × modeWeight[source][mode].
+"""Pure scoring: score = relevance × bounded decay × bounded weight, after a relevance floor.
 
+The context-builder spec's `relevance × timeDecay(halfLife[source]) × modeWeight[source][mode]`, bounded so that
+recency and mode weights reorder relevant items but never bury them (issue 11):
+
+- **floor**: a candidate enters only when one of its channels clears that channel's floor on the calibrated
+  scale of search (`retrieval/search.calibrate_*`: 0 is the model's floor for unrelated texts of the language
+  pair; keyword BM25 saturated). An empty slot is better than noise.
+- **decay** = decay_floor + (1 − decay_floor) · exp(−age · ln 2 / half-life): a year-old item keeps half its score.
+- **weight** = mode weight × source weight, clamped to `weight_bounds`.
+
+So one item can outscore another of higher relevance by at most hi / (lo · decay_floor) (6× with the defaults).
 The offline tuner (memory_pipelines.tuning) uses these same functions, so online and offline agree.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from ..vocabulary import seed_half_lives, seed_mode_weights
 
 SEED_HALF_LIVES: dict[str, float | None] = seed_half_lives()
 SEED_MODE_WEIGHTS: dict[str, dict[str, float]] = seed_mode_weights()
+
+# Floors on the calibrated channel scores (search.calibrate_semantic / calibrate_keyword), chosen from what the
+# calibration means, not fitted to a query set: see README, "Token-budgeted context and feedback".
+RELEVANCE_FLOORS: dict[str, float] = {"semantic": 0.40, "keyword": 0.10}
+DECAY_FLOOR = 0.5
+WEIGHT_BOUNDS: tuple[float, float] = (0.5, 1.5)
 
 
 def time_decay(age_days: float | None, half_life_days: float | None) -> float:
@@ -24,29 +41,66 @@ def time_decay(age_days: float | None, half_life_days: float | None) -> float:
 
 @dataclass(frozen=True)
 class ScoringConfig:
-    """Half-lives (days, None = no decay) and mode weights; one version is active in the database."""
+    """Half-lives (days, None = no decay), mode weights and the bounds of the score; one version is active
+    in the database (`params` holds the fields beyond half-lives and mode weights)."""
 
     version: int = 1
     half_lives: dict[str, float | None] = field(default_factory=lambda: dict(SEED_HALF_LIVES))
     mode_weights: dict[str, dict[str, float]] = field(
         default_factory=lambda: {k: dict(v) for k, v in SEED_MODE_WEIGHTS.items()}
     )
+    relevance_floors: dict[str, float] = field(default_factory=lambda: dict(RELEVANCE_FLOORS))
+    decay_floor: float = DECAY_FLOOR
+    weight_bounds: tuple[float, float] = WEIGHT_BOUNDS
+    source_weights: dict[str, float] = field(default_factory=dict)
 
     def decay(self, source: str, age_days: float | None) -> float:
-        return time_decay(age_days, self.half_lives.get(source))
+        """The decay factor: decay_floor + (1 − decay_floor) × exponential decay."""
+        return self.decay_floor + (1.0 - self.decay_floor) * time_decay(age_days, self.half_lives.get(source))
 
     def weight(self, source: str, mode: str) -> float:
-        return float(self.mode_weights.get(source, {}).get(mode, 1.0))
+        """Mode weight × source weight, clamped to `weight_bounds`."""
+        raw = float(self.mode_weights.get(source, {}).get(mode, 1.0)) * float(self.source_weights.get(source, 1.0))
+        lo, hi = self.weight_bounds
+        return min(max(raw, lo), hi)
+
+    def passes_floor(self, semantic: float | None, keyword: float | None) -> bool:
+        """Whether a candidate clears the relevance floor: any channel at or above its floor."""
+        channels = (("semantic", semantic), ("keyword", keyword))
+        return any(v is not None and v >= self.relevance_floors.get(name, 0.0) for name, v in channels)
+
+    def params(self) -> dict[str, Any]:
+        """The fields stored in scoring_configs.params (JSON)."""
+        return {
+            "relevance_floors": dict(self.relevance_floors),
+            "decay_floor": self.decay_floor,
+            "weight_bounds": list(self.weight_bounds),
+            "source_weights": dict(self.source_weights),
+        }
 
     @classmethod
     def from_row(
-        cls, version: int, half_lives: dict[str, Any], mode_weights: dict[str, Any]
+        cls,
+        version: int,
+        half_lives: dict[str, Any],
+        mode_weights: dict[str, Any],
+        params: dict[str, Any] | None = None,
     ) -> ScoringConfig:
+        """A stored version; fields missing from `params` (versions stored before it existed) take the defaults."""
+        p = params or {}
         return cls(
             version=version,
             half_lives=dict(half_lives),
             mode_weights={k: dict(v) for k, v in mode_weights.items()},
+            relevance_floors={**RELEVANCE_FLOORS, **(p.get("relevance_floors") or {})},
+            decay_floor=float(p.get("decay_floor", DECAY_FLOOR)),
+            weight_bounds=tuple(p.get("weight_bounds") or WEIGHT_BOUNDS),  # type: ignore[arg-type]
+            source_weights=dict(p.get("source_weights") or {}),
         )
+
+
+UNBOUNDED: dict[str, Any] = {"relevance_floors": {}, "decay_floor": 0.0, "weight_bounds": (0.0, 1e9)}
+"""The seed's scoring: no floor, pure exponential decay, mode weights as they are (ScoringConfig(**UNBOUNDED))."""
 
 
 @dataclass(frozen=True)
@@ -69,3 +123,17 @@ def factors(
     return Factors(
         relevance=relevance, decay=config.decay(source, age_days), mode_weight=config.weight(source, mode)
     )
+
+
+class Channelled(Protocol):
+    semantic: float | None
+    keyword: float | None
+
+
+T = TypeVar("T", bound=Channelled)
+
+
+def apply_floor(candidates: Sequence[T], config: ScoringConfig) -> tuple[list[T], int]:
+    """The candidates that clear the relevance floor, and how many did not."""
+    kept = [c for c in candidates if config.passes_floor(c.semantic, c.keyword)]
+    return kept, len(candidates) - len(kept)

@@ -25,7 +25,7 @@ from ..infra.db import pgvector_version
 from ..infra.errors import ValidationError, check_storable
 from ..text.glossary import expand
 from ..text.keywords import has_cjk, jaccard, terms
-from ..vocabulary import CONTENT_TYPES, SEARCH_MODES, SEARCH_SOURCES, SOURCES
+from ..vocabulary import CONTENT_TYPES, RANKED_SOURCES, SEARCH_MODES, SEARCH_SOURCES, SOURCES
 from .fusion import FUSIONS, rescored
 
 log = logging.getLogger(__name__)
@@ -59,10 +59,10 @@ class SearchFilters:
     as_of: datetime | None = None
 
     def validated(self) -> SearchFilters:
-        bad = [s for s in self.sources if s not in SEARCH_SOURCES]
+        bad = [s for s in self.sources if s not in RANKED_SOURCES]
         if bad or not self.sources:
             raise ValidationError(
-                "sources", f"must be a non-empty subset of {list(SEARCH_SOURCES)}, got {bad}"
+                "sources", f"must be a non-empty subset of {list(RANKED_SOURCES)}, got {bad}"
             )
         if self.memory_types is not None:
             wrong = [t for t in self.memory_types if t not in CONTENT_TYPES]
@@ -104,8 +104,8 @@ class SearchResult:
 def _where(source: str, owner: str, f: SearchFilters, params: dict) -> list[str]:
     """WHERE clauses (with their parameters added to `params`) for one source."""
     params["owner"] = owner
-    clauses = ["t.owner_id = %(owner)s", "t.is_active"]
     src = SOURCES[source]
+    clauses = ["t.owner_id = %(owner)s", src.active_sql]
     if f.project is not None:
         params["project"] = f.project
         clauses.append(f"{src.project_sql} = %(project)s" if src.project_sql else "false")
@@ -491,12 +491,13 @@ def calibrate_semantic(hits: list[Hit], embedder: Embedder, query: str) -> list[
     (`Embedder.floor_for`), so scores are comparable across queries, languages and models.
     """
     qlang = language(query)
-    out = []
-    for h in hits:
-        floor = embedder.floor_for(qlang, language(h.text))
-        cal = max(0.0, (h.score - floor) / (1.0 - floor)) if floor < 1 else h.score
-        out.append(rescored(h, score=cal))
-    return out
+    return [rescored(h, score=calibrated_similarity(embedder, qlang, h.text, h.score)) for h in hits]
+
+
+def calibrated_similarity(embedder: Embedder, query_lang: str, text: str, similarity: float) -> float:
+    """One cosine similarity on the calibrated scale: 0 at the model's floor for the language pair."""
+    floor = embedder.floor_for(query_lang, language(text))
+    return max(0.0, (similarity - floor) / (1.0 - floor)) if floor < 1 else similarity
 
 
 def calibrate_keyword(hits: list[Hit]) -> list[Hit]:

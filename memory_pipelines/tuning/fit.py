@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -109,11 +109,12 @@ def config_to_dict(config: ScoringConfig) -> dict[str, Any]:
         "version": config.version,
         "half_lives": dict(config.half_lives),
         "mode_weights": {s: dict(w) for s, w in config.mode_weights.items()},
+        "params": config.params(),
     }
 
 
 def config_from_dict(d: dict[str, Any]) -> ScoringConfig:
-    return ScoringConfig.from_row(int(d.get("version") or 0), d["half_lives"], d["mode_weights"])
+    return ScoringConfig.from_row(int(d.get("version") or 0), d["half_lives"], d["mode_weights"], d.get("params"))
 
 
 @dataclass
@@ -431,14 +432,15 @@ def _proposed(active: ScoringConfig, params: list[ParamEstimate]) -> ScoringConf
             half_lives[p.source] = p.value
         else:
             weights.setdefault(p.source, {})[p.mode] = p.value
-    return ScoringConfig(version=0, half_lives=half_lives, mode_weights=weights)
+    return replace(active, version=0, half_lives=half_lives, mode_weights=weights)
 
 
 def _unchanged(
     active: ScoringConfig, df: pd.DataFrame, population: str, notes: list[str], n_builds: int, n_used: int
 ) -> FitResult:
     return FitResult(
-        config=ScoringConfig(
+        config=replace(
+            active,
             version=0,
             half_lives=dict(active.half_lives),
             mode_weights={k: dict(v) for k, v in active.mode_weights.items()},

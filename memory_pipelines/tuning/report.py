@@ -64,8 +64,9 @@ def _wilson(k: np.ndarray, n: np.ndarray, z: float = 1.96) -> tuple[np.ndarray, 
         denom = 1 + z**2 / n
         centre = (p + z**2 / (2 * n)) / denom
         half = z * np.sqrt(p * (1 - p) / n + z**2 / (4 * n**2)) / denom
-    lo = np.clip(centre - half, 0.0, 1.0)
-    hi = np.clip(centre + half, 0.0, 1.0)
+    # the interval always holds p; rounding can leave it 1e-18 off when p is 0 or 1
+    lo = np.clip(np.minimum(centre - half, p), 0.0, 1.0)
+    hi = np.clip(np.maximum(centre + half, p), 0.0, 1.0)
     return np.where(n > 0, lo, np.nan), np.where(n > 0, hi, np.nan)
 
 

@@ -20,7 +20,7 @@ import pandas as pd
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from ..context.scoring import ScoringConfig
+from ..context.scoring import UNBOUNDED, ScoringConfig
 from ..vocabulary import CONTEXT_MODES as MODES
 from .frames import BUILD_COLUMNS, CANDIDATE_COLUMNS, LogFrames, normalize_builds, normalize_candidates
 
@@ -29,8 +29,10 @@ AGE_SCALE = {"task": 60.0, "learning": 200.0, "capability": 300.0, "memory": 120
 
 
 def hidden_truth() -> ScoringConfig:
-    """A plausible 'true' config that differs clearly from the spec's defaults."""
+    """A plausible 'true' config that differs clearly from the spec's defaults (pure exponential decay and
+    unbounded weights: the form the fit assumes)."""
     return ScoringConfig(
+        **UNBOUNDED,
         version=0,
         half_lives={
             "task": 12.0,
