@@ -64,8 +64,11 @@ demo_sessions_job = dg.define_asset_job(
     selection=dg.AssetSelection.assets(demo_sessions, retrieval_log_frames, hit_rate_report,
                                        fitted_scoring_params, scoring_evaluation),
     executor_def=dg.in_process_executor,
+    config={"ops": {"fitted_scoring_params": {"config": {"bootstrap": 20}},
+                    "scoring_evaluation": {"config": {"bootstrap": 300}}}},
     description="Replay the demo's simulated agent sessions into the retrieval log, then the tuning group up to "
-                "the evaluation and its publish gate (nothing is published). Run after `main_job`.",
+                "the evaluation and its publish gate (nothing is published; fewer bootstrap resamples than "
+                "`weekly_tuning`, to keep `make run` short). Run after `main_job`.",
 )
 
 defs = dg.Definitions(assets=[demo_corpus, demo_sessions], jobs=[demo_job, demo_sessions_job],

@@ -492,6 +492,7 @@ def _cli_env(db_url: str, home, **extra: str) -> dict[str, str]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # three jobs: the demo corpus, the main job, the demo's 300 sessions and tuning
 def test_run_launches_the_jobs_through_dagster_into_the_shared_instance(db_url, pool, fake_embedder, tmp_path,
                                                                         monkeypatch):
     """`memory-pipelines run`: the demo corpus and the main job, launched by Dagster in a subprocess, recorded
@@ -511,7 +512,8 @@ def test_run_launches_the_jobs_through_dagster_into_the_shared_instance(db_url, 
             f"{sum(active.values())} rows embedded, 0 failed, {sum(active.values())} rows keyword-indexed"
             in proc.stdout), proc.stdout
     assert "demo corpus: tasks" in proc.stdout and "search [team-alpha]" in proc.stdout
-    assert (tmp_path / "logs" / "dagster-run.log").read_text().count("dagster job execute") == 2
+    assert "demo sessions: 300 builds with implicit feedback" in proc.stdout, proc.stdout
+    assert (tmp_path / "logs" / "dagster-run.log").read_text().count("dagster job execute") == 3
 
     home = tmp_path / "dagster"
     assert "postgres" in (home / "dagster.yaml").read_text()
@@ -519,7 +521,7 @@ def test_run_launches_the_jobs_through_dagster_into_the_shared_instance(db_url, 
     monkeypatch.setenv("MEMORY_PIPELINES_DAGSTER_STORAGE_URL", storage_url(db_url))  # as `make dagster` sets it
     with dg.DagsterInstance.get() as instance:
         runs = {r.job_name: r for r in instance.get_runs()}
-        assert set(runs) == {"demo_job", "main_job"}
+        assert set(runs) == {"demo_job", "main_job", "demo_sessions_job"}
         assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs.values())
         main = runs["main_job"]
         assert main.tags["dagster/asset_partition_range_end"] == str(BUCKETS - 1)
@@ -528,7 +530,9 @@ def test_run_launches_the_jobs_through_dagster_into_the_shared_instance(db_url, 
         keys = {r.event_log_entry.asset_materialization.asset_key.to_user_string() for r in records}
         assert {"task_embeddings", "memory_vectors", "vector_indexes", "fragment_keywords"} <= keys
     with pool.connection() as conn:  # Dagster's own tables, in the database DATABASE_URL names
-        assert conn.execute("SELECT count(*) FROM runs").fetchone()[0] == 2
+        assert conn.execute("SELECT count(*) FROM runs").fetchone()[0] == 3
+        labelled = conn.execute("SELECT count(*) FROM retrieval_candidates WHERE used_by = 'implicit'").fetchone()[0]
+        assert labelled > 0
 
 
 @pytest.mark.slow

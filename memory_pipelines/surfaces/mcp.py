@@ -54,7 +54,8 @@ INSTRUCTIONS = (
     "Long-term memory shared by all your sessions and machines. To recall, ALWAYS search first and get "
     "second: mem.search returns short snippets with ids; then call mem.get with the ids you need for the "
     "full content. Answer from the full content. Save durable facts, decisions and lessons with "
-    "mem.ingest_memory. For one ready-to-use context block within a token budget, call mem.context. "
+    "mem.ingest_memory. For one ready-to-use context block within a token budget, call mem.context; when "
+    "you are done, post what you produced with mem.implicit_feedback (its retrieval_id and your output). "
     "The owner is fixed by the server (configuration or your API key); never pass owner_id. "
     + CONTENT_TYPES_TEXT
 )
