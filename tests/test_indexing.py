@@ -51,11 +51,12 @@ def test_killed_run_resumes_without_redoing_work(pool):
     failing = FakeEmbedder(384, batch_size=10)
     failing.fail_after = 25  # two batches of 10 succeed, the third fails, and so on
     first = embed_source(pool, failing, "task", batch_size=10, max_consecutive_failures=1)
-    # Each of the parallel loaders stops at its first failed batch.
-    assert first.embedded == 20 and first.failed == 10 * LOADERS and first.errors
+    # Each of the parallel loaders stops at its first failed batch (a loader's last batch may be short).
+    assert 20 <= first.embedded <= 25 and 10 <= first.failed <= 10 * LOADERS and first.errors
     healthy = FakeEmbedder(384, batch_size=10)
     second = embed_source(pool, healthy, "task", batch_size=10)
-    assert second.embedded == 30 and healthy.texts_embedded == 30  # only what was still pending
+    left = 50 - first.embedded
+    assert second.embedded == left and healthy.texts_embedded == left  # only what was still pending
     assert _model_counts(pool, healthy.model_name)["tasks"] == 50
 
 

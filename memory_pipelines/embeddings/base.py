@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -53,6 +55,36 @@ class Embedder(ABC):
         """Split texts into batches this provider accepts in one call."""
         for start in range(0, len(texts), self.batch_size):
             yield texts[start : start + self.batch_size]
+
+
+class QueryCache:
+    """A bounded, thread-safe LRU map of query text to its vector (agents repeat queries; a model is
+    deterministic). Vectors are stored read-only and handed out as copies."""
+
+    def __init__(self, size: int = 1024) -> None:
+        self.size = size
+        self.hits = self.misses = 0
+        self._items: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, text: str) -> np.ndarray | None:
+        with self._lock:
+            vector = self._items.get(text)
+            if vector is None:
+                self.misses += 1
+                return None
+            self._items.move_to_end(text)
+            self.hits += 1
+        return vector.copy()
+
+    def put(self, text: str, vector: np.ndarray) -> None:
+        stored = np.array(vector, dtype=np.float32)
+        stored.setflags(write=False)
+        with self._lock:
+            self._items[text] = stored
+            self._items.move_to_end(text)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
 
 
 def normalise(matrix: np.ndarray) -> np.ndarray:

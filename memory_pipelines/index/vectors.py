@@ -105,10 +105,13 @@ def _write_batch(
             for (item_id, _text, content_hash), vec in zip(rows, vectors, strict=True):
                 copy.write_row((item_id, vec, content_hash))
         cur.execute(
-            f"UPDATE {source.table} t SET embedding = s.embedding, embedding_model = %s,"
+            f"UPDATE {source.table} t SET embedding = s.embedding, embedding_model = %(model)s,"
             " embedded_hash = s.hash, embedded_at = now()"
-            f" FROM embed_staging s WHERE t.id = s.id::{source.id_type} AND t.content_hash = s.hash",
-            (model,),
+            f" FROM embed_staging s WHERE t.id = s.id::{source.id_type} AND t.content_hash = s.hash"
+            # Only rows still pending: a concurrent run of the same rows that wrote first keeps its write,
+            # and each row is counted embedded once.
+            f" AND ({NEEDS_EMBEDDING})",
+            {"model": model},
         )
         return cur.rowcount
 
