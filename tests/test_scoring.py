@@ -68,6 +68,11 @@ def test_relevance_floor_per_channel():
     items = [Channels(0.9, None), Channels(0.1, 0.05), Channels(None, 0.5), Channels(0.39, None)]
     kept, floored = apply_floor(items, config)
     assert kept == [items[0], items[2]] and floored == 2
+    # The keyword channel is judged by its evidence when search reports it (BM25 against the corpus's strongest
+    # one-term match), so a small corpus's matches are not floored for their small BM25.
+    small_corpus = [Channels(None, 0.03, keyword_evidence=0.5), Channels(None, 0.5, keyword_evidence=0.1)]
+    kept, floored = apply_floor(small_corpus, config)
+    assert kept == [small_corpus[0]] and floored == 1
 
 
 def test_stored_config_without_params_reads_the_defaults():
@@ -83,6 +88,7 @@ def test_stored_config_without_params_reads_the_defaults():
 class Channels:
     semantic: float | None
     keyword: float | None
+    keyword_evidence: float | None = None
 
 
 @dataclass

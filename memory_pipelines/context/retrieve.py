@@ -35,6 +35,8 @@ class Candidate:
     """The semantic channel's calibrated score (0 = the model's floor for unrelated texts), None if not found."""
     keyword: float | None = None
     """The keyword channel's calibrated score, None if not found."""
+    keyword_evidence: float | None = None
+    """The keyword match against the corpus's strongest possible one-term match (`search.Hit.keyword_evidence`)."""
 
 
 def _candidates(hits: list[Hit], embedder: Embedder, query: str) -> list[Candidate]:
@@ -52,6 +54,7 @@ def _candidates(hits: list[Hit], embedder: Embedder, query: str) -> list[Candida
             extra=h.extra,
             semantic=None if h.semantic is None else calibrated_similarity(embedder, qlang, h.text, h.semantic),
             keyword=h.keyword,
+            keyword_evidence=h.keyword_evidence,
         )
         for h in hits
     ]

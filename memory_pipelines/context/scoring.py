@@ -27,7 +27,10 @@ SEED_MODE_WEIGHTS: dict[str, dict[str, float]] = seed_mode_weights()
 
 # Floors on the calibrated channel scores (search.calibrate_semantic / calibrate_keyword), chosen from what the
 # calibration means, not fitted to a query set: see README, "Token-budgeted context and feedback".
-RELEVANCE_FLOORS: dict[str, float] = {"semantic": 0.40, "keyword": 0.10}
+# The keyword floor reads the match's evidence (BM25 over the corpus's strongest one-term match, search.Hit.
+# keyword_evidence), so it means the same in a corpus of 2 documents or of 100,000; 0.25 is what the former floor on
+# saturated BM25 (0.10, BM25 1.1) was at the demo corpus's 100-400 documents per owner and source.
+RELEVANCE_FLOORS: dict[str, float] = {"semantic": 0.40, "keyword": 0.25}
 DECAY_FLOOR = 0.5
 WEIGHT_BOUNDS: tuple[float, float] = (0.5, 1.5)
 
@@ -128,6 +131,7 @@ def factors(
 class Channelled(Protocol):
     semantic: float | None
     keyword: float | None
+    keyword_evidence: float | None
 
 
 T = TypeVar("T", bound=Channelled)
@@ -135,5 +139,6 @@ T = TypeVar("T", bound=Channelled)
 
 def apply_floor(candidates: Sequence[T], config: ScoringConfig) -> tuple[list[T], int]:
     """The candidates that clear the relevance floor, and how many did not."""
-    kept = [c for c in candidates if config.passes_floor(c.semantic, c.keyword)]
+    kept = [c for c in candidates if config.passes_floor(
+        c.semantic, c.keyword if c.keyword_evidence is None else c.keyword_evidence)]  # Jaccard: no evidence
     return kept, len(candidates) - len(kept)

@@ -47,7 +47,7 @@ def weighted_fusion(semantic: list[Any], keyword: list[Any]) -> list[Any]:
         s, k = sem.get(key), kw.get(key)
         if s is not None and k is not None:
             score = SEMANTIC_WEIGHT * s.score + KEYWORD_WEIGHT * k.score
-            out.append(rescored(s, score=score, keyword=k.score))
+            out.append(rescored(s, score=score, keyword=k.score, keyword_evidence=k.keyword_evidence))
         elif s is not None:
             out.append(rescored(s, score=s.score * SINGLE_SOURCE_FACTOR))
         else:
@@ -63,8 +63,10 @@ def rrf_fusion(semantic: list[Any], keyword: list[Any], k: int = RRF_K) -> list[
         for rank, h in enumerate(sorted(hits, key=lambda x: -x.score), start=1):
             scores[_key(h)] = scores.get(_key(h), 0.0) + 1.0 / (k + rank)
             first.setdefault(_key(h), h)
-    kw = {_key(h): h.score for h in keyword}
-    out = [rescored(first[key], score=score, keyword=kw.get(key)) for key, score in scores.items()]
+    kw = {_key(h): h for h in keyword}
+    out = [rescored(first[key], score=score, keyword=kw[key].score if key in kw else None,
+                    keyword_evidence=kw[key].keyword_evidence if key in kw else None)
+           for key, score in scores.items()]
     return sorted(out, key=lambda h: (-h.score, h.source, h.id))
 
 

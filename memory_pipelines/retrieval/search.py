@@ -89,6 +89,10 @@ class Hit:
     created_at: datetime | None = None
     semantic: float | None = None
     keyword: float | None = None
+    keyword_evidence: float | None = None
+    """The keyword match as a share of what one query term found in a single document would score in this
+    corpus (BM25 / ln(1 + (N − 0.5) / 1.5), N the owner's documents): comparable across corpus sizes, where
+    BM25 itself is not (in a corpus of two, no match reaches 1). The relevance floor reads it."""
     text: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
     embedding: np.ndarray | None = None
@@ -340,11 +344,14 @@ def _keyword_query(
         f" doc AS ({doc_sql}),"
         f" scored AS (SELECT {item} AS item_id, max(doc.bm25) AS bm25 FROM doc {join}"
         f"            WHERE {' AND '.join(clauses)} GROUP BY {item} ORDER BY bm25 DESC LIMIT %(k)s)"
-        f" SELECT t.id::text, {title}, {body}, t.created_at, s.bm25, {extra}, {emb}, (SELECT count(*) FROM doc)"
+        f" SELECT t.id::text, {title}, {body}, t.created_at, s.bm25, {extra}, {emb}, (SELECT count(*) FROM doc),"
+        " (SELECT ln(1 + (greatest(n, 1) - 0.5) / 1.5) FROM stats)"
         f" FROM scored s JOIN {_from(source)} ON t.id = s.item_id ORDER BY s.bm25 DESC"
     )
     rows = conn.execute(sql, params, binary=True).fetchall()
-    return [_hit(source, r[:7], keyword=float(r[4])) for r in rows], int(rows[0][7]) if rows else 0
+    hits = [rescored(_hit(source, r[:7], keyword=float(r[4])), keyword_evidence=float(r[4]) / max(r[8], 1e-9))
+            for r in rows]
+    return hits, int(rows[0][7]) if rows else 0
 
 
 def _jaccard_source(
