@@ -60,5 +60,5 @@ defs = dg.Definitions.merge(
     demo.defs,
     context_job.defs,
     automation.defs,
-    dg.Definitions(executor=select_executor()),
+    dg.Definitions(jobs=[demo.demo_sessions_job], executor=select_executor()),
 )

@@ -20,7 +20,7 @@ from memory_pipelines.infra.db import connect, get_pool
 from memory_pipelines.infra.migrate import index_exists, load_migrations, migrate
 from memory_pipelines.store.ingest import ingest_memory
 from memory_pipelines.vocabulary import INDEXED, INDEXED_NAMES
-from tests.factories import add_capability, add_learning, add_memory, add_task
+from tests.factories import add_capability, add_event, add_learning, add_memory, add_task
 
 DIM = 384
 
@@ -70,6 +70,7 @@ def _seed(pool) -> dict[str, str]:
         ids["mem_a2"] = add_memory(conn, "alice", "apollo canary stage lasts ten minutes", project="apollo",
                                    speaker="bob")
         ids["mem_b"] = add_memory(conn, "alice", "hermes retries payments three times", project="hermes")
+        ids["event"] = add_event(conn, "alice", "task_failed", {"error": "deploy timed out", "attempt": 3})
     return ids
 
 
@@ -132,7 +133,8 @@ def test_status_change_reembeds_exactly_that_task(pool, fake_embedder):
     assert _pending(pool, fake_embedder.model_name) == dict.fromkeys(INDEXED_NAMES, 0)
     with pool.connection() as conn:
         conn.execute("UPDATE tasks SET status = 'failed', updated_at = now() WHERE id = %s", (ids["task2"],))
-    assert _pending(pool, fake_embedder.model_name) == {"task": 1, "learning": 0, "capability": 0, "fragment": 0}
+    assert _pending(pool, fake_embedder.model_name) == {
+        "task": 1, "learning": 0, "capability": 0, "fragment": 0, "event": 0}
     assert _stale_keywords(pool)["task"] == 1
 
     rec = RecordingEmbedder()
@@ -157,7 +159,7 @@ def test_project_rename_and_memory_edit_reembed_their_fragments(pool, fake_embed
         ).fetchone()[0]
         conn.execute("UPDATE projects SET project_name = 'Apollo Platform' WHERE project_key = 'apollo'")
     assert _pending(pool, fake_embedder.model_name) == {
-        "task": 0, "learning": 0, "capability": 0, "fragment": apollo}
+        "task": 0, "learning": 0, "capability": 0, "fragment": apollo, "event": 0}
     assert _stale_keywords(pool)["fragment"] == apollo
 
     rec = RecordingEmbedder()
@@ -242,8 +244,8 @@ def test_migration_keeps_current_embeddings_and_requeues_changed_rows(empty_db_u
             assert index_exists(conn, index)
         stale_kw = {name: keyword_staleness(conn, name)["stale"] for name in INDEXED_NAMES}
         pending = {name: count_pending(conn, name, model)[0] for name in INDEXED_NAMES}
-    assert pending == {"task": 2, "learning": 0, "capability": 0, "fragment": 0}  # moved + fresh
-    assert stale_kw == {"task": 1, "learning": 0, "capability": 0, "fragment": 0}  # moved
+    assert pending == {"task": 2, "learning": 0, "capability": 0, "fragment": 0, "event": 0}  # moved + fresh
+    assert stale_kw == {"task": 1, "learning": 0, "capability": 0, "fragment": 0, "event": 0}  # moved
 
     pool = get_pool(empty_db_url, max_size=2)
     rec = RecordingEmbedder()
@@ -252,7 +254,7 @@ def test_migration_keeps_current_embeddings_and_requeues_changed_rows(empty_db_u
     assert any("· failed ·" in t for t in rec.seen)
     assert _pending(pool, model) == dict.fromkeys(INDEXED_NAMES, 0)
     assert {r.source: r.indexed for r in index_all(pool)} == {
-        "task": 1, "learning": 0, "capability": 0, "fragment": 0}
+        "task": 1, "learning": 0, "capability": 0, "fragment": 0, "event": 0}
     with pool.connection() as conn:
         after = dict(conn.execute("SELECT id::text, embedded_at FROM tasks").fetchall())
     assert after[kept] == embedded_at[kept] and after[moved] > embedded_at[moved]
