@@ -23,12 +23,20 @@ from memory_pipelines.index.vectors import embed_all
 from memory_pipelines.infra.db import get_pool
 from memory_pipelines.infra.errors import ConfigError, NotFoundError
 from memory_pipelines.tuning.evaluate import evaluate, per_build_metrics, rerank_scores, summarize
-from memory_pipelines.tuning.fit import FitOptions, fit_parameters
+from memory_pipelines.tuning.fit import FitOptions, config_from_dict, fit_parameters
 from memory_pipelines.tuning.frames import load_log, time_split
 from memory_pipelines.tuning.pipeline import run_tuning, tune_and_evaluate
 from memory_pipelines.tuning.publish import Gate, decide
 from memory_pipelines.tuning.report import format_result, hit_rate_table, write_plots
-from memory_pipelines.tuning.simulate import SimSpec, hidden_truth, simulate_log, write_log_rows
+from memory_pipelines.tuning.simulate import (
+    HIDDEN_DECAY_FLOOR,
+    HIDDEN_SOURCE_WEIGHTS,
+    SimSpec,
+    hidden_source_truth,
+    hidden_truth,
+    simulate_log,
+    write_log_rows,
+)
 from memory_pipelines.vocabulary import CONTEXT_MODES as MODES
 from tests.factories import add_event, add_goal, add_learning, add_task
 
@@ -102,6 +110,85 @@ def test_fit_reports_sample_sizes_intervals_and_keeps_thin_parameters():
     assert any("too thin" in n for n in fit.notes)
     lo, hi = opt.weight_bounds
     assert all(lo <= w <= hi for ws in fit.config.mode_weights.values() for w in ws.values())
+
+
+def _by_name(params: list[dict]) -> dict[str, dict]:
+    return {p["name"]: p for p in params}
+
+
+def test_fit_recovers_hidden_source_weights_and_decay_floor_and_carries_them_to_the_proposal():
+    truth = hidden_source_truth()  # the seed's mode weights × task 0.5, memory 2.0; pure exponential decay
+    frames = simulate_log(SimSpec(truth=truth, n_builds=1200, seed=27))
+    train, test = time_split(frames.builds, 0.3)
+    active = ScoringConfig()
+    result = tune_and_evaluate(
+        frames.candidates, frames.builds, train, test, active, options=FitOptions(n_boot=30), n_boot_eval=200
+    )
+    params = _by_name(result["fit"]["params"])
+    for source in ("task", "learning", "capability", "memory", "event"):
+        p = params[f"source_weight.{source}"]
+        want = HIDDEN_SOURCE_WEIGHTS.get(source, 1.0)
+        assert p["ci_low"] <= want <= p["ci_high"], (source, p)
+        if want == 1.0:  # the interval covers "no change": the active weight stays
+            assert p["status"] == "no_change" and p["value"] == 1.0, p
+        else:
+            assert p["status"] == "fitted" and p["value"] == pytest.approx(want, rel=0.15), p
+    assert params["source_weight.memory"]["ci_low"] > 1.5 and params["source_weight.task"]["ci_high"] < 0.75
+    floor = params["decay_floor"]  # the truth has no floor, the active config 0.5
+    assert floor["status"] == "fitted" and floor["value"] < active.decay_floor
+    assert floor["ci_low"] <= HIDDEN_DECAY_FLOOR <= floor["ci_high"] < active.decay_floor
+    for ch in ("semantic", "keyword"):  # channel scores are not logged: reported, kept
+        p = params[f"relevance_floor.{ch}"]
+        assert p["status"] == "unidentified" and p["value"] == active.relevance_floors[ch]
+    proposed = config_from_dict(result["proposed"])
+    assert proposed.source_weights == pytest.approx(
+        {"task": params["source_weight.task"]["value"], "memory": params["source_weight.memory"]["value"]}
+    )
+    assert proposed.decay_floor == floor["value"] and proposed.relevance_floors == active.relevance_floors
+    lo, hi = proposed.weight_bounds
+    for p in result["fit"]["params"]:  # a re-fitted cell keeps its fitted factor: mode weight × source weight
+        if p["kind"] == "weight" and p["status"] in ("fitted", "clamped"):
+            assert proposed.weight(p["source"], p["mode"]) == pytest.approx(min(max(p["value"], lo), hi))
+    text = format_result({**result, "decision": decide(result, Gate(min_train_builds=1))})
+    assert "source_weight.memory" in text and "decay_floor" in text and "relevance_floor.semantic" in text
+    assert not any(r.startswith("within_bounds") for r in decide(result)["reasons"])
+    assert "refitted" not in {r.split(":")[0] for r in decide(result)["reasons"]}
+
+
+def test_source_weights_reach_modes_whose_cells_are_too_thin():
+    truth = hidden_source_truth()
+    frames = simulate_log(SimSpec(truth=truth, n_builds=1200, seed=24))
+    train, test = time_split(frames.builds, 0.3)
+    # cells (source × mode) have ~1/4 of a source's samples: with this threshold sources are fitted, cells not
+    result = tune_and_evaluate(
+        frames.candidates,
+        frames.builds,
+        train,
+        test,
+        ScoringConfig(),
+        options=FitOptions(n_boot=20, min_samples=1500),
+        n_boot_eval=500,
+    )
+    params = _by_name(result["fit"]["params"])
+    assert all(p["status"] == "thin" for p in result["fit"]["params"] if p["kind"] == "weight")
+    assert params["source_weight.memory"]["status"] == "fitted" and params["source_weight.task"]["status"] == "fitted"
+    proposed = config_from_dict(result["proposed"])
+    assert proposed.mode_weights == ScoringConfig().mode_weights  # kept as they were, times the source weight
+    assert proposed.weight("memory", "chat") > ScoringConfig().weight("memory", "chat")
+    assert proposed.weight("task", "plan") < ScoringConfig().weight("task", "plan")
+    delta = result["evaluation"]["deltas"]["proposed"]["ndcg@10"]
+    assert delta["delta"] > 0 and delta["ci_low"] > 0
+
+
+def test_without_signal_no_source_weight_or_floor_changes():
+    active = ScoringConfig(source_weights={"event": 0.8}, decay_floor=0.4)
+    frames = simulate_log(SimSpec(n_builds=1000, seed=9, no_signal=True, active=active))
+    fit = fit_parameters(frames.candidates, active, FitOptions(n_boot=10))
+    assert not fit.signal
+    rows = [p for p in fit.params if p.kind in ("source_weight", "decay_floor", "relevance_floor")]
+    assert {p.kind for p in rows} == {"source_weight", "decay_floor", "relevance_floor"}
+    assert all(p.kept_active and p.value == p.active for p in rows)
+    assert fit.config.params() == active.params()
 
 
 def test_replay_metrics_on_a_hand_built_build():
@@ -180,8 +267,12 @@ def test_publishing_improves_held_out_hit5_activates_and_rolls_back(pool, tmp_pa
             "SELECT fitted_on FROM scoring_configs WHERE version = %s", (new,)
         ).fetchone()[0]
     assert fitted_on["train_builds"] == 840 and fitted_on["base_version"] == old
+    published = active_config(pool)  # the fitted source weights and floors are stored in params
+    assert published.params() == config_from_dict(result["proposed"]).params()
+    assert any(p["kind"] == "source_weight" for p in fitted_on["params"])
     activate(pool, old)  # rollback
     assert active_config(pool).version == old
+    assert active_config(pool).params() == wrong_config().params()
     with pytest.raises(NotFoundError):
         activate(pool, 999)
 
@@ -218,6 +309,12 @@ def test_gate_blocks_thin_data_and_out_of_bounds_parameters():
     assert "enough_data" in failed
     result["proposed"]["mode_weights"]["task"]["plan"] = 50.0
     assert "within_bounds" in {r.split(":")[0] for r in decide(result, Gate(min_train_builds=1))["reasons"]}
+    result["proposed"]["mode_weights"]["task"]["plan"] = 1.0
+    result["proposed"]["params"]["source_weights"] = {"memory": 50.0}
+    assert "source_weight.memory=50.0" in decide(result, Gate(min_train_builds=1))["checks"][-1]["detail"]
+    result["proposed"]["params"]["source_weights"] = {}
+    result["proposed"]["params"]["decay_floor"] = 1.5
+    assert "decay_floor=1.5" in decide(result, Gate(min_train_builds=1))["checks"][-1]["detail"]
 
 
 def test_hit_rate_report_and_plots(tmp_path):

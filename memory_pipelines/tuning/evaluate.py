@@ -38,6 +38,9 @@ CAVEATS = """What an offline replay can and cannot show:
 - The replay orders by score alone; online, MMR (λ 0.7) reorders near-duplicates and the token budget
   decides how many items are shown, so hit@k here is a proxy for what reaches the agent.
 - The profile (okr) is always injected first online, so it is left out of the re-ranking.
+- The replay applies each config's half-lives, mode and source weights, decay floor and weight bounds, but
+  not its relevance floors: the log keeps the fused relevance, not the channel scores the floor applies to
+  (and candidates the active floor removed were never logged).
 - `used` is the caller's feedback: builds without feedback are left out, and a caller who reports loosely
   (everything used) makes every config look alike."""
 

@@ -13,6 +13,26 @@ of its fitted weights equals the active config's over the same sources. Sources 
 config (capability, memory, okr) get no age feature. A parameter with too few samples (or used items) is
 "thin" and keeps its active value; estimates outside the bounds are clamped and flagged. Uncertainty comes
 from a bootstrap over builds (candidates of one build are not independent).
+
+Beyond half-lives and mode weights (issue 11):
+
+- **source weights**: a second fit of the same model in which the active mode weights are an offset
+  (feature 0 is log relevance + log mode weight, so its coefficient b is the score's scale) and each source
+  gets one indicator shared by every mode (plus one per mode, which ranking cannot see):
+  log source_weight_s = d_s / b, normalised so the geometric mean over the fitted sources equals the
+  active one. When the active mode weights are so far off that b is not positive in this refit, the
+  source weights are "unidentified" and keep their active values. A source needs enough labelled
+  candidates (`_enough`); the weight is clamped to `source_weight_bounds` and keeps its active value when
+  its bootstrap interval covers it ("no_change"). Where a mode weight is re-fitted it carries the whole
+  fitted factor of its cell (the proposed mode weight is the fitted cell weight / the proposed source
+  weight), so the source weight matters where a cell is thin.
+- **decay floor**: chosen on the training builds by replaying them (evaluate.per_build_metrics, the online
+  scoring functions) with the proposed half-lives and weights over a grid of floors; the objective is
+  mean nDCG@10 over builds with a used item. A bootstrap over builds gives the interval of the chosen floor
+  and of its gain over the active floor; the active floor stays unless that gain's interval is above 0.
+- **relevance floors** are not fitted: the log keeps only the fused relevance, not the calibrated channel
+  scores the floor applies to, and candidates the floor removed are not logged at all. They are reported
+  as "unidentified" rows and keep their active values.
 """
 
 from __future__ import annotations
@@ -31,6 +51,7 @@ from threadpoolctl import threadpool_limits
 from ..context.scoring import ScoringConfig
 from ..infra.errors import ValidationError
 from ..vocabulary import CONTEXT_MODES as MODES
+from .evaluate import PROFILE_SOURCES, per_build_metrics
 from .frames import labelled, resolved_population
 
 LN2 = math.log(2)
@@ -49,6 +70,9 @@ class FitOptions:
     population: str = "auto"
     min_relevance: float = 1e-3
     min_signal_z: float = 3.0  # the log-relevance coefficient must be this many standard errors above 0
+    source_weight_bounds: tuple[float, float] = (0.25, 4.0)
+    decay_floor_grid: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
+    min_floor_builds: int = 100  # training builds with a used item needed to choose a decay floor
     seed: int = 0
 
 
@@ -57,7 +81,7 @@ class ParamEstimate:
     """One fitted parameter: `value` is what the proposed config uses (active when thin)."""
 
     name: str
-    kind: str  # "half_life" | "weight"
+    kind: str  # "half_life" | "weight" | "source_weight" | "decay_floor" | "relevance_floor"
     source: str
     mode: str | None
     active: float | None
@@ -67,11 +91,11 @@ class ParamEstimate:
     ci_high: float | None
     n: int
     n_used: int
-    status: str  # fitted | clamped | thin | unidentified | no_signal
+    status: str  # fitted | clamped | thin | unidentified | no_signal | no_change
 
     @property
     def kept_active(self) -> bool:
-        return self.status in ("thin", "unidentified", "no_signal")
+        return self.status in ("thin", "unidentified", "no_signal", "no_change")
 
 
 @dataclass
@@ -270,6 +294,9 @@ def fit_parameters(
         )
     params = _half_life_params(active, layout, rates, boot_rates, src_counts, thin_src, signal, opt)
     params += _weight_params(active, layout, logw, boot_logw, cell_counts, free, signal, opt)
+    params += _source_weight_params(df, layout, active, signal, opt)
+    params.append(_decay_floor_param(df, _proposed(active, params), active, signal, opt))
+    params += _relevance_floor_params(active, df)
     config = _proposed(active, params)
     thin = [p.name for p in params if p.status == "thin"]
     if thin:
@@ -425,14 +452,220 @@ def _finite(v: float) -> float | None:
 
 
 def _proposed(active: ScoringConfig, params: list[ParamEstimate]) -> ScoringConfig:
+    """The proposed config: fitted values replace active ones; kept parameters stay as they are.
+
+    A re-fitted mode weight is the whole fitted factor of its cell, so it is stored divided by the proposed
+    source weight (their product, which the builder uses, is the fitted value)."""
     half_lives = dict(active.half_lives)
     weights = {s: dict(w) for s, w in active.mode_weights.items()}
+    source_weights = dict(active.source_weights)
+    decay_floor = active.decay_floor
+    for p in params:
+        if p.kind == "source_weight" and not p.kept_active and p.value is not None:
+            source_weights[p.source] = p.value
+        elif p.kind == "decay_floor" and not p.kept_active and p.value is not None:
+            decay_floor = p.value
     for p in params:
         if p.kind == "half_life":
             half_lives[p.source] = p.value
-        else:
-            weights.setdefault(p.source, {})[p.mode] = p.value
-    return replace(active, version=0, half_lives=half_lives, mode_weights=weights)
+        elif p.kind == "weight" and not p.kept_active and p.value is not None:
+            weights.setdefault(p.source, {})[p.mode] = p.value / source_weights.get(p.source, 1.0)
+    return replace(
+        active,
+        version=0,
+        half_lives=half_lives,
+        mode_weights=weights,
+        source_weights=source_weights,
+        decay_floor=decay_floor,
+        relevance_floors=dict(active.relevance_floors),
+    )
+
+
+# --- source weights: the same model with the active mode weights as an offset ----------------------------
+
+
+@dataclass
+class _SourceLayout:
+    """Columns of the source-weight design: log relevance + log mode weight, ages, sources, modes."""
+
+    base: _Layout
+    sources: list[str]
+    modes: list[str]
+    free: list[str]
+
+    @property
+    def n_features(self) -> int:
+        return 1 + len(self.base.decay_sources) + len(self.sources) + len(self.modes)
+
+
+def _source_counts(df: pd.DataFrame) -> dict[str, tuple[int, int]]:
+    g = df.groupby("source")["used"].agg(["size", "sum"])
+    return {s: (int(r["size"]), int(r["sum"])) for s, r in g.iterrows()}
+
+
+def _source_layout(df: pd.DataFrame, base: _Layout, opt: FitOptions) -> _SourceLayout:
+    counts = _source_counts(df)
+    sources = sorted(counts)
+    free = [s for s in sources if s not in PROFILE_SOURCES and _enough(counts[s], opt)]
+    modes = sorted(set(df["mode"]), key=lambda m: MODES.index(m) if m in MODES else 99)
+    return _SourceLayout(base, sources, modes, free if len(free) >= 2 else [])
+
+
+def _source_design(
+    df: pd.DataFrame, sl: _SourceLayout, active: ScoringConfig, min_relevance: float
+) -> np.ndarray:
+    n = len(df)
+    X = np.zeros((n, sl.n_features))
+    src = df["source"].to_numpy()
+    mode = df["mode"].to_numpy()
+    mw = {
+        (s, m): max(float(active.mode_weights.get(s, {}).get(m, 1.0)), 1e-9)
+        for s, m in set(zip(src, mode, strict=True))
+    }
+    offset = np.log([mw[(s, m)] for s, m in zip(src, mode, strict=True)]) if n else np.zeros(0)
+    X[:, 0] = np.log(np.maximum(df["relevance"].to_numpy(dtype=float), min_relevance)) + offset
+    age = np.nan_to_num(df["age_days"].to_numpy(dtype=float), nan=0.0)
+    for j, s in enumerate(sl.base.decay_sources, start=1):
+        X[:, j] = np.where(src == s, age / sl.base.age_scale[s], 0.0)
+    off = 1 + len(sl.base.decay_sources)
+    for j, s in enumerate(sl.sources):
+        X[:, off + j] = src == s
+    off += len(sl.sources)
+    for j, m in enumerate(sl.modes):
+        X[:, off + j] = mode == m
+    return X
+
+
+def _derive_sources(coef: np.ndarray, sl: _SourceLayout, active: ScoringConfig) -> dict[str, float]:
+    """Normalised log source weight per free source (geometric mean = the active one's)."""
+    b = float(coef[0])
+    if not sl.free or b <= 0:
+        return {}
+    off = 1 + len(sl.base.decay_sources)
+    raw = {s: coef[off + j] / b for j, s in enumerate(sl.sources)}
+    vals = np.array([raw[s] for s in sl.free])
+    target = np.mean([math.log(max(active.source_weights.get(s, 1.0), 1e-9)) for s in sl.free])
+    return {s: float(v) for s, v in zip(sl.free, vals - vals.mean() + target, strict=True)}
+
+
+def _source_weight_params(
+    df: pd.DataFrame, base: _Layout, active: ScoringConfig, signal: bool, opt: FitOptions
+) -> list[ParamEstimate]:
+    """One row per source (the profile aside): fitted, clamped, no_change (the interval covers the active
+    weight), thin, unidentified (fewer than two sources with enough data) or no_signal."""
+    sl = _source_layout(df, base, opt)
+    counts = _source_counts(df)
+    logsw: dict[str, float] = {}
+    boot: dict[str, list[float]] = {s: [] for s in sl.free}
+    if sl.free and signal:
+        X = _source_design(df, sl, active, opt.min_relevance)
+        y = df["used"].to_numpy(dtype=int)
+        logsw = _derive_sources(_coefs(X, y, opt.C), sl, active)
+        rng = np.random.default_rng(opt.seed)
+        groups = list(df.groupby("retrieval_id", sort=False).indices.values())
+        for _ in range(opt.n_boot):
+            idx = np.concatenate([groups[i] for i in rng.integers(0, len(groups), len(groups))])
+            if y[idx].min() == y[idx].max():
+                continue
+            for s, v in _derive_sources(_coefs(X[idx], y[idx], opt.C), sl, active).items():
+                boot[s].append(v)
+    lo, hi = opt.source_weight_bounds
+    out = []
+    for s in sl.sources:
+        if s in PROFILE_SOURCES:
+            continue
+        n, pos = counts[s]
+        w_active = float(active.source_weights.get(s, 1.0))
+        name = f"source_weight.{s}"
+        if s not in sl.free or not signal:
+            status = "no_signal" if not signal else "thin" if not _enough((n, pos), opt) else "unidentified"
+            out.append(
+                ParamEstimate(name, "source_weight", s, None, w_active, None, w_active, None, None, n, pos, status)
+            )
+            continue
+        if s not in logsw:  # the refit saw no signal (b ≤ 0): nothing to propose
+            status = "unidentified"
+            out.append(
+                ParamEstimate(name, "source_weight", s, None, w_active, None, w_active, None, None, n, pos, status)
+            )
+            continue
+        est = math.exp(logsw[s])
+        ci = _pct(boot.get(s, []))
+        ci_low = _clip(math.exp(ci[0]), lo, hi) if ci[0] is not None else None
+        ci_high = _clip(math.exp(ci[1]), lo, hi) if ci[1] is not None else None
+        status, value = "fitted", _clip(est, lo, hi)
+        if not lo <= est <= hi:
+            status = "clamped"
+        if ci[0] is not None and math.exp(ci[0]) <= w_active <= math.exp(ci[1]):
+            status, value = "no_change", w_active
+        out.append(
+            ParamEstimate(
+                name, "source_weight", s, None, w_active, _finite(est), value, ci_low, ci_high, n, pos, status
+            )
+        )
+    return out
+
+
+# --- floors -------------------------------------------------------------------------------------------------
+
+
+def _decay_floor_param(
+    df: pd.DataFrame, proposed: ScoringConfig, active: ScoringConfig, signal: bool, opt: FitOptions
+) -> ParamEstimate:
+    """The decay floor that maximises the training builds' mean nDCG@10 when they are replayed with the
+    proposed half-lives and weights; kept unless the bootstrap interval of its gain is above 0.
+
+    ci_low / ci_high are the bootstrap interval of the chosen floor itself; n is the labelled candidates
+    (the builds with a used item when there are too few of them: "thin")."""
+    current = float(active.decay_floor)
+    n_all, n_used = len(df), int(df["used"].sum())
+
+    def row(estimate: float | None, value: float, ci: tuple[float | None, float | None], status: str) -> ParamEstimate:
+        return ParamEstimate(
+            "decay_floor", "decay_floor", "*", None, current, estimate, value, ci[0], ci[1], n_all, n_used, status
+        )
+
+    if not signal:
+        return row(None, current, (None, None), "no_signal")
+    cands = df[~df["source"].isin(PROFILE_SOURCES)]
+    grid = sorted({round(float(f), 6) for f in opt.decay_floor_grid if 0 <= f < 1} | {round(current, 6)})
+    per = {f: per_build_metrics(cands, replace(proposed, decay_floor=f)) for f in grid}
+    mask = per[grid[0]]["n_used"].to_numpy() > 0
+    if int(mask.sum()) < opt.min_floor_builds:  # n counts the builds with a used item here
+        n_all = int(mask.sum())
+        return row(None, current, (None, None), "thin")
+    M = np.column_stack([per[f]["ndcg@10"].to_numpy(dtype=float)[mask] for f in grid])
+    ja = grid.index(round(current, 6))
+
+    def best(means: np.ndarray) -> int:  # ties go to the active floor
+        j = int(np.argmax(means))
+        return ja if means[ja] >= means[j] - 1e-12 else j
+
+    means = M.mean(axis=0)
+    j = best(means)
+    rng = np.random.default_rng(opt.seed + 1)
+    floors, gains = [], []
+    for _ in range(opt.n_boot):
+        mb = M[rng.integers(0, len(M), len(M))].mean(axis=0)
+        floors.append(grid[best(mb)])
+        gains.append(float(mb[j] - mb[ja]))
+    ci = _pct(floors)
+    gain_ci = _pct(gains)
+    if j == ja or (gain_ci[0] is not None and gain_ci[0] <= 0):
+        return row(grid[j], current, ci, "no_change")
+    return row(grid[j], grid[j], ci, "fitted")
+
+
+def _relevance_floor_params(active: ScoringConfig, df: pd.DataFrame) -> list[ParamEstimate]:
+    """The channel floors cannot be fitted from the log (no channel scores; floored candidates are not
+    logged): one kept row per channel, so the report says so."""
+    n, pos = len(df), int(df["used"].sum())
+    return [
+        ParamEstimate(
+            f"relevance_floor.{ch}", "relevance_floor", ch, None, v, None, v, None, None, n, pos, "unidentified"
+        )
+        for ch, v in sorted(active.relevance_floors.items())
+    ]
 
 
 def _unchanged(

@@ -106,6 +106,13 @@ def _out_of_bounds(proposed: dict[str, Any], gate: Gate) -> list[str]:
         for m, w in ws.items():
             if not (isinstance(w, int | float) and math.isfinite(w) and lo <= w <= hi):
                 bad.append(f"weight.{s}.{m}={w}")
+    params = proposed.get("params") or {}
+    for s, w in (params.get("source_weights") or {}).items():
+        if not (isinstance(w, int | float) and math.isfinite(w) and lo <= w <= hi):
+            bad.append(f"source_weight.{s}={w}")
+    floor = params.get("decay_floor")
+    if floor is not None and not (isinstance(floor, int | float) and 0 <= floor < 1):
+        bad.append(f"decay_floor={floor}")
     return bad
 
 

@@ -53,6 +53,27 @@ def hidden_truth() -> ScoringConfig:
     )
 
 
+HIDDEN_SOURCE_WEIGHTS: dict[str, float] = {"task": 0.5, "memory": 2.0}
+HIDDEN_DECAY_FLOOR = 0.0
+
+
+def hidden_source_truth() -> ScoringConfig:
+    """A truth that differs from the defaults only where the half-life / mode-weight fit cannot see: the
+    seed's mode weights (the active config's, the source-weight fit's offset) times hidden per-source
+    weights (geometric mean 1 over the fitted sources), and a hidden decay floor under the truth's
+    half-lives."""
+    base = hidden_truth()
+    return ScoringConfig(
+        version=0,
+        half_lives=dict(base.half_lives),
+        mode_weights={k: dict(v) for k, v in ScoringConfig().mode_weights.items()},
+        relevance_floors={},
+        decay_floor=HIDDEN_DECAY_FLOOR,
+        weight_bounds=(0.0, 1e9),
+        source_weights=dict(HIDDEN_SOURCE_WEIGHTS),
+    )
+
+
 @dataclass
 class SimSpec:
     """What to simulate; `truth` is hidden from the tuner, `active` is what the logged builds used."""
