@@ -283,6 +283,24 @@ def test_log_lines_and_their_tracebacks_are_redacted(caplog):
     assert "postgresql://app:***@db/app" in text and "RuntimeError" in text
 
 
+def test_access_log_records_keep_their_arguments_and_still_print():
+    """uvicorn's access formatter unpacks record.args itself: redaction must not take them away (it did, and
+    every access line of `serve` printed a 'Logging error' traceback instead)."""
+    from uvicorn.logging import AccessFormatter
+
+    install_redaction()
+    fmt = AccessFormatter('%(client_addr)s - "%(request_line)s" %(status_code)s', use_colors=False)
+    plain = logging.getLogger("uvicorn.access").makeRecord(
+        "uvicorn.access", logging.INFO, __file__, 1, '%s - "%s %s HTTP/%s" %d',
+        ("127.0.0.1:5000", "GET", "/health", "1.1", 200), None)
+    assert fmt.format(plain) == '127.0.0.1:5000 - "GET /health HTTP/1.1" 200 OK'
+    leaking = logging.getLogger("uvicorn.access").makeRecord(
+        "uvicorn.access", logging.INFO, __file__, 1, '%s - "%s %s HTTP/%s" %d',
+        ("127.0.0.1:5000", "GET", "/x?dsn=postgresql://app:tr0ub4dor@db/app", "1.1", 422), None)
+    line = fmt.format(leaking)
+    assert "tr0ub4dor" not in line and "GET /x?dsn=postgresql://app:***@db/app" in line and line.endswith(" 422 Unprocessable Entity")
+
+
 # -- 7. every surface validates the same way ------------------------------------------------------------------
 
 def test_cli_validates_owner_and_query_with_the_shared_limits(db_url, tmp_path):

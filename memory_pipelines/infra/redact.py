@@ -86,6 +86,20 @@ def redact_url(url: str) -> str:
 _installed = False
 
 
+def _redact_record(record: logging.LogRecord, message: str) -> None:
+    """Mask a record's secrets, keeping its arguments' shape where that suffices: formatters such as uvicorn's
+    access log read `record.args` themselves (a record without them fails to print at all)."""
+    if isinstance(record.args, tuple) and isinstance(record.msg, str):
+        record.msg = redact(record.msg)
+        record.args = tuple(redact(a) if isinstance(a, str) else a for a in record.args)
+        try:
+            if redact(record.getMessage()) == record.getMessage():
+                return
+        except Exception:
+            pass
+    record.msg, record.args = redact(message), None
+
+
 def install_redaction() -> None:
     """Mask secrets in every log record from now on (the message with its arguments, and an exception's
     traceback) and in the traceback of an uncaught exception. Idempotent."""
@@ -101,7 +115,8 @@ def install_redaction() -> None:
             message = record.getMessage()
         except Exception:  # a bad format string: let the handler report it as usual
             return record
-        record.msg, record.args = redact(message), None
+        if redact(message) != message:
+            _redact_record(record, message)
         if record.exc_info and record.exc_info[0] is not None:
             record.exc_text = redact("".join(traceback.format_exception(*record.exc_info)).rstrip("\n"))
         return record
