@@ -207,6 +207,20 @@ def test_forged_timeline_cursors_are_a_422_naming_cursor(live, key):
         assert r.json()["field"] == "cursor" and r.json()["detail"][0]["loc"] == ["query", "cursor"]
 
 
+def test_booleans_are_not_integers(live, key):
+    """JSON true is not 1 (found by the 14,754-case schemathesis run: `topK: true` was answered 200)."""
+    c = client(live, key)
+    for path, body, field in [
+        ("/api/brain/memory/search", {"query": "pgvector", "topK": True}, "topK"),
+        ("/api/brain/memory/context", {"query": "pgvector", "tokenBudget": False}, "tokenBudget"),
+        ("/ingest/memory", {"content": "a memory", "content_type": "insight", "project_name": "p", "ts": True},
+         "ts"),
+    ]:
+        r = c.post(path, json=body)
+        assert r.status_code == 422 and r.json()["field"] == field, (path, r.status_code, r.text[:200])
+    assert c.post("/api/brain/memory/search", json={"query": "pgvector", "topK": 3}).status_code == 200
+
+
 def test_forged_timeline_cursors_are_a_tool_error_over_mcp(runtime):
     _kid, key = create_key(runtime.pool, "dave")
     with LiveServer(build_http_app(Memory(runtime, llm=None))) as srv:

@@ -63,7 +63,16 @@ Content = Annotated[str, StringConstraints(min_length=1, max_length=MAX_CONTENT)
 Output = Annotated[str, StringConstraints(min_length=1, max_length=MAX_OUTPUT), Text, _TextSchema]
 """What an agent produced (answer, summary, diff, tool calls as text), posted as implicit feedback."""
 Cursor = Annotated[str, StringConstraints(min_length=1, max_length=500), Text, _TextSchema]
-Ts = Annotated[int, Field(ge=MIN_TS, le=MAX_TS)]
+def _not_bool(value: Any) -> Any:
+    """JSON true / false are not numbers (pydantic would read them as 1 / 0)."""
+    if isinstance(value, bool):
+        raise ValueError("must be an integer, not true or false")
+    return value
+
+
+Int = Annotated[int, BeforeValidator(_not_bool)]
+"""An integer in a request body: a JSON number, never a boolean."""
+Ts = Annotated[int, Field(ge=MIN_TS, le=MAX_TS), BeforeValidator(_not_bool)]
 """A memory's own time in Unix seconds: the range the library accepts (it also refuses more than a day ahead)."""
 
 # -- instants: ISO 8601 times or whole Unix seconds -------------------------------------------------------------

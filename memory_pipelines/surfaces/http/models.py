@@ -17,7 +17,7 @@ from ...vocabulary import (
     ContextMode,
     Scope,
 )
-from ..schema import Content, Cursor, Documented, Instant, ItemId, Name, Output, Query, Ts, storable
+from ..schema import Content, Cursor, Documented, Instant, Int, ItemId, Name, Output, Query, Ts, storable
 from ..schema import PathText as Path_
 
 SearchMode = Literal["summary", "hybrid", "semantic", "keyword"]
@@ -51,7 +51,7 @@ class SearchRequest(_Body):
     model_config = _examples({"query": "用户登录验证 login cookie", "topK": 5, "mode": "summary"})
 
     query: Query = Field(description="What to look for, any language.")
-    top_k: int = Field(5, alias="topK", ge=1, le=MAX_TOP_K, description="How many matches (1-100).")
+    top_k: Int = Field(5, alias="topK", ge=1, le=MAX_TOP_K, description="How many matches (1-100).")
     mode: SearchMode = Field("summary", description="'summary' (= hybrid), or hybrid | semantic | keyword.")
     owner_id: OwnerField = None
 
@@ -62,7 +62,7 @@ class RelatedRequest(_Body):
     model_config = _examples({"base_id": "mem_3f9c0b6a1d2e4f5a6b7c", "topK": 5, "exclude_self": True})
 
     base_id: ItemId = Field(description="An id from a search match (or any id of this owner).")
-    top_k: int = Field(5, alias="topK", ge=1, le=MAX_TOP_K, description="How many neighbours (1-100).")
+    top_k: Int = Field(5, alias="topK", ge=1, le=MAX_TOP_K, description="How many neighbours (1-100).")
     exclude_self: bool = Field(True, description="Leave the base item itself out of the matches.")
     owner_id: OwnerField = None
 
@@ -99,7 +99,7 @@ class ContextRequest(_Body):
     query: Query = Field(description="The task or question the agent is working on, any language.")
     mode: ContextMode = Field("execute", description="plan | execute | debug | chat: weighs the sources "
                               "(debug favours learnings and recent events; chat has no profile).")
-    token_budget: int = Field(DEFAULT_BUDGET, alias="tokenBudget", ge=MIN_BUDGET, le=MAX_BUDGET,
+    token_budget: Int = Field(DEFAULT_BUDGET, alias="tokenBudget", ge=MIN_BUDGET, le=MAX_BUDGET,
                               description="cl100k tokens the block may use, the profile included.")
     owner_id: OwnerField = None
 
