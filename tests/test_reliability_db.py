@@ -95,12 +95,21 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _default_signals() -> None:
+    """Start each process as a shell would: SIGTERM and SIGHUP at their default actions. An ignored signal is
+    inherited across exec, and the CLI rightly keeps it ignored (nohup); whatever the test process inherited or
+    set must not decide what these tests see."""
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 class Proc:
     """A `memory-pipelines` subprocess with its stderr in a file (read back when an assertion fails)."""
 
     def __init__(self, home: Path, args: list[str], **kw) -> None:
         self.log = home / f"{args[0]}-{time.monotonic_ns()}.log"
-        self.popen = subprocess.Popen([*CLI, *args], env=_env(home), stderr=self.log.open("wb"), **kw)
+        self.popen = subprocess.Popen([*CLI, *args], env=_env(home), stderr=self.log.open("wb"),
+                                      preexec_fn=_default_signals, **kw)
         self.pid = self.popen.pid
 
     def stderr(self) -> str:

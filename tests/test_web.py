@@ -103,8 +103,8 @@ EN = "The login page keeps the session cookie for 30 days so users stay signed i
 QUERIES = [  # (query, mode, days ago, feedback: how many of the injected items were used; None: no feedback)
     ("why did we pick pgvector for vectors?", "plan", 2, 1),
     ("login cookie across subdomains", "debug", 1, 0),
-    ("fix the login cookie bug", "debug", 0, 2),
     ("pgvector HNSW 索引", "execute", 0, None),
+    ("fix the login cookie bug", "debug", 0, 2),  # the newest: more candidates clear the floor than fit 120 tokens
 ]
 
 
