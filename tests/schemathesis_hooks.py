@@ -36,8 +36,12 @@ def query_text_only(failure) -> bool:
     if failure.code != "ST201":
         return False
     _, _, components = str(failure.message).partition("Invalid component:")
-    lines = [line.strip() for line in components.splitlines() if line.strip()]
-    return bool(lines) and all("query" in line and "violates `type`" in line for line in lines)
+    header, *rest = components.splitlines() or [""]
+    bullets = [line.strip() for line in rest if line.strip().startswith("- ")]
+    if not bullets:  # one mutation: "parameter `x` in query - violates `type` ..."
+        return "query" in header and "violates `type`" in header
+    # several: a header naming where ("parameters `x`, `y` in query", or nothing), one bullet per mutation
+    return all("violates `type`" in b and ("query" in b or "in query" in header) for b in bullets)
 
 
 @schemathesis.hook
