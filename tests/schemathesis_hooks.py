@@ -35,13 +35,11 @@ def query_text_only(failure) -> bool:
     null / boolean mutations serialise to valid text)."""
     if failure.code != "ST201":
         return False
-    _, _, components = str(failure.message).partition("Invalid component:")
-    header, *rest = components.splitlines() or [""]
-    bullets = [line.strip() for line in rest if line.strip().startswith("- ")]
-    if not bullets:  # one mutation: "parameter `x` in query - violates `type` ..."
-        return "query" in header and "violates `type`" in header
-    # several: a header naming where ("parameters `x`, `y` in query", or nothing), one bullet per mutation
-    return all("violates `type`" in b and ("query" in b or "in query" in header) for b in bullets)
+    text = f"{getattr(failure, 'message', '')}\n{failure}"
+    _, _, components = text.partition("Invalid component:")
+    mutations = [line for line in components.splitlines() if "violates" in line]
+    return bool(mutations) and "query" in components and "body" not in components and all(
+        "violates `type`" in line for line in mutations)
 
 
 @schemathesis.hook

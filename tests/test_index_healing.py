@@ -16,6 +16,7 @@ from memory_pipelines.infra.migrate import index_exists, missing_vector_indexes
 
 CLI = [sys.executable, "-m", "memory_pipelines.surfaces.cli"]
 INDEX = "tasks_embedding_hnsw"
+ROWS = 6000
 
 
 def _env(db_url: str, home, fake_openai) -> dict[str, str]:
@@ -34,18 +35,19 @@ def test_a_killed_bulk_load_leaves_the_index_missing_and_the_next_embed_restores
                                                                                       fake_openai):
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute("INSERT INTO tasks (owner_id, title, description) SELECT 'alice', 'bulk task ' || i,"
-                     " 'row ' || i FROM generate_series(1, 3000) AS i")
+                     " 'row ' || i FROM generate_series(1, %s) AS i", (ROWS,))
     env = _env(db_url, tmp_path, fake_openai)
-    # The first batch (2,048 rows) answers after 0.5 s, the second after 30 s: time to kill the load once over
-    # half of the rows are in. A next run then finds too few pending rows to defer the index itself.
-    fake_openai.faults.extend([{"delay": 0.5}, {"delay": 30.0}])
+    # Two parallel loaders each take half the rows (about 3,000) in batches of 2,048: their first batches answer
+    # after 0.5 s, every later one after 30 s, time to kill the load once over half of the rows are in (4,096).
+    # A next run then finds too few pending rows to defer the index itself.
+    fake_openai.faults.extend([{"delay": 0.5}, {"delay": 0.5}, {"delay": 30.0}, {"delay": 30.0}])
     load = subprocess.Popen([*CLI, "embed"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 120
         with psycopg.connect(db_url, autocommit=True) as conn:
             # The load drops the index (all 3,000 rows pending), then writes its first batch.
             while index_exists(conn, INDEX) or conn.execute(
-                    "SELECT count(*) FROM tasks WHERE embedding IS NOT NULL").fetchone()[0] < 1501:
+                    "SELECT count(*) FROM tasks WHERE embedding IS NOT NULL").fetchone()[0] <= ROWS // 2:
                 assert load.poll() is None, load.stderr.read().decode()
                 assert time.monotonic() < deadline, "the bulk load never dropped the index"
                 time.sleep(0.05)
@@ -58,7 +60,7 @@ def test_a_killed_bulk_load_leaves_the_index_missing_and_the_next_embed_restores
     with psycopg.connect(db_url, autocommit=True) as conn:
         assert missing_vector_indexes(conn) == [INDEX]
         pending = conn.execute("SELECT count(*) FROM tasks WHERE embedding IS NULL").fetchone()[0]
-    assert 0 < pending < 1500  # killed midway, past half
+    assert 0 < pending < ROWS // 2  # killed midway, past half
 
     status = _cli(env, "status")
     assert status.returncode == 0, status.stderr
