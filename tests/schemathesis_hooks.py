@@ -33,7 +33,7 @@ def query_text_only(failure) -> bool:
     """Whether an accepted "schema-violating" request only changed a query parameter's JSON type: a query string is
     text, so `?project_name=false` is the valid string "false", not a boolean (an optional string parameter's
     null / boolean mutations serialise to valid text)."""
-    if failure.code != "ST201":
+    if getattr(failure, "code", None) != "ST201":
         return False
     text = f"{getattr(failure, 'message', '')}\n{failure}"
     _, _, components = text.partition("Invalid component:")
