@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from memory_pipelines.embeddings import FakeEmbedder
+from memory_pipelines.embeddings.cache import CachedEmbedder
 from memory_pipelines.infra.errors import ValidationError
-from memory_pipelines.pipelines.evaluation import METHODS, evaluate
+from memory_pipelines.pipelines.evaluation import METHODS, compare_runs, evaluate
 
 TOPICS = [
     "the deploy pipeline broke because the staging database password expired",
@@ -62,3 +63,24 @@ def test_bad_mode_or_budget_is_refused_before_any_work(server_url, tmp_path, kwa
     with pytest.raises(ValidationError) as err:
         evaluate(server_url, FakeEmbedder(384), tmp_path / "absent", **kwargs)
     assert err.value.field == field
+
+
+def test_cached_embeddings_and_saved_rankings_make_a_rerun_identical_and_comparable(server_url, tmp_path):
+    folder = _folder(tmp_path)
+    first_inner, second_inner = FakeEmbedder(384), FakeEmbedder(384)
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    first = evaluate(server_url, CachedEmbedder(first_inner, tmp_path / "cache"), folder, save_rankings=a)
+    second = evaluate(server_url, CachedEmbedder(second_inner, tmp_path / "cache"), folder, save_rankings=b)
+    assert first_inner.texts_embedded == 120 + len(TOPICS) * 2 - len(TOPICS)  # queries repeat across owners
+    assert second_inner.calls == 0 and second == first
+    lo, hi = first["hybrid"]["overall"]["recall@10_ci"]
+    assert lo <= first["hybrid"]["overall"]["recall@10"] <= hi
+    assert first["hybrid"]["overall"]["vs_best_channel"]["recall@10"]["best_channel"] in ("keyword", "semantic")
+    rows = [json.loads(line) for line in a.read_text(encoding="utf-8").splitlines()]
+    assert len(rows) == 12 and set(rows[0]["rankings"]) == set(METHODS)
+    assert rows[0]["gold"] == ["alice-0-0", "alice-0-1", "alice-0-2"]
+    dataset_ids = {json.loads(line)["id"] for line in (folder / "memories.jsonl").read_text().splitlines()}
+    assert all(set(ranked) <= dataset_ids for r in rows for ranked in r["rankings"].values())  # not stored ids
+    assert all(i.startswith("alice-0-") for i in rows[0]["rankings"]["hybrid"][:3])
+    assert compare_runs(a, b, "hybrid")["overall"] == {"diff": 0.0, "ci": [0.0, 0.0], "a": first["hybrid"]["overall"][
+        "recall@10"], "b": first["hybrid"]["overall"]["recall@10"], "n": 12}

@@ -3,15 +3,16 @@
 The memories are loaded into a throwaway database on the same server (dropped afterwards), embedded
 with the configured model and keyword-indexed; each query is answered within its owner by keyword,
 semantic, hybrid (weighted and RRF) search and by the context builder's ranking as of `asked_at`.
+Every mean comes with a 95 % bootstrap interval over queries, and the fused methods with their paired
+difference to the better single channel (`eval_stats`). `save_rankings` writes each query's rankings (dataset
+ids) as JSONL; `compare_runs` compares two such files query by query.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import uuid
-from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -33,6 +34,16 @@ from ..retrieval.search import SearchFilters, search
 from ..store.memories import insert_memory
 from ..store.projects import ensure_project
 from ..vocabulary import CONTEXT_MODES, MAX_BUDGET, MIN_BUDGET
+from .eval_stats import (
+    METRICS,
+    N_RESAMPLES,
+    SEED,
+    paired_by_category,
+    query_scores,
+    summarise_scores,
+)
+from .eval_stats import ndcg_at as ndcg_at  # re-exported: the metrics used to live here
+from .eval_stats import recall_at as recall_at
 
 METHODS = ("keyword", "semantic", "hybrid", "hybrid_rrf", "context", "hybrid_matched")
 KS = (5, 10)
@@ -132,19 +143,6 @@ def load_memories(
                 progress(1)
 
 
-def recall_at(ranked: Sequence[str], gold: Sequence[str], k: int) -> float:
-    """|gold ∩ top-k| / |gold|."""
-    return len(set(ranked[:k]) & set(gold)) / len(set(gold))
-
-
-def ndcg_at(ranked: Sequence[str], gold: Sequence[str], k: int = 10) -> float:
-    """Binary-relevance nDCG@k."""
-    gold_set = set(gold)
-    dcg = sum(1 / math.log2(i + 2) for i, item in enumerate(ranked[:k]) if item in gold_set)
-    ideal = sum(1 / math.log2(i + 2) for i in range(min(len(gold_set), k)))
-    return dcg / ideal if ideal else 0.0
-
-
 def rankings(
     pool: ConnectionPool, embedder: Embedder, q: Query, mode: str = "chat", budget: int = EVAL_BUDGET
 ) -> dict[str, list[str]]:
@@ -183,29 +181,63 @@ def rankings(
     return out
 
 
-def summarise(per_query: list[tuple[Query, dict[str, list[str]]]]) -> dict[str, Any]:
-    """recall@5, recall@10 and nDCG@10 per method, overall and per category."""
-    sums: dict[str, dict[str, dict[str, float]]] = {
-        m: defaultdict(lambda: defaultdict(float)) for m in METHODS
-    }
-    counts: dict[str, int] = defaultdict(int)
+def summarise(
+    per_query: list[tuple[Query, dict[str, list[str]]]], n_resamples: int = N_RESAMPLES, seed: int = SEED
+) -> dict[str, Any]:
+    """recall@5, recall@10 and nDCG@10 per method, overall and per category, each with its 95 % bootstrap
+    interval (`recall@10_ci: [lo, hi]`, ...); hybrid and hybrid_rrf also with `vs_best_channel`, their paired
+    difference to the better of keyword and semantic (see `eval_stats.summarise_scores`)."""
+    methods = [m for m in METHODS if any(m in ranks for _q, ranks in per_query)] or list(METHODS)
+    scores: dict[str, dict[str, list[float]]] = {m: {k: [] for k in METRICS} for m in methods}
     for q, ranks in per_query:
         gold = [memory_id_for(g) for g in q.gold]
-        for method, ranked in ranks.items():
-            for cat in ("overall", q.category):
-                s = sums[method][cat]
-                s["recall@5"] += recall_at(ranked, gold, 5)
-                s["recall@10"] += recall_at(ranked, gold, 10)
-                s["ndcg@10"] += ndcg_at(ranked, gold, 10)
-        counts["overall"] += 1
-        counts[q.category] += 1
-    return {
-        method: {
-            cat: {metric: round(v / counts[cat], 4) for metric, v in metrics.items()} | {"n": counts[cat]}
-            for cat, metrics in by_cat.items()
-        }
-        for method, by_cat in sums.items()
-    }
+        for method in methods:
+            for metric, value in query_scores(ranks.get(method, []), gold).items():
+                scores[method][metric].append(value)
+    return summarise_scores([q.category for q, _r in per_query], scores, n_resamples, seed)
+
+
+def write_rankings(path: Path, per_query: list[tuple[Query, dict[str, list[str]]]], id_map: dict[str, str]) -> None:
+    """One JSON line per query: id, owner, category, query, gold (dataset ids) and every method's ranking
+    (dataset ids, best first). `id_map` maps stored memory ids back to dataset ids."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for q, ranks in per_query:
+            row = {"id": q.id, "owner": q.owner, "category": q.category, "query": q.query, "gold": q.gold,
+                   "rankings": {m: [id_map.get(i, i) for i in ranked] for m, ranked in ranks.items()}}
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+def read_rankings(path: Path | str) -> dict[str, dict[str, Any]]:
+    """A file of `write_rankings`, keyed by query id."""
+    rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    return {r["id"]: r for r in rows}
+
+
+def compare_runs(
+    a_path: Path | str, b_path: Path | str, method: str = "hybrid", metric: str = "recall@10",
+    n_resamples: int = N_RESAMPLES, seed: int = SEED,
+) -> dict[str, dict[str, Any]]:
+    """Run B against run A (two `--save-rankings` files) for one method: per category (and overall) the mean
+    of B − A over the queries both runs answered, with its paired 95 % bootstrap interval, both means and n.
+
+    Queries are matched by id (in A's order); their gold evidence must agree.
+    """
+    a, b = read_rankings(a_path), read_rankings(b_path)
+    ids = [i for i in a if i in b]
+    if not ids:
+        raise ValueError(f"{a_path} and {b_path} share no query id")
+    cats, a_vals, b_vals = [], [], []
+    for i in ids:
+        if sorted(a[i]["gold"]) != sorted(b[i]["gold"]):
+            raise ValueError(f"query {i}: the two runs have different gold evidence")
+        for run in (a, b):
+            if method not in run[i]["rankings"]:
+                raise ValueError(f"query {i}: no ranking of method {method!r}")
+        cats.append(a[i]["category"])
+        a_vals.append(query_scores(a[i]["rankings"][method], a[i]["gold"])[metric])
+        b_vals.append(query_scores(b[i]["rankings"][method], b[i]["gold"])[metric])
+    return paired_by_category(cats, a_vals, b_vals, n_resamples, seed)
 
 
 def evaluate(
@@ -216,10 +248,13 @@ def evaluate(
     limit: int | None = None,
     mode: str = "chat",
     budget: int = EVAL_BUDGET,
+    save_rankings: Path | None = None,
 ) -> dict[str, Any]:
-    """Run the whole evaluation; returns {method: {category: {metric: value, n}}}.
+    """Run the whole evaluation; returns {method: {category: {metric: value, metric_ci: [lo, hi], n}}}
+    (see `summarise`).
 
     `mode` and `budget` are those of the context builds (default: chat, 32,000 tokens, i.e. no budget cut).
+    `save_rankings` is a JSONL file to write every query's rankings to (`write_rankings`).
     """
     if mode not in CONTEXT_MODES:
         raise ValidationError("mode", f"must be one of {list(CONTEXT_MODES)}")
@@ -240,7 +275,9 @@ def evaluate(
             for q in queries:
                 per_query.append((q, rankings(pool, embedder, q, mode, budget)))
                 step(1)
-        return summarise(per_query)
+    if save_rankings is not None:
+        write_rankings(Path(save_rankings), per_query, {memory_id_for(m["id"]): m["id"] for m in memories})
+    return summarise(per_query)
 
 
 @contextmanager
@@ -254,15 +291,26 @@ def _progress(
         yield b.update
 
 
+def _ci(ci: Any) -> str:
+    return f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
+
+
 def format_table(results: dict[str, Any]) -> str:
-    """A plain-text table: one block per category, one row per method."""
+    """A plain-text table: one block per category, one row per method (recall@10 with its 95 % interval),
+    then hybrid − the better single channel (recall@10) with its paired interval."""
     categories = list(next(iter(results.values())).keys())
     lines = []
     for cat in categories:
         n = results[METHODS[0]][cat]["n"]
         lines.append(f"\n{cat} (n={n})")
-        lines.append(f"  {'method':<12}{'recall@5':>10}{'recall@10':>11}{'nDCG@10':>10}")
+        lines.append(f"  {'method':<15}{'recall@5':>9}  {'recall@10 [95% CI]':<22}{'nDCG@10':>8}")
         for method in METHODS:
             m = results[method][cat]
-            lines.append(f"  {method:<12}{m['recall@5']:>10.3f}{m['recall@10']:>11.3f}{m['ndcg@10']:>10.3f}")
+            r10 = f"{m['recall@10']:.3f} {_ci(m.get('recall@10_ci'))}"
+            lines.append(f"  {method:<15}{m['recall@5']:>9.3f}  {r10:<22}{m['ndcg@10']:>8.3f}")
+        for method in ("hybrid", "hybrid_rrf"):
+            vs = results.get(method, {}).get(cat, {}).get("vs_best_channel", {}).get("recall@10")
+            if vs:
+                lines.append(f"  {method} − best channel ({vs['best_channel']}), recall@10: "
+                             f"{vs['diff']:+.3f} {_ci(vs['ci'])}")
     return "\n".join(lines)

@@ -182,8 +182,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     settings = get_settings()
     embedder = make_embedder(settings)
+    if args.embedding_cache:
+        from ...embeddings.cache import CachedEmbedder
+
+        embedder = CachedEmbedder(embedder, args.embedding_cache)
     results = evaluate(database_url(settings), embedder, Path(args.dir), bar=_bar, limit=args.limit,
-                       mode=args.mode, budget=args.budget)
+                       mode=args.mode, budget=args.budget,
+                       save_rankings=Path(args.save_rankings) if args.save_rankings else None)
+    if args.embedding_cache:
+        print(f"embedding cache {args.embedding_cache}: {embedder.hits} texts read, {embedder.misses} embedded",
+              file=sys.stderr)
     print(json.dumps(results) if args.json else format_table(results))
     return 0
 
@@ -246,11 +254,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "eval",
         help="evaluate retrieval on DIR (memories.jsonl + queries.jsonl): recall@5, "
-        "recall@10 and nDCG@10 of keyword, semantic, hybrid and context ranking, in a throwaway "
-        "database",
+        "recall@10 and nDCG@10 of keyword, semantic, hybrid and context ranking with 95%% bootstrap "
+        "intervals over queries, in a throwaway database",
     )
     p.add_argument("dir")
-    p.add_argument("--json", action="store_true", help="one JSON object keyed by method")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object keyed by method, then category: every metric, its `_ci` interval, n, "
+                   "and for hybrid / hybrid_rrf `vs_best_channel`")
+    p.add_argument("--save-rankings", metavar="PATH",
+                   help="write every query's gold and per-method rankings (dataset ids) to PATH as JSONL; "
+                   "compare two such files with memory_pipelines.pipelines.evaluation.compare_runs")
+    p.add_argument("--embedding-cache", metavar="DIR",
+                   help="keep embeddings in DIR (SQLite, keyed by model, kind and text) and reuse them in "
+                   "later runs; off by default")
     p.add_argument("--limit", type=int, help="evaluate only the first N queries")
     p.add_argument("--mode", default="chat", choices=CONTEXT_MODES, help="mode of the context builds (default chat)")
     p.add_argument("--budget", type=int, default=MAX_BUDGET,
