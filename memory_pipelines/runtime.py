@@ -34,13 +34,15 @@ def open_runtime(settings: Settings | None = None, embedder: Embedder | None = N
 
 
 def warm_up() -> None:
-    """For long-running servers: load the Chinese segmenter and the tokenizer now rather than on the first
-    request, then `gc.freeze()` what is loaded. Full (generation 2) collections otherwise traverse these
-    large static tables: a 25–35 ms pause every ~75 context builds, which set the p99."""
+    """For long-running servers: load the Chinese segmenter, the CC-CEDICT maps and the tokenizer now rather
+    than on the first request, then `gc.freeze()` what is loaded. Full (generation 2) collections otherwise
+    traverse these large static tables: a 25–35 ms pause every ~75 context builds, which set the p99."""
+    from .text.dictionary import maps
     from .text.keywords import terms
     from .text.tokens import count_tokens
 
     terms("预热分词器 warm up")
+    maps()  # the CC-CEDICT keyword expansions (~2 s to parse)
     count_tokens("warm up")
     gc.collect()
     gc.freeze()

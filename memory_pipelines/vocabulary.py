@@ -193,7 +193,9 @@ INDEXED: dict[str, IndexedText] = {
         table="fragments",
         id_type="text",
         from_sql="fragments t JOIN memories m ON m.id = t.memory_id JOIN projects p ON p.id = m.project_id",
-        text_sql="mp_fragment_text(m.speaker, t.content, p.project_name, m.content_type, m.created_at)",
+        text_sql=(
+            "mp_fragment_text(m.speaker, t.content, p.project_name, m.content_type, m.created_at, m.context)"
+        ),
         active_sql="m.is_active",
     ),
     "event": IndexedText(
@@ -238,7 +240,7 @@ SOURCES: dict[str, Source] = {
         from_sql="memories t JOIN projects p ON p.id = t.project_id",
         title_sql="coalesce(t.summary, left(t.content, 80))", body_sql="t.content",
         extra_sql="jsonb_build_object('content_type', t.content_type, 'project_key', p.project_key,"
-        " 'speaker', t.speaker, 'tags', t.tags)",
+        " 'speaker', t.speaker, 'tags', t.tags, 'session', t.session)",
         project_sql="p.project_key", vector_sql="t.avg_embedding",
         detail_sql="SELECT m.id, coalesce(m.summary, left(m.content, 80)), m.content, NULL, m.metadata"
         " || jsonb_build_object('content_type', m.content_type, 'project_key', p.project_key, 'tags', m.tags,"

@@ -55,14 +55,14 @@ def _settle_one(
         row = conn.execute(
             "SELECT m.owner_id, m.project_id::text, p.project_name, m.content, m.content_type, m.ts,"
             " m.speaker, coalesce(m.summary, ''), m.tags,"
-            " coalesce(m.metadata->>'summary_by', 'extractive'), m.avg_embedding, m.created_at"
+            " coalesce(m.metadata->>'summary_by', 'extractive'), m.avg_embedding, m.created_at, m.context"
             " FROM memories m JOIN projects p ON p.id = m.project_id WHERE m.id = %s AND m.is_active"
             " AND m.arbitration_status = 'pending' AND m.embedding_status = 'done' FOR UPDATE OF m",
             (memory_id,),
         ).fetchone()
         if row is None:  # settled by another worker meanwhile
             return None
-        owner, project_id, project_name, content, ctype, ts, speaker, summary, tags, by, vec, own_date = row
+        owner, project_id, project_name, content, ctype, ts, speaker, summary, tags, by, vec, own_date, ctx = row
         limit = threshold if threshold is not None else conflict_threshold_for(model)
         candidates = find_candidates(conn, owner, project_id, to_array(vec), model, limit, exclude=memory_id)
         d = arbitrate(llm, summary, content, ctype, candidates)
@@ -84,7 +84,7 @@ def _settle_one(
                     by,
                     chunks,
                     np.vstack([to_array(f[1]) for f in frags]),
-                    texts_for(conn, chunks, speaker, project_name, ctype, own_date),
+                    texts_for(conn, chunks, speaker, project_name, ctype, own_date, ctx),
                 )
                 replace_memory(conn, embedder, c.id, owner, project_name, new)
             drop_fragments(conn, memory_id)

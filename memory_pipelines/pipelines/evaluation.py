@@ -136,6 +136,7 @@ def load_memories(
                 created_at=_parse_time(m["created_at"]),
                 speaker=m.get("speaker"),
                 metadata={"eval_id": m["id"], "session": m.get("session")},
+                session=m.get("session"),
                 summary=m["text"][:200],
                 tags=[],
             )

@@ -23,10 +23,12 @@ from ..embeddings import Embedder, EmbeddingError
 from ..embeddings.base import to_array
 from ..infra.db import pgvector_version
 from ..infra.errors import ValidationError, check_storable
+from ..text.dictionary import expand_terms
 from ..text.glossary import expand
 from ..text.keywords import has_cjk, jaccard, terms
 from ..vocabulary import CONTENT_TYPES, RANKED_SOURCES, SEARCH_MODES, SEARCH_SOURCES, SOURCES
-from .fusion import FUSIONS, rescored
+from .fusion import FUSIONS, SEMANTIC_WEIGHT, rescored
+from .neighbours import NEIGHBOUR_TOP, lifted, neighbour_rows
 
 log = logging.getLogger(__name__)
 
@@ -410,14 +412,19 @@ def semantic_hits(
 
 
 EXPANSION_WEIGHT = 0.5  # glossary translations count half as much as the query's own words
+# CC-CEDICT translations (text.dictionary) weigh less than the glossary's: a word's n translations share it.
+DICTIONARY_WEIGHT = 0.4
 
 
 def query_terms(query: str) -> dict[str, float]:
-    """The query's terms (weight 1) plus their glossary translations (weight EXPANSION_WEIGHT)."""
+    """The query's terms (weight 1) plus their glossary translations (weight EXPANSION_WEIGHT) and their
+    CC-CEDICT translations (DICTIONARY_WEIGHT / n for a word's n translations); an earlier weight stands."""
     own = list(dict.fromkeys(terms(query)))
     weights = dict.fromkeys(own, 1.0)
     for term in expand(own):
         weights.setdefault(term, EXPANSION_WEIGHT)
+    for term, weight in expand_terms(own, DICTIONARY_WEIGHT).items():
+        weights.setdefault(term, weight)
     return weights
 
 
@@ -450,10 +457,14 @@ def search(
     filters: SearchFilters | None = None,
     limit: int = 10,
     min_score: float | None = None,
-    fusion: str = "weighted",
+    fusion: str = "evidence",
     query_vector: np.ndarray | None = None,
+    neighbours: bool = True,
 ) -> SearchResult:
-    """Search one owner's memory. Never raises on a provider outage: the result says it degraded."""
+    """Search one owner's memory. Never raises on a provider outage: the result says it degraded.
+
+    Hybrid search fuses the channels (`fusion`, retrieval/fusion.py) and, with `neighbours`, lifts the
+    neighbouring turns of its top conversational hits (retrieval/neighbours.py)."""
     _validate(query, mode, limit, min_score)
     if fusion not in FUSIONS:
         raise ValidationError("fusion", f"must be one of {sorted(FUSIONS)}")
@@ -476,7 +487,11 @@ def search(
     elif mode == "keyword" or qvec is None:
         ranked = calibrate_keyword(kw)
     else:
+        if fusion == "evidence":
+            sem = sem + _vector_scored(sem, kw, qvec)
         ranked = FUSIONS[fusion](calibrate_semantic(sem, embedder, query), calibrate_keyword(kw))
+        if neighbours and "memory" in f.sources:
+            ranked = _lift_neighbours(pool, embedder, owner, query, qvec, f, ranked)
     if min_score is not None:
         ranked = [h for h in ranked if h.score >= min_score]
     return SearchResult(
@@ -484,6 +499,46 @@ def search(
         mode=mode if qvec is not None or mode == "keyword" else "keyword",
         degraded=degraded,
     )
+
+
+def _vector_scored(sem: list[Hit], kw: list[Hit], qvec: np.ndarray) -> list[Hit]:
+    """The keyword hits the semantic channel did not return, scored by their own vector (cosine similarity):
+    so fusion sees both channels' view of every candidate."""
+    seen = {(h.source, h.id) for h in sem}
+    out = []
+    for h in kw:
+        if (h.source, h.id) not in seen and h.embedding is not None:
+            similarity = float(np.dot(h.embedding, qvec))
+            out.append(rescored(h, score=similarity, semantic=similarity, keyword=None, keyword_evidence=None))
+    return out
+
+
+def _lift_neighbours(
+    pool: ConnectionPool, embedder: Embedder, owner: str, query: str, qvec: np.ndarray, f: SearchFilters,
+    ranked: list[Hit],
+) -> list[Hit]:
+    """Fused hits with the neighbouring turns of the top conversational ones lifted (retrieval/neighbours.py)."""
+    top = [h.id for h in ranked if h.source == "memory"][:NEIGHBOUR_TOP]
+    if not top:
+        return ranked
+    params: dict[str, Any] = {}
+    clauses = _where("memory", owner, f, params)
+    with pool.connection() as conn:
+        rows = neighbour_rows(conn, top, clauses, params)
+    adjacent: dict[str, list[Hit]] = {}
+    for row in rows:
+        hit = _hit("memory", row[1:])
+        if hit.embedding is not None:
+            hit.semantic = float(np.dot(hit.embedding, qvec))
+        adjacent.setdefault(str(row[0]), []).append(hit)
+    qlang = language(query)
+
+    def own_score(h: Hit) -> float:
+        if h.semantic is None:
+            return 0.0
+        return SEMANTIC_WEIGHT * calibrated_similarity(embedder, qlang, h.text, h.semantic)
+
+    return lifted(ranked, adjacent, own_score)
 
 
 def language(text: str) -> str:

@@ -52,7 +52,7 @@ from ..vocabulary import (
     TS_FUTURE_SLACK,
 )
 from .arbitration import Decision, Neighbour, arbitrate, clean_text, summarise
-from .memories import content_hash, new_memory_id
+from .memories import content_hash, new_memory_id, previous_turn
 from .projects import ensure_project, project_key_from_name
 
 log = logging.getLogger(__name__)
@@ -107,6 +107,7 @@ class _Input:
     project_path: str | None
     ts: int
     speaker: str | None
+    session: str | None = None
 
 
 @dataclass
@@ -156,6 +157,7 @@ def validate_input(
     ts: object,
     speaker: object,
     *,
+    session: object = None,
     now: float | None = None,
 ) -> _Input:
     """Check every field; raises ValidationError naming the first bad one."""
@@ -193,6 +195,7 @@ def validate_input(
         project_path=_opt_str("project_path", project_path, MAX_PATH),
         ts=int(ts),
         speaker=_opt_str("speaker", speaker, MAX_NAME),
+        session=_opt_str("session", session, MAX_NAME),
     )
 
 
@@ -206,13 +209,14 @@ def texts_for(
     project_name: str,
     content_type: str,
     created_at: datetime,
+    context: str | None = None,
 ) -> list[str]:
     """The indexed texts of a memory's chunks, before its fragments exist: one query of the database's one
-    definition (`mp_fragment_text`, sql/005), the text the backfill and the keyword index read."""
+    definition (`mp_fragment_text`, sql/005 and 008), the text the backfill and the keyword index read."""
     rows = conn.execute(
-        "SELECT mp_fragment_text(%s::text, c, %s::text, %s::text, %s::timestamptz)"
+        "SELECT mp_fragment_text(%s::text, c, %s::text, %s::text, %s::timestamptz, %s::text)"
         " FROM unnest(%s::text[]) WITH ORDINALITY AS u(c, i) ORDER BY i",
-        (speaker, project_name, content_type, created_at, list(chunks)),
+        (speaker, project_name, content_type, created_at, context, list(chunks)),
     ).fetchall()
     return [r[0] for r in rows]
 
@@ -400,6 +404,8 @@ class NewContent:
     chunks: list[str]
     vectors: np.ndarray | None  # fragment vectors, None when pending
     texts: list[str]  # the indexed texts the vectors were made from
+    session: str | None = None  # the conversation session the memory is a turn of
+    context: str | None = None  # the session's previous turn when it was written (sql/008)
 
 
 def _insert(
@@ -415,12 +421,14 @@ def _insert(
     conn.execute(
         "INSERT INTO memories (id, owner_id, project_id, content_type, content, content_hash, ts, speaker,"
         " metadata, summary, tags, chunk_count, embedding_status, arbitration_status, created_at, updated_at,"
-        " avg_embedding, embedding_model, embedded_hash, embedded_at)"
+        " avg_embedding, embedding_model, embedded_hash, embedded_at, session, turn, context)"
         " VALUES (%(id)s, %(owner)s, %(project)s, %(type)s,"
         " %(content)s, %(hash)s, %(ts)s, %(speaker)s, %(meta)s, %(summary)s, %(tags)s, %(chunks)s,"
         " %(status)s, %(status)s, %(created)s, now(), %(vec)s, %(model)s,"
         " CASE WHEN %(pending)s THEN NULL ELSE %(hash)s END,"
-        " CASE WHEN %(pending)s THEN NULL ELSE now() END)",
+        " CASE WHEN %(pending)s THEN NULL ELSE now() END,"
+        " %(session)s, CASE WHEN %(session)s::text IS NULL THEN NULL ELSE nextval('memory_turns') END,"
+        " %(context)s)",
         {
             "id": memory_id,
             "owner": owner,
@@ -439,6 +447,8 @@ def _insert(
             "vec": None if pending else memory_vector(new.vectors),
             "model": None if pending else model,
             "pending": pending,
+            "session": new.session,
+            "context": new.context,
         },
     )
     _write_fragments(conn, memory_id, owner, new.chunks, new.texts, new.vectors, model, created_at)
@@ -459,8 +469,11 @@ def replace_memory(
         " FROM memories WHERE id = %s",
         (version, old_id),
     )
-    created_at = conn.execute("SELECT created_at FROM memories WHERE id = %s", (old_id,)).fetchone()[0]
-    texts = texts_for(conn, new.chunks, new.speaker, project_name, new.content_type, created_at)
+    # The replaced memory keeps its date and its place in its conversation (session, turn, context).
+    created_at, context = conn.execute(
+        "SELECT created_at, context FROM memories WHERE id = %s", (old_id,)
+    ).fetchone()
+    texts = texts_for(conn, new.chunks, new.speaker, project_name, new.content_type, created_at, context)
     vectors, embedded = new.vectors, new.texts
     if texts != new.texts and vectors is not None:  # the old row's date differs: embed what it indexes
         fresh = _embed(embedder, texts)[0]
@@ -501,16 +514,21 @@ def _stored_name(conn: psycopg.Connection, project_id: str) -> str:
     return conn.execute("SELECT project_name FROM projects WHERE id = %s", (project_id,)).fetchone()[0]
 
 
-def _texts(pool: ConnectionPool, inp: _Input, chunks: Sequence[str], created_at: datetime) -> list[str]:
+def _texts(
+    pool: ConnectionPool, inp: _Input, chunks: Sequence[str], created_at: datetime
+) -> tuple[list[str], str | None]:
     """The chunks' indexed texts, with the stored name of an existing project, else the name it will be
-    created with. Reads only: nothing is written before the write transaction."""
+    created with, and the context (previous turn) of a conversational memory. Reads only: nothing is
+    written before the write transaction. Two turns of one session written at the same instant may both
+    read the same previous turn; each is still stored, in the order the sequence gives them."""
     with pool.connection() as conn:
         row = conn.execute(
-            "SELECT project_name FROM projects WHERE owner_id = %s AND project_key = %s",
+            "SELECT project_name, id FROM projects WHERE owner_id = %s AND project_key = %s",
             (inp.owner, inp.project_key),
         ).fetchone()
         name = row[0] if row else inp.project_name
-        return texts_for(conn, chunks, inp.speaker, name, inp.content_type, created_at)
+        context = previous_turn(conn, inp.owner, row[1], inp.session) if inp.session and row else None
+        return texts_for(conn, chunks, inp.speaker, name, inp.content_type, created_at, context), context
 
 
 def ingest_memory(
@@ -527,22 +545,28 @@ def ingest_memory(
     project_path: str | None = None,
     ts: int | None = None,
     speaker: str | None = None,
+    session: str | None = None,
     conflict_threshold: float | None = None,
 ) -> IngestResult:
-    """Store one memory for `owner`; see the module docstring. `conflict_threshold` overrides the model's."""
+    """Store one memory for `owner`; see the module docstring. `conflict_threshold` overrides the model's.
+
+    `session` names the conversation the memory is a turn of: it is then indexed with the session's previous
+    turn, and search can lift its neighbouring turns (sql/008)."""
     inp = validate_input(
-        owner, content, content_type, project_name, project_key, machine_name, project_path, ts, speaker
+        owner, content, content_type, project_name, project_key, machine_name, project_path, ts, speaker,
+        session=session,
     )
     threshold = (
         conflict_threshold if conflict_threshold is not None else conflict_threshold_for(embedder.model_name)
     )
     created_at = datetime.fromtimestamp(inp.ts, UTC)
     chunks = chunk_text(inp.content, CHUNK_TOKENS, CHUNK_OVERLAP)
-    texts = _texts(pool, inp, chunks, created_at)
+    texts, context = _texts(pool, inp, chunks, created_at)
     summary, tags, summary_by = summarise(llm, inp.content)
     vectors, embed_error = _embed(embedder, texts)
     new = NewContent(
-        inp.content, inp.content_type, inp.ts, inp.speaker, summary, tags, summary_by, chunks, vectors, texts
+        inp.content, inp.content_type, inp.ts, inp.speaker, summary, tags, summary_by, chunks, vectors, texts,
+        inp.session, context,
     )
     memory_id = new_memory_id()
     model = embedder.model_name

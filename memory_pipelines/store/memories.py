@@ -24,6 +24,23 @@ def content_hash(content: str) -> str:
     return hashlib.sha256(content.encode("utf-8")).hexdigest()
 
 
+CONTEXT_CHARS = 300  # how much of the previous turn a conversational memory is indexed with
+
+
+def previous_turn(conn: psycopg.Connection, owner_id: str, project_id: str, session: str) -> str | None:
+    """The session's latest active turn as "speaker: words" (cut to CONTEXT_CHARS), or None: the context a
+    new turn of the session is indexed with (sql/008_conversation.sql)."""
+    row = conn.execute(
+        "SELECT speaker, content FROM memories WHERE owner_id = %s AND project_id = %s AND session = %s"
+        " AND is_active ORDER BY turn DESC LIMIT 1",
+        (owner_id, project_id, session),
+    ).fetchone()
+    if row is None:
+        return None
+    speaker, content = row
+    return (f"{speaker}: " if speaker else "") + " ".join(content.split())[:CONTEXT_CHARS]
+
+
 def write_fragments(
     conn: psycopg.Connection, memory_id: str, owner_id: str, chunks: list[str], ts: datetime
 ) -> None:
@@ -49,30 +66,38 @@ def insert_memory(
     metadata: dict | None = None,
     summary: str | None = None,
     tags: list[str] | None = None,
+    session: str | None = None,
 ) -> bool:
-    """Insert one memory and its fragments unless the id exists; True when inserted."""
+    """Insert one memory and its fragments unless the id exists; True when inserted. A memory of a `session`
+    is its next turn, indexed with the previous one."""
     chunks = chunk_text(content)
+    columns = ("id, owner_id, project_id, content_type, content, content_hash, ts, speaker, metadata, summary, tags,"
+               " chunk_count, created_at, updated_at")
+    values = [
+        memory_id,
+        owner_id,
+        project_id,
+        content_type,
+        content,
+        content_hash(content),
+        int(created_at.timestamp()),
+        speaker,
+        Jsonb(metadata or {}),
+        summary if summary is not None else extractive_summary(content),
+        Jsonb(tags if tags is not None else extract_tags(content)),
+        len(chunks),
+        created_at,
+        created_at,
+    ]
+    turn = ""
+    if session is not None:  # the conversation columns (sql/008) only when used
+        columns += ", session, context, turn"
+        values += [session, previous_turn(conn, owner_id, project_id, session)]
+        turn = ", nextval('memory_turns')"
     row = conn.execute(
-        "INSERT INTO memories (id, owner_id, project_id, content_type, content, content_hash, ts, speaker,"
-        " metadata, summary, tags, chunk_count, created_at, updated_at)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+        f"INSERT INTO memories ({columns}) VALUES ({', '.join(['%s'] * len(values))}{turn})"
         " ON CONFLICT (id) DO NOTHING RETURNING id",
-        (
-            memory_id,
-            owner_id,
-            project_id,
-            content_type,
-            content,
-            content_hash(content),
-            int(created_at.timestamp()),
-            speaker,
-            Jsonb(metadata or {}),
-            summary if summary is not None else extractive_summary(content),
-            Jsonb(tags if tags is not None else extract_tags(content)),
-            len(chunks),
-            created_at,
-            created_at,
-        ),
+        values,
     ).fetchone()
     if row is None:
         return False

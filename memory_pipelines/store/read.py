@@ -229,7 +229,7 @@ def get_memories(pool: ConnectionPool, owner: str, ids: list[str]) -> dict[str, 
             "SELECT m.id, p.project_key, p.project_name, m.content_type, m.content, m.summary, m.tags, m.ts,"
             " m.speaker, m.created_at, m.updated_at, m.is_active, m.metadata,"
             " 1 + (SELECT count(*) FROM memory_versions v"
-            "      WHERE v.memory_id = m.id AND v.owner_id = m.owner_id)"
+            "      WHERE v.memory_id = m.id AND v.owner_id = m.owner_id), m.session"
             " FROM memories m JOIN projects p ON p.id = m.project_id"
             " WHERE m.owner_id = %s AND m.id = ANY(%s)",
             (owner, wanted),
@@ -254,6 +254,7 @@ def get_memories(pool: ConnectionPool, owner: str, ids: list[str]) -> dict[str, 
             active,
             meta,
             versions,
+            session,
         ) = found[mid]
         record = {
             "id": mid,
@@ -265,6 +266,7 @@ def get_memories(pool: ConnectionPool, owner: str, ids: list[str]) -> dict[str, 
             "tags": tags or [],
             "ts": ts,
             "speaker": speaker,
+            "session": session,
             "created_at": _iso(created),
             "updated_at": _iso(updated),
             "version_count": int(versions),

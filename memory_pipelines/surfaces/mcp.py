@@ -190,12 +190,14 @@ def build_server(memory: Memory, owner_resolver: OwnerResolver) -> MCPServer:
         ts: Annotated[Ts | None, Field(description="Unix seconds, from 2000-01-01 to one day from now; "
                                        "default now.")] = None,
         speaker: Annotated[OptName, Field(description="Who said or wrote it.")] = None,
+        session: Annotated[OptName, Field(description="The conversation it is a turn of: indexed with the turn "
+                                          "before it; search lifts its neighbouring turns.")] = None,
     ) -> dict[str, Any]:
         owner = owner_of(ctx)
         return _call(lambda: memory.ingest(
             owner, content=content, content_type=content_type,
             project_name=project_name, project_key=project_key, machine_name=machine_name,
-            project_path=project_path, ts=ts, speaker=speaker,
+            project_path=project_path, ts=ts, speaker=speaker, session=session,
         ).as_dict())
 
     @tool(

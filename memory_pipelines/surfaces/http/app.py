@@ -435,7 +435,7 @@ def create_app(memory: Memory) -> FastAPI:
         return to_json(memory.ingest(
             owner, content=body.content, content_type=body.content_type, project_name=body.project_name,
             project_key=body.project_key, machine_name=body.machine_name, project_path=body.project_path,
-            ts=body.ts, speaker=body.speaker,
+            ts=body.ts, speaker=body.speaker, session=body.session,
         ))
 
     @app.get("/memories/search", tags=["memory centre"], summary="Stage 1: snippets and ids",

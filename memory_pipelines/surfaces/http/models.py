@@ -88,6 +88,8 @@ class IngestRequest(_Body):
     project_path: Path_ | None = None
     ts: Ts | None = Field(None, description="Unix seconds, from 2000-01-01 to one day from now; default now.")
     speaker: Name | None = Field(None, description="Who said or wrote it.")
+    session: Name | None = Field(None, description="The conversation it is a turn of: indexed with the turn before "
+                                 "it, and search lifts the neighbouring turns of a strong hit.")
     owner_id: OwnerField = None
 
 

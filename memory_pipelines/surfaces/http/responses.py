@@ -412,6 +412,7 @@ class FullMemory(_Out):
     tags: list[str]
     ts: int = Field(description="Unix seconds: when it was said or written.")
     speaker: str | None
+    session: str | None = Field(None, description="The conversation session it is a turn of, when given.")
     created_at: datetime | None
     updated_at: datetime | None
     version_count: int = Field(description="Versions including the current one (1: never replaced).")
