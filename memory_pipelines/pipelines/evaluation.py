@@ -299,18 +299,19 @@ def _ci(ci: Any) -> str:
 def format_table(results: dict[str, Any]) -> str:
     """A plain-text table: one block per category, one row per method (recall@10 with its 95 % interval),
     then hybrid − the better single channel (recall@10) with its paired interval."""
-    categories = list(next(iter(results.values())).keys())
+    methods = [m for m in METHODS if m in results] + [m for m in results if m not in METHODS]
+    categories = list(results[methods[0]].keys())
     lines = []
     for cat in categories:
-        n = results[METHODS[0]][cat]["n"]
+        n = results[methods[0]][cat]["n"]
         lines.append(f"\n{cat} (n={n})")
         lines.append(f"  {'method':<15}{'recall@5':>9}  {'recall@10 [95% CI]':<22}{'nDCG@10':>8}")
-        for method in METHODS:
+        for method in methods:
             m = results[method][cat]
             r10 = f"{m['recall@10']:.3f} {_ci(m.get('recall@10_ci'))}"
             lines.append(f"  {method:<15}{m['recall@5']:>9.3f}  {r10:<22}{m['ndcg@10']:>8.3f}")
-        for method in ("hybrid", "hybrid_rrf"):
-            vs = results.get(method, {}).get(cat, {}).get("vs_best_channel", {}).get("recall@10")
+        for method in methods:
+            vs = results[method][cat].get("vs_best_channel", {}).get("recall@10")
             if vs:
                 lines.append(f"  {method} − best channel ({vs['best_channel']}), recall@10: "
                              f"{vs['diff']:+.3f} {_ci(vs['ci'])}")
