@@ -24,8 +24,9 @@ from ..embeddings.base import to_array
 from ..infra.db import pgvector_version
 from ..infra.errors import ValidationError, check_storable
 from ..text.dictionary import expand_terms
+from ..text.focus import focus
 from ..text.glossary import expand
-from ..text.keywords import has_cjk, jaccard, terms
+from ..text.keywords import has_cjk, jaccard
 from ..vocabulary import CONTENT_TYPES, RANKED_SOURCES, SEARCH_MODES, SEARCH_SOURCES, SOURCES
 from .fusion import FUSIONS, SEMANTIC_WEIGHT, rescored
 from .neighbours import NEIGHBOUR_TOP, lifted, neighbour_rows
@@ -392,9 +393,10 @@ def _validate(query: str, mode: str, limit: int, min_score: float | None) -> Non
 
 
 def embed_query(embedder: Embedder, query: str) -> tuple[np.ndarray | None, str | None]:
-    """The query vector, or (None, reason) when the provider fails."""
+    """The query vector, or (None, reason) when the provider fails. A long query (a dialogue, a long prompt) is
+    embedded by its focused text: its last turns within text.focus.EMBED_BUDGET tokens."""
     try:
-        return embedder.embed_query(query), None
+        return embedder.embed_query(focus(query).embed_text), None
     except EmbeddingError as exc:
         log.warning("query embedding failed, degrading to keyword search: %s", exc)
         return None, f"embedding provider unavailable ({exc}); answered from keywords"
@@ -417,13 +419,21 @@ DICTIONARY_WEIGHT = 0.4
 
 
 def query_terms(query: str) -> dict[str, float]:
-    """The query's terms (weight 1) plus their glossary translations (weight EXPANSION_WEIGHT) and their
-    CC-CEDICT translations (DICTIONARY_WEIGHT / n for a word's n translations); an earlier weight stands."""
-    own = list(dict.fromkeys(terms(query)))
-    weights = dict.fromkeys(own, 1.0)
-    for term in expand(own):
-        weights.setdefault(term, EXPANSION_WEIGHT)
-    for term, weight in expand_terms(own, DICTIONARY_WEIGHT).items():
+    """The query's terms (weight 1; a long query's weighted by recency, text.focus) plus their glossary
+    translations (EXPANSION_WEIGHT) and their CC-CEDICT translations (DICTIONARY_WEIGHT / n for a word's n
+    translations), each times its source term's weight; a query term's own weight stands, else the highest."""
+    weights = focus(query).term_weights
+    groups: dict[float, list[str]] = {}  # one group, weight 1, unless the query was focused
+    for term, weight in weights.items():
+        groups.setdefault(weight, []).append(term)
+    expanded: dict[str, float] = {}
+    for weight, group in groups.items():
+        for term in expand(group)[len(group):]:
+            expanded[term] = max(expanded.get(term, 0.0), EXPANSION_WEIGHT * weight)
+    for weight, group in groups.items():
+        for term, w in expand_terms(group, DICTIONARY_WEIGHT).items():
+            expanded[term] = max(expanded.get(term, 0.0), w * weight)
+    for term, weight in expanded.items():
         weights.setdefault(term, weight)
     return weights
 

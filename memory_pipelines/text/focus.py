@@ -1,0 +1,211 @@
+"""Focus a long query (a dialogue or a long prompt) on what it asks now (issue 12, item 4).
+
+A query that is a whole dialogue, or a long prompt, would be embedded as one blur of every topic it
+touched (and the local model reads only its first 512 tokens), and its keyword terms would count the
+topic of the first turn as much as the last one's. `focus` splits such a query into turns and keeps:
+
+- `embed_text`: a dialogue's last turn (filler turns such as "thanks!" or "哈哈" skipped), with the turns
+  before it only while it does not say enough by itself (`CONTEXT_TERMS`), within `EMBED_BUDGET` tokens; a
+  turn or a single-block prompt longer than the budget is cut to its last sentences that fit;
+- `term_weights`: the keyword terms of every turn weighted by recency — the last turn 1.0, each earlier
+  one `DECAY` times the next, never below `FLOOR`; a term takes its highest weight; filler words
+  (greetings, acknowledgements, chit-chat, in English and Chinese) dropped besides the stop words.
+
+A short query (under `SHORT_TOKENS` tokens), and any query that is one turn within the budget, is left
+exactly as it is: `embed_text` is the query and every term weighs 1.0, as without focusing.
+
+Pure; `focus` is cached (one context build asks for the same query's focus several times).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+
+from .keywords import terms
+from .tokens import count_tokens, truncate_to_tokens
+
+SHORT_TOKENS = 40
+"""Below this many tokens (cl100k_base) a query is one turn and left untouched."""
+EMBED_BUDGET = 128
+"""Tokens of the focused text that is embedded: well inside multilingual-e5's 512-token window (cl100k counts
+Chinese and English at least as densely as e5's XLM-R vocabulary, so 128 here is under ~200 there)."""
+DECAY = 0.6
+"""Each turn before the last weighs this much of the next one's weight..."""
+FLOOR = 0.2
+"""...but never less than this: an early turn still says something about the topic."""
+CONTEXT_TERMS = 3
+"""A dialogue's last turn with this many distinct terms says what it asks by itself and is embedded alone;
+a shorter one ("and the second one?") is embedded with the turns before it until the text has as many."""
+
+_FILLER = """
+    hi hello hey hiya howdy yo thank thanks thx ty tysm cheers yeah yea yep yup nope nah ok okay
+    lol lmao rofl haha hahaha hehe hah heh ha sure awesome wow oh ooh ah ahh uh uhh um umm hmm hm
+    mm bye goodbye please pls plz sorry alright np btw anyway anyways
+    嗨 你好 您好 哈喽 嘿 谢谢 多谢 感谢 谢啦 谢谢你 哈哈 哈哈哈 呵呵 嘿嘿 嘻嘻 嗯 嗯嗯 好的 好吧 好滴 对的 是的
+    没问题 拜拜 再见 哦哦 噢噢 收到 明白 知道了 辛苦 辛苦了 不客气 请问 好嘞 行吧 啊啊
+"""
+FILLER_WORDS: frozenset[str] = frozenset(_FILLER.split())
+"""Greetings, acknowledgements and chit-chat: they say nothing about what is asked (after `terms`'s own
+normalisation: lower case, a plural ``s`` stripped, so "thanks" arrives as "thank")."""
+_SOFT_FILLER = """
+    cool great nice good fine right well perfect interesting amazing lovely true exactly indeed gotcha
+    不错 太好了 厉害 真棒 棒棒 好厉害 有意思 确实 原来如此 原来 这样啊
+"""
+SOFT_FILLER_WORDS: frozenset[str] = frozenset(_SOFT_FILLER.split())
+"""Words that are chit-chat in a turn of nothing else ("haha ok cool") but may be content elsewhere ("a cool
+place", "Great Wall"): a turn of only filler and these is dropped, otherwise they stay terms."""
+_LAUGH = re.compile(r"(?:ha|he|hi)+h?|l+o+l+|(?:哈|呵|嘿|嘻)+")
+
+# A speaker prefix at the start of a line: "User:", "AI:", "Dr. Smith:", "用户：", "助手：" (not "http://").
+_SPEAKER = re.compile(r"^[ \t]*(?:[A-Za-z][\w .'-]{0,30}?|[\u4e00-\u9fff]{1,8})[ \t]*[:：](?!//)")
+_ROLES = r"(?:user|human|ai|assistant|bot|system|agent|用户|助手|人类|机器人|系统)"
+# A role label of a dialogue written on one line: "... AI: ...", "…。助手：…" (two at least).
+_INLINE_ROLE = re.compile(
+    r"(?:^|(?<=\s)|(?<=[。！？.!?]))(?=(?:user|human|ai|assistant|用户|助手)[ \t]*[:：](?!//))", re.IGNORECASE
+)
+# A leading role label, whose words ("user", "ai", "助手") are not keyword terms.
+_ROLE_LABEL = re.compile(rf"^[ \t]*{_ROLES}[ \t]*[:：](?!//)[ \t]*", re.IGNORECASE)
+_BLANK = re.compile(r"\n[ \t]*\n")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])\s*")
+_CLAUSE_END = re.compile(r"(?<=[,;:])\s+|(?<=[，；：、])\s*")
+
+
+@dataclass(frozen=True)
+class Focused:
+    """What is embedded and which keyword terms count how much; `long` when the query was focused."""
+
+    embed_text: str
+    term_weights: dict[str, float]
+    long: bool
+
+
+def split_turns(query: str) -> list[str]:
+    """The turns of a dialogue (prefixed lines, else blank-line blocks, else lines), or the sentences of a
+    single-block prompt over `EMBED_BUDGET` tokens. A query under `SHORT_TOKENS` tokens, or one block within
+    the budget, is one turn: ``[query]`` exactly."""
+    return _split(query)[0]
+
+
+def _split(query: str) -> tuple[list[str], bool]:
+    """The turns, and whether they are a dialogue's (else a single message's sentences, or the query)."""
+    if not query.strip() or count_tokens(query) < SHORT_TOKENS:
+        return [query], False
+    turns = _dialogue_turns(query.replace("\r\n", "\n").replace("\r", "\n"))
+    if len(turns) > 1:
+        return turns, True
+    if count_tokens(query) <= EMBED_BUDGET:
+        return [query], False
+    return sentences(query), False
+
+
+def _dialogue_turns(text: str) -> list[str]:
+    lines = text.split("\n")
+    if sum(1 for line in lines if _SPEAKER.match(line)) >= 2:
+        turns: list[str] = []
+        for line in lines:
+            if _SPEAKER.match(line) or not turns:
+                turns.append(line)
+            else:
+                turns[-1] += "\n" + line  # a message of several lines
+        return _clean(turns)
+    blocks = _clean(_BLANK.split(text))
+    if len(blocks) > 1:
+        return blocks
+    if len(_clean(lines)) > 1:
+        return _clean(lines)
+    if len(_INLINE_ROLE.findall(text)) >= 2:
+        return _clean(_INLINE_ROLE.split(text))
+    return [text]
+
+
+def _clean(parts: list[str]) -> list[str]:
+    return [p.strip() for p in parts if p.strip()]
+
+
+def sentences(text: str) -> list[str]:
+    """`text` cut after English . ! ? (before a space) and Chinese 。！？."""
+    return _clean(_SENTENCE_END.split(text)) or [text]
+
+
+def is_filler(term: str) -> bool:
+    """A greeting, an acknowledgement, a laugh."""
+    return term in FILLER_WORDS or _LAUGH.fullmatch(term) is not None
+
+
+def _turn_terms(turn: str) -> list[str]:
+    """The turn's terms without filler (none at all for a turn of chit-chat), its role label left out."""
+    words = [t for t in terms(_ROLE_LABEL.sub("", turn, count=1)) if not is_filler(t)]
+    return [] if all(t in SOFT_FILLER_WORDS for t in words) else words
+
+
+def focus(query: str) -> Focused:
+    """The focused form of `query` (see the module docstring). Returns a fresh `term_weights` dict."""
+    f = _focus(query)
+    return Focused(f.embed_text, dict(f.term_weights), f.long)
+
+
+@functools.lru_cache(maxsize=256)
+def _focus(query: str) -> Focused:
+    turns, dialogue = _split(query)
+    if not dialogue and count_tokens(query) <= EMBED_BUDGET:
+        return Focused(query, dict.fromkeys(terms(query), 1.0), False)
+    kept = [(turn, words) for turn in turns if (words := _turn_terms(turn))]
+    if not kept:  # nothing but filler: keep the last turn as it is
+        kept = [(turns[-1], terms(turns[-1]))]
+    weights: dict[str, float] = {}
+    for age, (_, words) in enumerate(reversed(kept)):
+        weight = max(FLOOR, DECAY**age)
+        for term in words:
+            if weight > weights.get(term, 0.0):
+                weights[term] = weight
+    text = _dialogue_text(kept) if dialogue else cut_to_budget(query.strip())
+    return Focused(text, weights, True)
+
+
+def _dialogue_text(kept: list[tuple[str, list[str]]], budget: int = EMBED_BUDGET) -> str:
+    """The last turn (cut to the budget when longer), with the turns before it, newest first, while it has
+    fewer than `CONTEXT_TERMS` distinct terms and they fit in the budget."""
+    chosen: list[str] = []
+    seen: set[str] = set()
+    used = 0
+    for turn, words in reversed(kept):
+        cost = count_tokens(turn) + (1 if chosen else 0)
+        if used + cost > budget:
+            if not chosen:
+                return cut_to_budget(turn, budget)
+            break
+        chosen.append(turn)
+        used += cost
+        seen.update(words)
+        if len(seen) >= CONTEXT_TERMS:
+            break
+    return "\n".join(reversed(chosen))
+
+
+def cut_to_budget(text: str, budget: int = EMBED_BUDGET) -> str:
+    """`text` if it fits in `budget` tokens; else its last sentences that fit, else its last sentence's last
+    clauses (cut after , ; : ， ； ： 、) that fit, else the start of its last clause cut to the budget."""
+    if count_tokens(text) <= budget:
+        return text
+    last = sentences(text)[-1]
+    clauses = _clean(_CLAUSE_END.split(last)) or [last]
+    return (
+        _last_fitting(sentences(text), budget, " ")
+        or _last_fitting(clauses, budget, " ")
+        or truncate_to_tokens(clauses[-1], budget)
+    )
+
+
+def _last_fitting(parts: list[str], budget: int, sep: str) -> str:
+    """The last of `parts` whose join fits in `budget` tokens ("" when the last alone does not)."""
+    chosen: list[str] = []
+    used = 0
+    for part in reversed(parts):
+        cost = count_tokens(part) + (1 if chosen else 0)
+        if used + cost > budget:
+            break
+        chosen.append(part)
+        used += cost
+    return sep.join(reversed(chosen))
