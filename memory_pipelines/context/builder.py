@@ -14,14 +14,14 @@ from psycopg_pool import ConnectionPool
 
 from ..embeddings import Embedder
 from ..infra.errors import ValidationError, check_storable
-from ..retrieval.search import embed_query
+from ..retrieval.search import embed_query, language
 from ..vocabulary import CONTEXT_MODES, DEFAULT_BUDGET, MAX_BUDGET, MIN_BUDGET
 from .budget import fit_to_budget
 from .config import active_config
 from .exploration import exploration_order, explore_rate, should_explore
 from .log import write_log
 from .mmr import mmr_select
-from .retrieve import Candidate, event_candidates, load_profile, score_all, semantic_candidates
+from .retrieve import Candidate, add_features, event_candidates, load_profile, score_all, semantic_candidates
 from .scoring import apply_floor
 
 log = logging.getLogger(__name__)
@@ -134,8 +134,13 @@ def build_memory_context(
     semantic = _executor.submit(semantic_candidates, pool, embedder, owner, query, qvec, as_of, depth)
     events = _executor.submit(event_candidates, pool, embedder, owner, query, qvec, mode, now)
     profile = _executor.submit(load_profile, pool, owner, mode)
-    candidates, floored = apply_floor(semantic.result() + events.result(), config)
+    qlang = language(query)
+    retrieved = semantic.result(), events.result()
+    for group in retrieved:  # channel ranks are within each retrieval, before the floor
+        add_features(group, qlang, now)
+    candidates, floored = apply_floor(retrieved[0] + retrieved[1], config)
     prof = profile.result()
+    add_features(prof.goals, qlang, now)
     t_retrieve = time.perf_counter()
     if floored:
         log.info("context build (%s): the relevance floor removed %d of %d candidates",

@@ -43,7 +43,9 @@ def write_log(
     `ranked` holds every scored candidate (profile goals included, logged with source okr);
     `injected` maps (source, id) to (position in the block, tokens); the counts of the event follow
     the seed: candidates and injected items exclude the profile. `lines` maps (source, id) to the block line
-    the agent was shown (what implicit feedback compares its output with).
+    the agent was shown (what implicit feedback compares its output with). Each candidate's `features`
+    (`features.candidate_features`: channel scores and ranks, neighbour gain, language pair, source, age) go
+    into the same COPY, for the tuner's learned ranker.
     """
     lines = lines or {}
     sources = injected_sources
@@ -73,7 +75,7 @@ def write_log(
         conn.cursor() as cur,
         cur.copy(
             "COPY retrieval_candidates (retrieval_id, owner_id, source, item_id, relevance, age_days, mode, decay,"
-            " mode_weight, score, rank, mmr_rank, tokens, injected, line) FROM STDIN"
+            " mode_weight, score, rank, mmr_rank, tokens, injected, line, features) FROM STDIN"
         ) as copy,
     ):
         seen = set()
@@ -99,6 +101,7 @@ def write_log(
                     tokens,
                     (c.source, c.id) in injected,
                     lines.get((c.source, c.id)),
+                    None if c.features is None else Jsonb(c.features),
                 )
             )
     conn.execute(

@@ -12,6 +12,7 @@ from psycopg_pool import ConnectionPool
 from ..embeddings import Embedder
 from ..retrieval.search import Hit, SearchFilters, calibrated_similarity, language, search
 from ..vocabulary import EVENT_WINDOW_HOURS, SEARCH_SOURCES
+from .features import candidate_features
 from .scoring import ScoringConfig
 
 
@@ -37,6 +38,8 @@ class Candidate:
     """The keyword channel's calibrated score, None if not found."""
     keyword_evidence: float | None = None
     """The keyword match against the corpus's strongest possible one-term match (`search.Hit.keyword_evidence`)."""
+    features: dict[str, Any] | None = None
+    """What a learned ranker sees (`features.candidate_features`), logged with the candidate."""
 
 
 def _candidates(hits: list[Hit], embedder: Embedder, query: str) -> list[Candidate]:
@@ -144,9 +147,17 @@ def load_profile(pool: ConnectionPool, owner: str, mode: str, limit: int = 3) ->
     return Profile("\n".join(lines), goals)
 
 
+def add_features(candidates: list[Candidate], query_language: str, now: datetime) -> None:
+    """Attach each candidate's features (`features.candidate_features`; ranks within this retrieval)."""
+    for c, f in zip(candidates, candidate_features(candidates, query_language, now), strict=True):
+        c.features = f
+
+
 def score_all(candidates: list[Candidate], config: ScoringConfig, mode: str, now: datetime) -> None:
-    """Fill age, decay, mode weight and score of every candidate (in place)."""
+    """Fill age, decay, mode weight and score of every candidate (in place). With a ranker in `config` the
+    relevance becomes its probability (from the candidate's features); decay and weight multiply it as ever."""
     for c in candidates:
+        c.relevance = config.relevance(c.source, c.relevance, c.features)
         c.age_days = (now - c.created_at).total_seconds() / 86400 if c.created_at else None
         c.decay = config.decay(c.source, c.age_days)
         c.mode_weight = config.weight(c.source, mode)

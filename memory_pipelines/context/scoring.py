@@ -8,6 +8,9 @@ recency and mode weights reorder relevant items but never bury them (issue 11):
   pair; keyword BM25 saturated). An empty slot is better than noise.
 - **decay** = decay_floor + (1 − decay_floor) · exp(−age · ln 2 / half-life): a year-old item keeps half its score.
 - **weight** = mode weight × source weight, clamped to `weight_bounds`.
+- **relevance**: the fused search score, or, when the config has a learned `ranker` (`params["ranker"]`,
+  fitted and published by the tuner), the ranker's probability that the item is used, computed from the
+  candidate's logged features (`features.py`). Decay and weight multiply it just the same.
 
 So one item can outscore another of higher relevance by at most hi / (lo · decay_floor) (6× with the defaults).
 The offline tuner (memory_pipelines.tuning) uses these same functions, so online and offline agree.
@@ -16,11 +19,12 @@ The offline tuner (memory_pipelines.tuning) uses these same functions, so online
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from ..vocabulary import seed_half_lives, seed_mode_weights
+from .features import Ranker
 
 SEED_HALF_LIVES: dict[str, float | None] = seed_half_lives()
 SEED_MODE_WEIGHTS: dict[str, dict[str, float]] = seed_mode_weights()
@@ -32,6 +36,7 @@ SEED_MODE_WEIGHTS: dict[str, dict[str, float]] = seed_mode_weights()
 # saturated BM25 (0.10, BM25 1.1) was at the demo corpus's 100-400 documents per owner and source.
 RELEVANCE_FLOORS: dict[str, float] = {"semantic": 0.40, "keyword": 0.25}
 DECAY_FLOOR = 0.5
+PROFILE_SOURCES = ("okr",)  # the profile is injected first whatever its score: no ranker applies to it
 WEIGHT_BOUNDS: tuple[float, float] = (0.5, 1.5)
 
 
@@ -45,7 +50,8 @@ def time_decay(age_days: float | None, half_life_days: float | None) -> float:
 @dataclass(frozen=True)
 class ScoringConfig:
     """Half-lives (days, None = no decay), mode weights and the bounds of the score; one version is active
-    in the database (`params` holds the fields beyond half-lives and mode weights)."""
+    in the database (`params` holds the fields beyond half-lives and mode weights). `ranker`, when set,
+    replaces the fused search score as the relevance (`relevance`)."""
 
     version: int = 1
     half_lives: dict[str, float | None] = field(default_factory=lambda: dict(SEED_HALF_LIVES))
@@ -56,6 +62,14 @@ class ScoringConfig:
     decay_floor: float = DECAY_FLOOR
     weight_bounds: tuple[float, float] = WEIGHT_BOUNDS
     source_weights: dict[str, float] = field(default_factory=dict)
+    ranker: Ranker | None = None
+
+    def relevance(self, source: str, fused: float, features: Mapping[str, Any] | None) -> float:
+        """The relevance a score multiplies: the ranker's probability when the config has a ranker and the
+        candidate has features (the profile keeps its own), else the fused search score."""
+        if self.ranker is None or features is None or source in PROFILE_SOURCES:
+            return fused
+        return self.ranker.probability(features)
 
     def decay(self, source: str, age_days: float | None) -> float:
         """The decay factor: decay_floor + (1 − decay_floor) × exponential decay."""
@@ -74,12 +88,15 @@ class ScoringConfig:
 
     def params(self) -> dict[str, Any]:
         """The fields stored in scoring_configs.params (JSON)."""
-        return {
+        out: dict[str, Any] = {
             "relevance_floors": dict(self.relevance_floors),
             "decay_floor": self.decay_floor,
             "weight_bounds": list(self.weight_bounds),
             "source_weights": dict(self.source_weights),
         }
+        if self.ranker is not None:
+            out["ranker"] = self.ranker.params()
+        return out
 
     @classmethod
     def from_row(
@@ -89,7 +106,8 @@ class ScoringConfig:
         mode_weights: dict[str, Any],
         params: dict[str, Any] | None = None,
     ) -> ScoringConfig:
-        """A stored version; fields missing from `params` (versions stored before it existed) take the defaults."""
+        """A stored version; fields missing from `params` (versions stored before it existed) take the defaults
+        (no ranker: activating a version without one, a rollback, drops the ranker with it)."""
         p = params or {}
         return cls(
             version=version,
@@ -99,6 +117,7 @@ class ScoringConfig:
             decay_floor=float(p.get("decay_floor", DECAY_FLOOR)),
             weight_bounds=tuple(p.get("weight_bounds") or WEIGHT_BOUNDS),  # type: ignore[arg-type]
             source_weights=dict(p.get("source_weights") or {}),
+            ranker=Ranker.from_params(p["ranker"]) if p.get("ranker") else None,
         )
 
 

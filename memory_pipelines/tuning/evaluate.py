@@ -14,16 +14,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..context.scoring import ScoringConfig
+from ..context.features import DEFAULT_INPUTS, Ranker, ranker_inputs
+from ..context.scoring import PROFILE_SOURCES, ScoringConfig
 from ..vocabulary import CONTEXT_MODES as MODES
-from .frames import labelled, resolved_population
+from .frames import FEATURES, labelled, resolved_population
 
 HIT_KS = (1, 3, 5)
 NDCG_K = 10
 TOKENS_K = 5
 RANKING_METRICS = ("hit@1", "hit@3", "hit@5", "ndcg@10", "mrr")
 METRICS = (*RANKING_METRICS, "tokens_per_hit")
-PROFILE_SOURCES = ("okr",)  # the profile is injected first whatever its score: nothing to re-rank
 DEFAULT_TOKENS = 50.0
 
 CAVEATS = """What an offline replay can and cannot show:
@@ -38,16 +38,55 @@ CAVEATS = """What an offline replay can and cannot show:
 - The replay orders by score alone; online, MMR (λ 0.7) reorders near-duplicates and the token budget
   decides how many items are shown, so hit@k here is a proxy for what reaches the agent.
 - The profile (okr) is always injected first online, so it is left out of the re-ranking.
-- The replay applies each config's half-lives, mode and source weights, decay floor and weight bounds, but
-  not its relevance floors: the log keeps the fused relevance, not the channel scores the floor applies to
-  (and candidates the active floor removed were never logged).
+- The replay applies each config's half-lives, mode and source weights, decay floor, weight bounds and
+  learned ranker (on builds logged with features, sql/009), but not its relevance floors: candidates the
+  active floor removed were never logged, so a lower floor cannot be replayed.
 - `used` is the caller's feedback: builds without feedback are left out, and a caller who reports loosely
   (everything used) makes every config look alike."""
 
 
-def rerank_scores(cands: pd.DataFrame, config: ScoringConfig) -> np.ndarray:
-    """Each candidate's score under `config`, computed by scoring.py exactly as the online builder does."""
-    rel = cands["relevance"].to_numpy(dtype=float)
+def has_features(cands: pd.DataFrame) -> np.ndarray:
+    """Which candidates carry a logged feature dict (builds logged since sql/009)."""
+    if FEATURES not in cands:
+        return np.zeros(len(cands), dtype=bool)
+    return np.array([isinstance(f, dict) for f in cands[FEATURES]], dtype=bool)
+
+
+def feature_matrix(features: pd.Series | list, names: tuple[str, ...] | list[str] = DEFAULT_INPUTS) -> np.ndarray:
+    """The ranker inputs (`features.ranker_inputs`) of each feature dict, one row per candidate."""
+    rows = [ranker_inputs(f, names) for f in features]
+    return np.asarray(rows, dtype=float).reshape(len(rows), len(names))
+
+
+def ranker_probability(ranker: Ranker, X: np.ndarray) -> np.ndarray:
+    """`Ranker.probability` over a matrix of its inputs (vectorised; the same formula)."""
+    z = ranker.intercept + ((X - np.asarray(ranker.mean)) / np.asarray(ranker.scale)) @ np.asarray(ranker.coef)
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+def config_relevance(cands: pd.DataFrame, config: ScoringConfig) -> np.ndarray:
+    """Each candidate's relevance under `config`, as `ScoringConfig.relevance` computes it online: the ranker's
+    probability when the config has one, else the fused search score. Candidates with logged features read
+    both from them (the logged `relevance` is whatever the logging config used); candidates without (builds
+    logged before sql/009) keep their logged relevance, which was the fused score. The profile keeps its own."""
+    rel = cands["relevance"].to_numpy(dtype=float).copy()
+    feat = has_features(cands)
+    if not feat.any():
+        return rel
+    feats = cands[FEATURES].to_numpy()
+    scored = feat & ~cands["source"].isin(PROFILE_SOURCES).to_numpy()
+    idx = np.flatnonzero(scored)
+    if config.ranker is not None:
+        rel[idx] = ranker_probability(config.ranker, feature_matrix(feats[idx], config.ranker.features))
+    else:
+        rel[idx] = [float(feats[i].get("fused", rel[i])) for i in idx]
+    return rel
+
+
+def rerank_scores(cands: pd.DataFrame, config: ScoringConfig, relevance: np.ndarray | None = None) -> np.ndarray:
+    """Each candidate's score under `config`, computed by scoring.py exactly as the online builder does
+    (`relevance` overrides the config's relevance, e.g. a ranker's cross-fitted probabilities)."""
+    rel = config_relevance(cands, config) if relevance is None else np.asarray(relevance, dtype=float)
     ages = cands["age_days"].to_numpy(dtype=float)
     decay = np.array(
         [
@@ -75,8 +114,11 @@ def rank_population(cands: pd.DataFrame, population: str = "auto") -> pd.DataFra
     return pop[~pop["source"].isin(PROFILE_SOURCES)]
 
 
-def per_build_metrics(cands: pd.DataFrame, config: ScoringConfig) -> pd.DataFrame:
-    """One row per build: mode, n_used, hit@k, ndcg@10, mrr, tokens@5, hits@5 (cands already populated)."""
+def per_build_metrics(
+    cands: pd.DataFrame, config: ScoringConfig, relevance: np.ndarray | None = None
+) -> pd.DataFrame:
+    """One row per build: mode, n_used, hit@k, ndcg@10, mrr, tokens@5, hits@5 (cands already populated;
+    `relevance`, aligned with `cands`, overrides the config's relevance)."""
     if cands.empty:
         return pd.DataFrame(
             columns=[
@@ -97,7 +139,7 @@ def per_build_metrics(cands: pd.DataFrame, config: ScoringConfig) -> pd.DataFram
             "retrieval_id": cands["retrieval_id"].to_numpy(),
             "mode": cands["mode"].to_numpy(),
             "used": cands["used"].to_numpy(dtype=bool),
-            "score": rerank_scores(cands, config),
+            "score": rerank_scores(cands, config, relevance),
             "logged_rank": cands["rank"].to_numpy(dtype=float),
             "tokens": _tokens(cands),
         }

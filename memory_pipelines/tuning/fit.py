@@ -30,9 +30,12 @@ Beyond half-lives and mode weights (issue 11):
   scoring functions) with the proposed half-lives and weights over a grid of floors; the objective is
   mean nDCG@10 over builds with a used item. A bootstrap over builds gives the interval of the chosen floor
   and of its gain over the active floor; the active floor stays unless that gain's interval is above 0.
-- **relevance floors** are not fitted: the log keeps only the fused relevance, not the calibrated channel
-  scores the floor applies to, and candidates the floor removed are not logged at all. They are reported
-  as "unidentified" rows and keep their active values.
+- **relevance floors** are not fitted: since sql/009 the log keeps each candidate's calibrated channel
+  scores (`features`), but candidates the floor removed are still not logged, so a lower floor cannot be
+  evaluated. They are reported as "unidentified" rows and keep their active values.
+- **the learned ranker** (`ranker.py`): a logistic model of P(used) over each candidate's logged features,
+  proposed (row "ranker") only when its cross-fitted nDCG@10 gain on the training builds is clearly above 0;
+  it then becomes the proposed config's relevance (`params["ranker"]`).
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from ..infra.errors import ValidationError
 from ..vocabulary import CONTEXT_MODES as MODES
 from .evaluate import PROFILE_SOURCES, per_build_metrics
 from .frames import labelled, resolved_population
+from .ranker import RankerFit, RankerOptions, fit_ranker
 
 LN2 = math.log(2)
 
@@ -74,6 +78,7 @@ class FitOptions:
     decay_floor_grid: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
     min_floor_builds: int = 100  # training builds with a used item needed to choose a decay floor
     seed: int = 0
+    ranker: RankerOptions = field(default_factory=RankerOptions)
 
 
 @dataclass
@@ -81,7 +86,7 @@ class ParamEstimate:
     """One fitted parameter: `value` is what the proposed config uses (active when thin)."""
 
     name: str
-    kind: str  # "half_life" | "weight" | "source_weight" | "decay_floor" | "relevance_floor"
+    kind: str  # "half_life" | "weight" | "source_weight" | "decay_floor" | "relevance_floor" | "ranker"
     source: str
     mode: str | None
     active: float | None
@@ -91,11 +96,11 @@ class ParamEstimate:
     ci_high: float | None
     n: int
     n_used: int
-    status: str  # fitted | clamped | thin | unidentified | no_signal | no_change
+    status: str  # fitted | clamped | thin | unidentified | no_signal | no_change | disabled (ranker)
 
     @property
     def kept_active(self) -> bool:
-        return self.status in ("thin", "unidentified", "no_signal", "no_change")
+        return self.status in ("thin", "unidentified", "no_signal", "no_change", "disabled")
 
 
 @dataclass
@@ -298,6 +303,12 @@ def fit_parameters(
     params.append(_decay_floor_param(df, _proposed(active, params), active, signal, opt))
     params += _relevance_floor_params(active, df)
     config = _proposed(active, params)
+    ranked = fit_ranker(df, config, opt.ranker, population=population)
+    params.append(_ranker_param(ranked))
+    if ranked.note:
+        notes.append(ranked.note)
+    if ranked.ranker is not None:
+        config = replace(config, ranker=ranked.ranker)
     thin = [p.name for p in params if p.status == "thin"]
     if thin:
         notes.append(
@@ -666,6 +677,17 @@ def _relevance_floor_params(active: ScoringConfig, df: pd.DataFrame) -> list[Par
         )
         for ch, v in sorted(active.relevance_floors.items())
     ]
+
+
+def _ranker_param(fit: RankerFit) -> ParamEstimate:
+    """The ranker's report row: active / fitted / proposed are cross-fitted nDCG@10 on the training builds
+    (the proposed config without the new ranker, with it, and whichever is proposed); the CI is the fitted
+    one's. Status fitted (proposed), no_change, thin or disabled."""
+    value = fit.ndcg if fit.status == "fitted" else fit.baseline_ndcg
+    return ParamEstimate(
+        "ranker", "ranker", "*", None, fit.baseline_ndcg, fit.ndcg, value, fit.ndcg_ci[0], fit.ndcg_ci[1],
+        fit.n, fit.n_used, fit.status,
+    )
 
 
 def _unchanged(

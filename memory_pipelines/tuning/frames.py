@@ -47,6 +47,8 @@ CANDIDATE_COLUMNS = (
     "injected",
     "used",
 )
+FEATURES = "features"
+"""The candidates frame's last column: each candidate's logged feature dict (sql/009; None before it)."""
 
 
 @dataclass
@@ -66,7 +68,7 @@ def empty_builds() -> pd.DataFrame:
 
 
 def empty_candidates() -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype="object") for c in CANDIDATE_COLUMNS})
+    return pd.DataFrame({c: pd.Series(dtype="object") for c in (*CANDIDATE_COLUMNS, FEATURES)})
 
 
 def load_log(
@@ -76,7 +78,8 @@ def load_log(
     owners: Sequence[str] | None = None,
     require_feedback: bool = True,
 ) -> LogFrames:
-    """Load builds (and their candidates) created in the last `since_days` days.
+    """Load builds (and their candidates) created in the last `since_days` days; each candidate with its
+    logged `features` dict (None for builds logged before sql/009), which the learned ranker fits on.
 
     `require_feedback` keeps only builds whose feedback was recorded (`feedback_at` set): without it a build's
     `used` flags are all false because nobody said, not because nothing was used.
@@ -104,14 +107,14 @@ def load_log(
         ).fetchall()
         crows = conn.execute(
             "SELECT c.retrieval_id::text, c.owner_id, c.source, c.item_id, c.relevance, c.age_days, c.mode,"
-            " c.decay, c.mode_weight, c.score, c.rank, c.mmr_rank, c.tokens, c.injected, c.used"
+            " c.decay, c.mode_weight, c.score, c.rank, c.mmr_rank, c.tokens, c.injected, c.used, c.features"
             " FROM retrieval_candidates c"
             " JOIN retrievals r ON r.id = c.retrieval_id AND r.owner_id = c.owner_id"
             f" WHERE {cond} ORDER BY c.retrieval_id, c.rank",
             params,
         ).fetchall()
     builds = pd.DataFrame(brows, columns=list(BUILD_COLUMNS)) if brows else empty_builds()
-    cands = pd.DataFrame(crows, columns=list(CANDIDATE_COLUMNS)) if crows else empty_candidates()
+    cands = pd.DataFrame(crows, columns=[*CANDIDATE_COLUMNS, FEATURES]) if crows else empty_candidates()
     return LogFrames(normalize_builds(builds), normalize_candidates(cands))
 
 

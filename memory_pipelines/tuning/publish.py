@@ -3,9 +3,11 @@
 Checks: enough data (training builds and labelled candidates, held-out builds with a used item), a signal
 (usage follows the score), something actually re-fitted, a held-out improvement in hit@5 or nDCG@10 of at
 least `min_improvement` whose paired-bootstrap 95 % interval excludes zero, no guard metric worse by more
-than `max_regression`, and every parameter within bounds. On pass: `add_config` (with what it was fitted on
-and its evaluation) then `activate`; the online builder reads the active version on its next build. On fail
-nothing is written. Rollback is `activate(pool, earlier_version)` (`memory-pipelines scoring activate V`).
+than `max_regression`, and every parameter within bounds (a learned ranker: well-formed, known inputs,
+finite numbers). On pass: `add_config` (with what it was fitted on and its evaluation) then `activate`; the
+online builder reads the active version on its next build. On fail nothing is written. Rollback is
+`activate(pool, earlier_version)` (`memory-pipelines scoring activate V`); a version without a ranker
+drops the ranker with it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from typing import Any
 from psycopg_pool import ConnectionPool
 
 from ..context.config import activate, add_config
+from ..context.features import Ranker
+from ..infra.errors import ValidationError
 from .fit import config_from_dict
 
 
@@ -113,6 +117,11 @@ def _out_of_bounds(proposed: dict[str, Any], gate: Gate) -> list[str]:
     floor = params.get("decay_floor")
     if floor is not None and not (isinstance(floor, int | float) and 0 <= floor < 1):
         bad.append(f"decay_floor={floor}")
+    if params.get("ranker"):
+        try:
+            Ranker.from_params(params["ranker"])
+        except ValidationError as exc:
+            bad.append(f"ranker ({exc})")
     return bad
 
 

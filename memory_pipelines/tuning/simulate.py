@@ -6,12 +6,14 @@ builder would, items are injected greedily within the token budget, and each lab
 with probability sigmoid(alpha + beta · log true_score) — the true score being relevance × decay × weight
 under the *hidden* config. `no_signal=True` makes use independent of everything (a log the tuner must not
 publish from). `randomized_rate` injects a random order for that share of builds (the exploration option).
+`simulate_feature_log` writes logged features too (sql/009), for the learned ranker.
 """
 
 from __future__ import annotations
 
 import math
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -20,9 +22,10 @@ import pandas as pd
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
+from ..context.features import candidate_features
 from ..context.scoring import UNBOUNDED, ScoringConfig
 from ..vocabulary import CONTEXT_MODES as MODES
-from .frames import BUILD_COLUMNS, CANDIDATE_COLUMNS, LogFrames, normalize_builds, normalize_candidates
+from .frames import BUILD_COLUMNS, CANDIDATE_COLUMNS, FEATURES, LogFrames, normalize_builds, normalize_candidates
 
 SEMANTIC_MIX = {"task": 0.4, "learning": 0.3, "capability": 0.1, "memory": 0.2}
 AGE_SCALE = {"task": 60.0, "learning": 200.0, "capability": 300.0, "memory": 120.0, "okr": 60.0}
@@ -239,8 +242,71 @@ def simulate_log(spec: SimSpec | None = None) -> LogFrames:
     return LogFrames(normalize_builds(bdf), normalize_candidates(cdf))
 
 
+@dataclass
+class _Sim:
+    """One simulated retrieved candidate (what `features.candidate_features` reads)."""
+
+    source: str
+    text: str
+    created_at: datetime | None
+    relevance: float
+    semantic: float | None
+    keyword: float | None
+    keyword_evidence: float | None
+    extra: dict = field(default_factory=dict)
+
+
+def simulate_feature_log(
+    n_builds: int = 400,
+    per_build: int = 15,
+    *,
+    driver: Callable[[int], str] = lambda b: "keyword",
+    strength: float = 6.0,
+    base: float = -4.0,
+    seed: int = 0,
+    start: datetime = datetime(2025, 1, 1, tzinfo=UTC),
+) -> LogFrames:
+    """A log with logged features (sql/009) for the learned ranker: memories (no decay, weight 1) whose fused
+    score is 0.6 × semantic + 0.4 × keyword, as hybrid search fuses, every candidate injected and labelled,
+    and used with probability sigmoid(base + strength × x), x being the channel `driver(build index)` names
+    ("keyword" or "semantic"; a missing keyword channel reads 0). So the fused score predicts use, and
+    the named channel predicts it better."""
+    rng = np.random.default_rng(seed)
+    builds: list[tuple] = []
+    cands: list[tuple] = []
+    for b in range(n_builds):
+        mode = MODES[int(rng.integers(0, len(MODES)))]
+        created = start + timedelta(hours=b)
+        sem = rng.uniform(0, 1, per_build)
+        kw = np.where(rng.random(per_build) < 0.7, rng.uniform(0, 1, per_build), np.nan)
+        fused = 0.6 * sem + 0.4 * np.nan_to_num(kw)
+        sims = [
+            _Sim("memory", f"simulated memory {b}-{i}", created - timedelta(days=float(rng.uniform(0, 90))),
+                 float(fused[i]), float(sem[i]), None if np.isnan(kw[i]) else float(kw[i]),
+                 None if np.isnan(kw[i]) else float(kw[i]) * 1.5)
+            for i in range(per_build)
+        ]
+        feats = candidate_features(sims, "en", created)
+        x = np.nan_to_num(kw) if driver(b) == "keyword" else sem
+        used = rng.random(per_build) < _sigmoid(base + strength * x)
+        order = np.argsort(-fused, kind="stable")
+        rank = np.empty(per_build, dtype=int)
+        rank[order] = np.arange(1, per_build + 1)
+        rid = str(uuid.UUID(int=int(rng.integers(0, 2**63)) << 64 | b))
+        builds.append((rid, "sim-f", mode, 800, 40 * per_build, per_build, per_build, 1, None, False, created,
+                       created, created + timedelta(minutes=1), ["memory"] * per_build))
+        for i in range(per_build):
+            cands.append((rid, "sim-f", "memory", f"memory-{b}-{i}", float(fused[i]), feats[i]["age_days"], mode,
+                          1.0, 1.0, float(fused[i]), int(rank[i]), float(rank[i]), 40.0, True, bool(used[i]),
+                          feats[i]))
+    bdf = pd.DataFrame(builds, columns=[*BUILD_COLUMNS, "injected_sources"])
+    cdf = pd.DataFrame(cands, columns=[*CANDIDATE_COLUMNS, FEATURES])
+    return LogFrames(normalize_builds(bdf), normalize_candidates(cdf))
+
+
 def write_log_rows(pool: ConnectionPool, frames: LogFrames) -> int:
-    """Insert a (simulated) log into `retrievals` / `retrieval_candidates`; returns the builds written."""
+    """Insert a (simulated) log into `retrievals` / `retrieval_candidates` (with the features column when the
+    frames have one); returns the builds written."""
     b = frames.builds
     with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
         cur.executemany(
@@ -268,11 +334,13 @@ def write_log_rows(pool: ConnectionPool, frames: LogFrames) -> int:
                 for i, r in enumerate(b.itertuples(index=False))
             ],
         )
+        features = FEATURES in frames.candidates
         with cur.copy(
             "COPY retrieval_candidates (retrieval_id, owner_id, source, item_id, relevance, age_days, mode,"
-            " decay, mode_weight, score, rank, mmr_rank, tokens, injected, used) FROM STDIN"
+            " decay, mode_weight, score, rank, mmr_rank, tokens, injected, used, features) FROM STDIN"
         ) as copy:
             for r in frames.candidates.itertuples(index=False):
+                f = getattr(r, FEATURES) if features else None
                 copy.write_row(
                     (
                         r.retrieval_id,
@@ -290,6 +358,7 @@ def write_log_rows(pool: ConnectionPool, frames: LogFrames) -> int:
                         _opt_int(r.tokens),
                         bool(r.injected),
                         bool(r.used),
+                        Jsonb(f) if isinstance(f, dict) else None,
                     )
                 )
     return len(b)
