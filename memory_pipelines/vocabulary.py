@@ -194,7 +194,8 @@ INDEXED: dict[str, IndexedText] = {
         id_type="text",
         from_sql="fragments t JOIN memories m ON m.id = t.memory_id JOIN projects p ON p.id = m.project_id",
         text_sql=(
-            "mp_fragment_text(m.speaker, t.content, p.project_name, m.content_type, m.created_at, m.context)"
+            "mp_fragment_text(m.speaker, t.content, p.project_name, m.content_type, m.created_at,"
+            " CASE WHEN t.with_context THEN m.context END)"
         ),
         active_sql="m.is_active",
     ),

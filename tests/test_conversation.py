@@ -50,6 +50,22 @@ def test_a_turn_is_indexed_with_the_turn_before_it(pool, fake_embedder):
     assert {ids["A"], ids["B"]} <= {h.id for h in hits}
     record = get_memories(pool, "alice", [ids["B"]])["memories"][0]
     assert record["session"] == "s1"
+    # B's own fragment is indexed by its own words; one more fragment carries the context (sql/010).
+    with pool.connection() as conn:
+        frags = conn.execute(
+            "SELECT f.with_context, f.content, f.content_hash = md5(mp_fragment_text(m.speaker, f.content,"
+            " p.project_name, m.content_type, m.created_at, CASE WHEN f.with_context THEN m.context END)),"
+            " f.embedding IS NOT NULL FROM fragments f JOIN memories m ON m.id = f.memory_id"
+            " JOIN projects p ON p.id = m.project_id WHERE f.memory_id = %s ORDER BY f.chunk_index",
+            (ids["B"],),
+        ).fetchall()
+        own_vec_is_memory_vec = conn.execute(
+            "SELECT (m.avg_embedding <=> f.embedding) < 1e-6 FROM memories m JOIN fragments f ON f.memory_id = m.id"
+            " AND NOT f.with_context WHERE m.id = %s", (ids["B"],)).fetchone()[0]
+        first = conn.execute("SELECT count(*) FROM fragments WHERE memory_id = %s", (ids["A"],)).fetchone()[0]
+    assert frags == [(False, B, True, True), (True, B, True, True)]
+    assert own_vec_is_memory_vec
+    assert first == 1  # no context, no context fragment
 
 
 def test_hybrid_search_lifts_the_neighbouring_turns_of_a_strong_hit(pool, fake_embedder):
@@ -57,7 +73,7 @@ def test_hybrid_search_lifts_the_neighbouring_turns_of_a_strong_hit(pool, fake_e
     query = "harbour exhibition lighthouse painting"
     with_lift = search(pool, fake_embedder, "alice", query, limit=4).hits
     without = search(pool, fake_embedder, "alice", query, limit=4, neighbours=False).hits
-    lifted_ids = {h.id for h in with_lift if h.extra.get("lifted_by_neighbour")}
+    lifted_ids = {h.id for h in with_lift if h.extra.get("neighbour_gain")}
     assert ids["B"] in lifted_ids  # A's next turn
     score = {h.id: h.score for h in with_lift}
     base = {h.id: h.score for h in without}
@@ -73,7 +89,7 @@ def test_neighbours_stay_within_the_owner_the_session_and_the_filters(pool, fake
     query = "harbour exhibition lighthouse painting"
     hits = search(pool, fake_embedder, "alice", query, limit=10).hits
     assert not set(mallory.values()) & {h.id for h in hits}  # another owner's turns, same session name
-    assert all(h.id != other or not h.extra.get("lifted_by_neighbour") for h in hits)
+    assert all(h.id != other or not h.extra.get("neighbour_gain") for h in hits)
     # A neighbour written after the as-of time is not lifted into an earlier view.
     late = conversation(pool, fake_embedder, owner="bob", session="s9", ts=1_700_000_000)
     later = turn(pool, fake_embedder, "Absolutely, it won a ribbon.", owner="bob", session="s9",

@@ -117,11 +117,12 @@ def _write_batch(
 
 
 def finish_memories(conn: psycopg.Connection, model: str) -> int:
-    """Set the memory vector (mean of its fragment vectors) of memories whose fragments are all embedded."""
+    """Set the memory vector (mean of its own fragments' vectors, not the context fragment's) of memories
+    whose fragments are all embedded."""
     cur = conn.execute(
         "UPDATE memories m SET avg_embedding = s.v, embedding_model = %(model)s, embedding_status = 'done',"
         " embedded_hash = m.content_hash, embedded_at = now()"
-        " FROM (SELECT f.memory_id, avg(f.embedding) AS v FROM fragments f"
+        " FROM (SELECT f.memory_id, avg(f.embedding) FILTER (WHERE NOT f.with_context) AS v FROM fragments f"
         "       JOIN memories mm ON mm.id = f.memory_id"
         "       WHERE mm.embedding_status <> 'done' OR mm.embedding_model IS DISTINCT FROM %(model)s"
         "       GROUP BY f.memory_id"

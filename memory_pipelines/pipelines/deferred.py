@@ -70,10 +70,11 @@ def _settle_one(
         if d.action in ("SKIP", "REPLACE") and c is not None:
             if d.action == "REPLACE":
                 frags = conn.execute(
-                    "SELECT content, embedding FROM fragments WHERE memory_id = %s ORDER BY chunk_index",
+                    "SELECT content, embedding, with_context FROM fragments WHERE memory_id = %s"
+                    " ORDER BY with_context, chunk_index",
                     (memory_id,),
                 ).fetchall()
-                chunks = [f[0] for f in frags]
+                chunks = [f[0] for f in frags if not f[2]]
                 new = NewContent(
                     content,
                     ctype,

@@ -33,6 +33,7 @@ from ..infra.migrate import migrate
 from ..retrieval.search import SearchFilters, search
 from ..store.memories import insert_memory
 from ..store.projects import ensure_project
+from ..text.focus import focus
 from ..vocabulary import CONTEXT_MODES, MAX_BUDGET, MIN_BUDGET
 from .eval_stats import (
     METRICS,
@@ -45,7 +46,19 @@ from .eval_stats import (
 from .eval_stats import ndcg_at as ndcg_at  # re-exported: the metrics used to live here
 from .eval_stats import recall_at as recall_at
 
-METHODS = ("keyword", "semantic", "hybrid", "hybrid_rrf", "context", "hybrid_matched")
+METHODS = ("keyword", "semantic", "hybrid", "hybrid_no_lift", "hybrid_weighted", "hybrid_rrf", "context",
+           "hybrid_matched")
+# How each search method runs: (search mode, fusion, neighbour lift). `hybrid` is the default hybrid search;
+# the others are ablations of it: without the neighbour lift, with the advanced-search spec's weighted fusion
+# (the default before issue 12) and with naive reciprocal-rank fusion, both without the lift.
+SEARCH_METHODS = {
+    "keyword": ("keyword", "evidence", False),
+    "semantic": ("semantic", "evidence", False),
+    "hybrid": ("hybrid", "evidence", True),
+    "hybrid_no_lift": ("hybrid", "evidence", False),
+    "hybrid_weighted": ("hybrid", "weighted", False),
+    "hybrid_rrf": ("hybrid", "rrf", False),
+}
 KS = (5, 10)
 EVAL_BUDGET = MAX_BUDGET  # no budget cut unless asked
 
@@ -117,9 +130,13 @@ def scratch_database(server_url: str, dimension: int, model: str) -> Iterator[st
 
 
 def load_memories(
-    pool: ConnectionPool, memories: Sequence[dict[str, Any]], progress: Callable[[int], None] | None = None
+    pool: ConnectionPool,
+    memories: Sequence[dict[str, Any]],
+    progress: Callable[[int], None] | None = None,
+    sessions: bool = True,
 ) -> None:
-    """Insert dataset memories as agent-mem memories (project = the dataset, speaker kept)."""
+    """Insert dataset memories as agent-mem memories (project = the dataset, speaker kept), in file order: with
+    `sessions`, a memory's `session` makes it that conversation's next turn (indexed with the previous one)."""
     with pool.connection() as conn, conn.transaction():
         projects: dict[str, str] = {}
         for m in memories:
@@ -136,7 +153,7 @@ def load_memories(
                 created_at=_parse_time(m["created_at"]),
                 speaker=m.get("speaker"),
                 metadata={"eval_id": m["id"], "session": m.get("session")},
-                session=m.get("session"),
+                session=m.get("session") if sessions else None,
                 summary=m["text"][:200],
                 tags=[],
             )
@@ -152,18 +169,13 @@ def rankings(
     `context` is what a context build of `mode` within `budget` tokens injects (its memory items, at most
     10); `hybrid_matched` is hybrid search cut to that many items, so the two are compared item for item.
     """
-    qvec = embedder.embed_query(q.query)
+    qvec = embedder.embed_query(focus(q.query).embed_text)  # a long query by its last turns, as search does
     f = SearchFilters(sources=("memory",), as_of=q.asked_at)
     out: dict[str, list[str]] = {}
-    for method, search_mode, fusion in (
-        ("keyword", "keyword", "weighted"),
-        ("semantic", "semantic", "weighted"),
-        ("hybrid", "hybrid", "weighted"),
-        ("hybrid_rrf", "hybrid", "rrf"),
-    ):
+    for method, (search_mode, fusion, lift) in SEARCH_METHODS.items():
         hits = search(
             pool, embedder, q.owner, q.query, mode=search_mode, filters=f, limit=10, fusion=fusion,
-            query_vector=qvec,
+            query_vector=qvec, neighbours=lift,
         ).hits
         out[method] = [h.id for h in hits]
     ctx = build_memory_context(
@@ -250,12 +262,14 @@ def evaluate(
     mode: str = "chat",
     budget: int = EVAL_BUDGET,
     save_rankings: Path | None = None,
+    sessions: bool = True,
 ) -> dict[str, Any]:
     """Run the whole evaluation; returns {method: {category: {metric: value, metric_ci: [lo, hi], n}}}
     (see `summarise`).
 
     `mode` and `budget` are those of the context builds (default: chat, 32,000 tokens, i.e. no budget cut).
-    `save_rankings` is a JSONL file to write every query's rankings to (`write_rankings`).
+    `save_rankings` is a JSONL file to write every query's rankings to (`write_rankings`). `sessions=False`
+    loads the memories without their sessions (no conversation context, nothing to lift): an ablation.
     """
     if mode not in CONTEXT_MODES:
         raise ValidationError("mode", f"must be one of {list(CONTEXT_MODES)}")
@@ -267,7 +281,7 @@ def evaluate(
     with scratch_database(server_url, embedder.dimension, embedder.model_name) as url:
         pool = get_pool(url, max_size=6)
         with _progress(bar, len(memories), "loading") as step:
-            load_memories(pool, memories, step)
+            load_memories(pool, memories, step, sessions)
         with _progress(bar, len(memories), f"embedding ({embedder.model_name})") as step:
             embed_source(pool, embedder, "fragment", progress=step)
         index_source(pool, "fragment")

@@ -40,7 +40,7 @@ def lifted(
 
     `adjacent` maps a memory id to its neighbouring turns (hits); `own_score` scores a neighbour that was not
     among the hits. Scores come from the fused list before any lift, so the order of the top hits does not
-    matter. Pure: no I/O.
+    matter. A lifted hit carries its gain in `extra["neighbour_gain"]`. Pure: no I/O.
     """
     by_key: dict[Key, Any] = {(h.source, h.id): h for h in ranked}
     gain: dict[Key, float] = {}
@@ -55,10 +55,10 @@ def lifted(
         return list(ranked)
     out = []
     for key, h in by_key.items():
-        out.append(rescored(h, score=h.score + gain[key], extra={**h.extra, "lifted_by_neighbour": True})
+        out.append(rescored(h, score=h.score + gain[key], extra={**h.extra, "neighbour_gain": gain[key]})
                    if key in gain else h)
     for key, n in new.items():
-        out.append(rescored(n, score=own_score(n) + gain[key], extra={**n.extra, "lifted_by_neighbour": True}))
+        out.append(rescored(n, score=own_score(n) + gain[key], extra={**n.extra, "neighbour_gain": gain[key]}))
     return sorted(out, key=lambda h: (-h.score, h.source, h.id))
 
 

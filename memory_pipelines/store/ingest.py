@@ -52,7 +52,7 @@ from ..vocabulary import (
     TS_FUTURE_SLACK,
 )
 from .arbitration import Decision, Neighbour, arbitrate, clean_text, summarise
-from .memories import content_hash, new_memory_id, previous_turn
+from .memories import content_hash, fragment_id, fragment_rows, new_memory_id, previous_turn
 from .projects import ensure_project, project_key_from_name
 
 log = logging.getLogger(__name__)
@@ -211,18 +211,22 @@ def texts_for(
     created_at: datetime,
     context: str | None = None,
 ) -> list[str]:
-    """The indexed texts of a memory's chunks, before its fragments exist: one query of the database's one
-    definition (`mp_fragment_text`, sql/005 and 008), the text the backfill and the keyword index read."""
-    rows = conn.execute(
-        "SELECT mp_fragment_text(%s::text, c, %s::text, %s::text, %s::timestamptz, %s::text)"
-        " FROM unnest(%s::text[]) WITH ORDINALITY AS u(c, i) ORDER BY i",
-        (speaker, project_name, content_type, created_at, context, list(chunks)),
+    """The indexed texts of a memory's fragments, before they exist: one query of the database's one
+    definition (`mp_fragment_text`, sql/005, 008 and 010), the text the backfill and the keyword index read.
+    One text per chunk, then, for a memory with a `context`, the context fragment's (`fragment_rows`)."""
+    rows = fragment_rows(chunks, context)
+    texts = conn.execute(
+        "SELECT mp_fragment_text(%s::text, u.c, %s::text, %s::text, %s::timestamptz,"
+        " CASE WHEN u.ctx THEN %s::text END)"
+        " FROM unnest(%s::text[], %s::bool[]) WITH ORDINALITY AS u(c, ctx, i) ORDER BY u.i",
+        (speaker, project_name, content_type, created_at, context, [r[1] for r in rows], [r[2] for r in rows]),
     ).fetchall()
-    return [r[0] for r in rows]
+    return [r[0] for r in texts]
 
 
 def memory_vector(vectors: np.ndarray) -> np.ndarray:
-    """The memory-level vector: normalised mean of its fragment vectors."""
+    """The memory-level vector: normalised mean of its own fragments' vectors (pass those only: the context
+    fragment's, last when present, is not part of it)."""
     return normalise(np.asarray(vectors, dtype=np.float32).mean(axis=0, keepdims=True))[0]
 
 
@@ -355,30 +359,29 @@ def _write_fragments(
     vectors: np.ndarray | None,
     model: str,
     created_at: datetime,
+    context: str | None = None,
 ) -> None:
     """Insert the fragments (with their vectors when given) and keyword-index them.
 
-    `texts` are the texts the vectors were made from: `embedded_hash` is their md5, so a fragment whose
+    `texts` are the texts the vectors were made from, one per fragment (`fragment_rows`: the chunks, then
+    the context fragment when the memory has a context): `embedded_hash` is their md5, so a fragment whose
     indexed text is another one by now (its `content_hash`, set by the trigger) stays pending."""
-    ids = [f"{memory_id}_{i:03d}" for i in range(len(chunks))]
+    rows = fragment_rows(chunks, context)
     with conn.cursor() as cur:
         if vectors is None:
             cur.executemany(
-                "INSERT INTO fragments (id, memory_id, owner_id, chunk_index, content, ts)"
-                " VALUES (%s, %s, %s, %s, %s, %s)",
-                [
-                    (fid, memory_id, owner, i, c, created_at)
-                    for i, (fid, c) in enumerate(zip(ids, chunks, strict=True))
-                ],
+                "INSERT INTO fragments (id, memory_id, owner_id, chunk_index, content, ts, with_context)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                [(fragment_id(memory_id, ctx, i), memory_id, owner, i, c, created_at, ctx) for i, c, ctx in rows],
             )
         else:
             cur.executemany(
-                "INSERT INTO fragments (id, memory_id, owner_id, chunk_index, content, ts, embedding,"
+                "INSERT INTO fragments (id, memory_id, owner_id, chunk_index, content, ts, with_context, embedding,"
                 " embedding_model, embedded_hash, embedded_at)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, md5(%s), now())",
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, md5(%s), now())",
                 [
-                    (fid, memory_id, owner, i, c, created_at, v, model, text)
-                    for i, (fid, c, v, text) in enumerate(zip(ids, chunks, vectors, texts, strict=True))
+                    (fragment_id(memory_id, ctx, i), memory_id, owner, i, c, created_at, ctx, v, model, text)
+                    for (i, c, ctx), v, text in zip(rows, vectors, texts, strict=True)
                 ],
             )
     source = INDEXED["fragment"]
@@ -444,14 +447,14 @@ def _insert(
             "chunks": len(new.chunks),
             "status": "pending" if pending else "done",
             "created": created_at,
-            "vec": None if pending else memory_vector(new.vectors),
+            "vec": None if pending else memory_vector(new.vectors[: len(new.chunks)]),
             "model": None if pending else model,
             "pending": pending,
             "session": new.session,
             "context": new.context,
         },
     )
-    _write_fragments(conn, memory_id, owner, new.chunks, new.texts, new.vectors, model, created_at)
+    _write_fragments(conn, memory_id, owner, new.chunks, new.texts, new.vectors, model, created_at, new.context)
 
 
 def replace_memory(
@@ -475,10 +478,16 @@ def replace_memory(
     ).fetchone()
     texts = texts_for(conn, new.chunks, new.speaker, project_name, new.content_type, created_at, context)
     vectors, embedded = new.vectors, new.texts
-    if texts != new.texts and vectors is not None:  # the old row's date differs: embed what it indexes
+    if texts != new.texts and vectors is not None:  # the old row's date or context differs: embed what it indexes
         fresh = _embed(embedder, texts)[0]
-        if fresh is not None:  # else the new content's vectors, pending again for the backfill
+        if fresh is not None:
             vectors, embedded = fresh, texts
+        elif len(texts) != len(new.texts):
+            # Else the new content's vectors, pending again for the backfill (their texts are not the indexed
+            # ones); a context fragment only one side has borrows the first chunk's vector, pending likewise.
+            n = len(new.chunks)
+            vectors = np.vstack([vectors[:n], vectors[:1]])[: len(texts)]
+            embedded = [*new.texts[:n], new.texts[0]][: len(texts)]
     conn.execute(
         "UPDATE memories SET content = %(content)s, content_type = %(type)s, content_hash = %(hash)s,"
         " ts = %(ts)s, speaker = %(speaker)s, summary = %(summary)s, tags = %(tags)s,"
@@ -498,12 +507,12 @@ def replace_memory(
             "tags": Jsonb(new.tags),
             "chunks": len(new.chunks),
             "meta": Jsonb({"summary_by": new.summary_by}),
-            "vec": memory_vector(vectors),
+            "vec": memory_vector(vectors[: len(new.chunks)]),
             "model": embedder.model_name,
         },
     )
     drop_fragments(conn, old_id)
-    _write_fragments(conn, old_id, owner, new.chunks, embedded, vectors, embedder.model_name, created_at)
+    _write_fragments(conn, old_id, owner, new.chunks, embedded, vectors, embedder.model_name, created_at, context)
     return int(version)
 
 
@@ -594,7 +603,8 @@ def ingest_memory(
                 reason=f"embedding provider unavailable: {(embed_error or '')[:400]}",
             )
             return IngestResult("created", memory_id, "DEFERRED", deferred=True)
-        candidates = find_candidates(conn, inp.owner, project_id, memory_vector(vectors), model, threshold)
+        own = memory_vector(vectors[: len(chunks)])
+        candidates = find_candidates(conn, inp.owner, project_id, own, model, threshold)
         decision = arbitrate(llm, summary, inp.content, inp.content_type, candidates)
         return _apply_live(
             conn, embedder, inp.owner, project_id, stored_name, memory_id, new, decision, created_at

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 
 import psycopg
@@ -41,16 +42,44 @@ def previous_turn(conn: psycopg.Connection, owner_id: str, project_id: str, sess
     return (f"{speaker}: " if speaker else "") + " ".join(content.split())[:CONTEXT_CHARS]
 
 
+def fragment_rows(chunks: Sequence[str], context: str | None) -> list[tuple[int, str, bool]]:
+    """(chunk_index, content, with_context) of a memory's fragments: its chunks, then, when it has a context
+    (the previous turn of its session), one more fragment holding its first chunk, indexed with that context
+    (sql/010_context_fragments.sql)."""
+    rows = [(i, chunk, False) for i, chunk in enumerate(chunks)]
+    if context and chunks:
+        rows.append((len(chunks), chunks[0], True))
+    return rows
+
+
+def fragment_id(memory_id: str, with_context: bool, index: int) -> str:
+    return f"{memory_id}_ctx" if with_context else f"{memory_id}_{index:03d}"
+
+
 def write_fragments(
-    conn: psycopg.Connection, memory_id: str, owner_id: str, chunks: list[str], ts: datetime
+    conn: psycopg.Connection,
+    memory_id: str,
+    owner_id: str,
+    chunks: list[str],
+    ts: datetime,
+    context: str | None = None,
 ) -> None:
-    """Replace the fragments of a memory with these chunks (embeddings pending)."""
+    """Replace the fragments of a memory with these chunks, and its context fragment (embeddings pending)."""
     conn.execute("DELETE FROM fragments WHERE memory_id = %s", (memory_id,))
+    rows = fragment_rows(chunks, context)
     with conn.cursor() as cur:
-        cur.executemany(
-            "INSERT INTO fragments (id, memory_id, owner_id, chunk_index, content, ts) VALUES (%s, %s, %s, %s, %s, %s)",
-            [(f"{memory_id}_{i:03d}", memory_id, owner_id, i, chunk, ts) for i, chunk in enumerate(chunks)],
-        )
+        if context:
+            cur.executemany(
+                "INSERT INTO fragments (id, memory_id, owner_id, chunk_index, content, ts, with_context)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                [(fragment_id(memory_id, ctx, i), memory_id, owner_id, i, c, ts, ctx) for i, c, ctx in rows],
+            )
+        else:  # the columns of every schema version (tests build old ones)
+            cur.executemany(
+                "INSERT INTO fragments (id, memory_id, owner_id, chunk_index, content, ts)"
+                " VALUES (%s, %s, %s, %s, %s, %s)",
+                [(fragment_id(memory_id, False, i), memory_id, owner_id, i, c, ts) for i, c, _ctx in rows],
+            )
 
 
 def insert_memory(
@@ -89,10 +118,11 @@ def insert_memory(
         created_at,
         created_at,
     ]
-    turn = ""
+    turn, context = "", None
     if session is not None:  # the conversation columns (sql/008) only when used
+        context = previous_turn(conn, owner_id, project_id, session)
         columns += ", session, context, turn"
-        values += [session, previous_turn(conn, owner_id, project_id, session)]
+        values += [session, context]
         turn = ", nextval('memory_turns')"
     row = conn.execute(
         f"INSERT INTO memories ({columns}) VALUES ({', '.join(['%s'] * len(values))}{turn})"
@@ -101,5 +131,5 @@ def insert_memory(
     ).fetchone()
     if row is None:
         return False
-    write_fragments(conn, memory_id, owner_id, chunks, created_at)
+    write_fragments(conn, memory_id, owner_id, chunks, created_at, context)
     return True

@@ -188,7 +188,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         embedder = CachedEmbedder(embedder, args.embedding_cache)
     results = evaluate(database_url(settings), embedder, Path(args.dir), bar=_bar, limit=args.limit,
                        mode=args.mode, budget=args.budget,
-                       save_rankings=Path(args.save_rankings) if args.save_rankings else None)
+                       save_rankings=Path(args.save_rankings) if args.save_rankings else None,
+                       sessions=not args.no_sessions)
     if args.embedding_cache:
         print(f"embedding cache {args.embedding_cache}: {embedder.hits} texts read, {embedder.misses} embedded",
               file=sys.stderr)
@@ -267,6 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--embedding-cache", metavar="DIR",
                    help="keep embeddings in DIR (SQLite, keyed by model, kind and text) and reuse them in "
                    "later runs; off by default")
+    p.add_argument("--no-sessions", action="store_true",
+                   help="load the memories without their `session` (no previous-turn context, no neighbour lift): "
+                   "an ablation of conversation-aware indexing")
     p.add_argument("--limit", type=int, help="evaluate only the first N queries")
     p.add_argument("--mode", default="chat", choices=CONTEXT_MODES, help="mode of the context builds (default chat)")
     p.add_argument("--budget", type=int, default=MAX_BUDGET,
