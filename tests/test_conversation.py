@@ -155,3 +155,16 @@ def test_evidence_fusion_does_not_penalise_a_single_channel():
     # A keyword-only item with no vector competes on its keyword score alone.
     only_kw = evidence_fusion([], [H("memory", "z", 0.5)])
     assert only_kw[0].score == pytest.approx(0.2) and only_kw[0].keyword == 0.5
+
+
+def test_a_same_speaker_neighbour_neither_gives_context_nor_is_lifted(pool, fake_embedder):
+    """MemoryBank-style memories (each a whole exchange, one speaker) stay independent."""
+    first = turn(pool, fake_embedder, A, speaker="User").id
+    second = turn(pool, fake_embedder, B, speaker="User").id
+    with pool.connection() as conn:
+        context = conn.execute("SELECT context FROM memories WHERE id = %s", (second,)).fetchone()[0]
+        frags = conn.execute("SELECT count(*) FROM fragments WHERE memory_id = %s", (second,)).fetchone()[0]
+    assert context is None and frags == 1
+    hits = search(pool, fake_embedder, "alice", "harbour exhibition lighthouse painting", limit=5).hits
+    assert hits[0].id == first
+    assert not any(h.extra.get("neighbour_gain") for h in hits)

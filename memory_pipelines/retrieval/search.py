@@ -29,7 +29,7 @@ from ..text.glossary import expand
 from ..text.keywords import has_cjk, jaccard
 from ..vocabulary import CONTENT_TYPES, RANKED_SOURCES, SEARCH_MODES, SEARCH_SOURCES, SOURCES
 from .fusion import FUSIONS, SEMANTIC_WEIGHT, rescored
-from .neighbours import NEIGHBOUR_TOP, lifted, neighbour_rows
+from .neighbours import NEIGHBOUR_TOP, lifted, neighbour_rows, other_party
 
 log = logging.getLogger(__name__)
 
@@ -535,9 +535,12 @@ def _lift_neighbours(
     clauses = _where("memory", owner, f, params)
     with pool.connection() as conn:
         rows = neighbour_rows(conn, top, clauses, params)
+    speakers = {h.id: h.extra.get("speaker") for h in ranked if h.source == "memory"}
     adjacent: dict[str, list[Hit]] = {}
     for row in rows:
         hit = _hit("memory", row[1:])
+        if not other_party(speakers.get(str(row[0])), hit.extra.get("speaker")):
+            continue
         if hit.embedding is not None:
             hit.semantic = float(np.dot(hit.embedding, qvec))
         adjacent.setdefault(str(row[0]), []).append(hit)

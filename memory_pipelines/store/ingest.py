@@ -536,7 +536,7 @@ def _texts(
             (inp.owner, inp.project_key),
         ).fetchone()
         name = row[0] if row else inp.project_name
-        context = previous_turn(conn, inp.owner, row[1], inp.session) if inp.session and row else None
+        context = previous_turn(conn, inp.owner, row[1], inp.session, inp.speaker) if inp.session and row else None
         return texts_for(conn, chunks, inp.speaker, name, inp.content_type, created_at, context), context
 
 

@@ -10,6 +10,7 @@ from datetime import datetime
 import psycopg
 from psycopg.types.json import Jsonb
 
+from ..retrieval.neighbours import other_party
 from ..text.chunks import chunk_text
 from ..text.summary import extractive_summary
 from ..text.summary import tags as extract_tags
@@ -28,15 +29,18 @@ def content_hash(content: str) -> str:
 CONTEXT_CHARS = 300  # how much of the previous turn a conversational memory is indexed with
 
 
-def previous_turn(conn: psycopg.Connection, owner_id: str, project_id: str, session: str) -> str | None:
-    """The session's latest active turn as "speaker: words" (cut to CONTEXT_CHARS), or None: the context a
-    new turn of the session is indexed with (sql/008_conversation.sql)."""
+def previous_turn(
+    conn: psycopg.Connection, owner_id: str, project_id: str, session: str, speaker: str | None = None
+) -> str | None:
+    """The session's latest active turn as "speaker: words" (cut to CONTEXT_CHARS): the context a new turn of
+    `speaker` is indexed with (sql/008, sql/010); None when there is none or it is the same known speaker's
+    (retrieval.neighbours.other_party: a reply needs what it answers, a second statement does not)."""
     row = conn.execute(
         "SELECT speaker, content FROM memories WHERE owner_id = %s AND project_id = %s AND session = %s"
         " AND is_active ORDER BY turn DESC LIMIT 1",
         (owner_id, project_id, session),
     ).fetchone()
-    if row is None:
+    if row is None or not other_party(speaker, row[0]):
         return None
     speaker, content = row
     return (f"{speaker}: " if speaker else "") + " ".join(content.split())[:CONTEXT_CHARS]
@@ -120,7 +124,7 @@ def insert_memory(
     ]
     turn, context = "", None
     if session is not None:  # the conversation columns (sql/008) only when used
-        context = previous_turn(conn, owner_id, project_id, session)
+        context = previous_turn(conn, owner_id, project_id, session, speaker)
         columns += ", session, context, turn"
         values += [session, context]
         turn = ", nextval('memory_turns')"
