@@ -38,7 +38,7 @@ PLANS: Counter[str] = Counter()
 report how often an index scan came back short and was answered exactly."""
 
 # Hybrid search reads this many candidates per channel and source; and how each channel's score maps to
-# [0, 1] before fusion. Chosen on the LoCoMo dev folder (README, "Choosing the hybrid default").
+# [0, 1] before fusion. Chosen on the LoCoMo dev folder (README, "Retrieval quality: what each step did").
 HYBRID_MIN_DEPTH, HYBRID_MAX_DEPTH = 50, 200
 KEYWORD_SATURATION = 10.0
 # At or below this many filtered rows, scan exactly: an exact scan costs ~6 µs a row here (5,000 rows: 32 ms
