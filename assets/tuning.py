@@ -204,7 +204,9 @@ def hit_rate_report(context: dg.AssetExecutionContext, retrieval_log_frames: dic
     group_name=TUNING_GROUP,
     kinds={"pandas", "scikitlearn"},  # the log-linear fit is scikit-learn's LogisticRegression
     description="Half-lives and mode weights fitted on the training builds (log-linear logistic fit), with "
-    "bootstrap 95 % intervals and sample sizes; thin parameters keep their active value.",
+    "bootstrap 95 % intervals and sample sizes; thin parameters keep their active value. Row `ranker`: the "
+    "learned ranker over the logged candidate features, proposed only when its cross-fitted nDCG@10 gain "
+    "on the training builds is above 0.",
 )
 def fitted_scoring_params(
     context: dg.AssetExecutionContext,
