@@ -179,6 +179,7 @@ def test_memory_centre_flow_ingest_search_get_timeline_projects_versions(live, k
     got = c.get("/memories", params={"ids": f"{zh['id']},{en['id']}"}).json()
     full = {m["id"]: m for m in got["memories"]}
     assert full[zh["id"]]["content"] == ZH and full[en["id"]]["content"] == EN
+    assert full[zh["id"]]["session"] is None
 
     projects = c.get("/projects").json()["projects"]
     assert {p["project_key"] for p in projects} == {"agent-mem", "web-app"}
@@ -200,6 +201,17 @@ def test_memory_centre_flow_ingest_search_get_timeline_projects_versions(live, k
     v = c.get(f"/memories/{zh['id']}/versions")
     assert v.status_code == 200 and v.json()["memory_id"] == zh["id"]
     assert isinstance(v.json()["versions"], list)
+
+    # Turns of a conversation: the answer is found through the question it answers (sql/008, sql/010).
+    q = ingest(c, "Did you finish the lighthouse painting for the harbour exhibition?", "insight", project="chat",
+               speaker="Caroline", session="call-1")
+    a = ingest(c, "Yes! It took me three weekends and the kids chose the frame.", "insight", project="chat",
+               speaker="Mel", session="call-1")
+    got = c.get("/memories", params={"ids": a["id"]}).json()["memories"][0]
+    assert got["session"] == "call-1"
+    found = c.get("/memories/search", params={"query": "lighthouse painting harbour", "project_key": "chat"}).json()
+    items = found[next(k for k in ("results", "items", "matches", "memories") if k in found)]
+    assert {q["id"], a["id"]} <= {i["id"] for i in items}
 
 
 def test_progressive_search_summary_detail_related(live, keys, runtime):
@@ -326,6 +338,8 @@ BAD = [
     ("POST", "/ingest/memory", {**P, "content": "a\x00b"}, "content"),
     ("POST", "/ingest/memory", {**P, "content": "x" * 100_001}, "content"),
     ("POST", "/ingest/memory", {**P, "content": "x", "ts": -1}, "ts"),
+    ("POST", "/ingest/memory", {**P, "content": "x", "session": ""}, "session"),
+    ("POST", "/ingest/memory", {**P, "content": "x", "session": 7}, "session"),
     ("POST", "/ingest/memory", {**P, "content": "x", "source": "w"},
      "source"),
     ("POST", "/ingest/memory", {**P, "content": "x",
