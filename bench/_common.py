@@ -9,6 +9,7 @@ import random
 import statistics
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -135,9 +136,10 @@ _ZIPF_CUM = list(itertools.accumulate(1 / (i + 1) for i in range(len(_GENERAL)))
 _TOPICS = [_pseudo_words(30, 100 + t) for t in range(200)]
 
 
-def note(rng: random.Random) -> tuple[str, int]:
-    """A synthetic note and its topic: mostly words of one topic, some common words, now and then Chinese."""
-    t = rng.randrange(len(_TOPICS))
+def note(rng: random.Random, topic: int | None = None) -> tuple[str, int]:
+    """A synthetic note and its topic (`topic`, else a random one): mostly words of one topic, some common
+    words, now and then Chinese."""
+    t = rng.randrange(len(_TOPICS)) if topic is None else topic
     n = rng.randint(6, 16)
     words = [
         rng.choice(_TOPICS[t]) if rng.random() < 0.6 else rng.choices(_GENERAL, cum_weights=_ZIPF_CUM)[0]
@@ -146,6 +148,15 @@ def note(rng: random.Random) -> tuple[str, int]:
     if rng.random() < 0.3:
         words.insert(rng.randint(0, n), rng.choice(ZH) + rng.choice(ZH))
     return " ".join(words), t
+
+
+def topic_word(rng: random.Random, topic: int) -> str:
+    """One of the topic's own words."""
+    return rng.choice(_TOPICS[topic])
+
+
+def topic_count() -> int:
+    return len(_TOPICS)
 
 
 def sentence(rng: random.Random) -> str:
@@ -235,6 +246,122 @@ def load_tasks(url: str, n: int, owners: list[tuple[str, int]], seed: int = 7, t
     LOADS.append({"table": table, "rows": n, "copy_seconds": round(loaded - started, 1),
                   "index_build_seconds": round(built - loaded, 1)})
     return embedder
+
+
+def load_conversations(
+    url: str, n: int, owner: str, seed: int = 3, turns: int = 20, project: str = "bench"
+) -> dict:
+    """COPY n synthetic conversational memories into `memories` and their fragments, as ingest writes them.
+
+    Sessions of `turns` turns (the last one shorter), two speakers alternating, each session on one topic
+    (a turn drifts to another one now and then). Every memory after the first of its session has its
+    `context` (the previous turn, "speaker: words" cut as `store.memories.previous_turn` cuts it), a `turn`
+    in session order, and besides its own fragment a `with_context` one (`store.memories.fragment_rows`).
+    Vectors: a turn's own fragment is its topic's vector (`topic_vector`), the context fragment the normalised
+    mean of the previous turn's and its own, the memory's `avg_embedding` the mean of its own fragments.
+    Everything counts as embedded: `embedded_hash` is the memory's `content_hash`, and each fragment's
+    `content_hash` (md5 of its indexed text, set by the trigger). The two HNSW indexes are dropped for the
+    load and built afterwards. Timings go to LOADS; returns the counts.
+    """
+    from psycopg.types.json import Jsonb
+
+    from memory_pipelines.store.memories import CONTEXT_CHARS, content_hash, fragment_id, fragment_rows
+    from memory_pipelines.store.projects import ensure_project
+    from memory_pipelines.text.chunks import chunk_text
+    from memory_pipelines.text.summary import extractive_summary
+    from memory_pipelines.text.summary import tags as extract_tags
+
+    rng = random.Random(seed)
+    model = FakeEmbedder(384).model_name
+    pool = get_pool(url)
+    now = dt.datetime.now(dt.UTC)
+    indexes = {"fragments_embedding_hnsw": ("fragments", "embedding"),
+               "memories_avg_embedding_hnsw": ("memories", "avg_embedding")}
+    started = time.perf_counter()
+    fragments: list[tuple] = []
+    sessions = 0
+    with pool.connection() as conn:
+        project_id = uuid.UUID(ensure_project(conn, owner, project, project))
+        for index in indexes:
+            conn.execute(f"DROP INDEX IF EXISTS {index}")
+        with (
+            conn.cursor() as cur,
+            cur.copy(
+                "COPY memories (id, owner_id, project_id, content_type, content, content_hash, ts, speaker,"
+                " summary, tags, chunk_count, embedding_status, created_at, updated_at, avg_embedding,"
+                " embedding_model, embedded_hash, embedded_at, session, turn, context)"
+                " FROM STDIN WITH (FORMAT BINARY)"
+            ) as copy,
+        ):
+            copy.set_types(["text", "text", "uuid", "text", "text", "text", "int8", "text", "text", "jsonb",
+                            "int4", "text", "timestamptz", "timestamptz", "vector", "text", "text",
+                            "timestamptz", "text", "int8", "text"])
+            turn = 0
+            while turn < n:
+                sessions += 1
+                session, topic = f"s{sessions:05d}", rng.randrange(len(_TOPICS))
+                start = now - dt.timedelta(days=rng.random() * 180)
+                previous: tuple[str, str, np.ndarray] | None = None
+                for i in range(min(turns, n - turn)):
+                    turn += 1
+                    speaker = ("user", "assistant")[i % 2]
+                    t = topic if rng.random() < 0.85 else rng.randrange(len(_TOPICS))
+                    content = note(rng, t)[0]
+                    vec = topic_vector(t, rng)
+                    created = start + dt.timedelta(minutes=i)
+                    context = None
+                    if previous is not None:
+                        context = f"{previous[0]}: " + " ".join(previous[1].split())[:CONTEXT_CHARS]
+                    memory_id = f"mem_{rng.getrandbits(80):020x}"
+                    chunks = chunk_text(content)
+                    copy.write_row((
+                        memory_id, owner, project_id, "insight", content, content_hash(content),
+                        int(created.timestamp()), speaker, extractive_summary(content),
+                        Jsonb(extract_tags(content)), len(chunks), "done", created, created, vec, model,
+                        content_hash(content), now, session, turn, context,
+                    ))
+                    for chunk_index, chunk, ctx in fragment_rows(chunks, context):
+                        v = vec
+                        if ctx:
+                            v = previous[2] + vec
+                            v = v / np.linalg.norm(v)
+                        fragments.append((fragment_id(memory_id, ctx, chunk_index), memory_id, owner, chunk_index,
+                                          chunk, created, ctx, v, model))
+                    previous = (speaker, content, vec)
+        conn.execute("SELECT setval('memory_turns', %s)", (max(turn, 1),))
+        with (
+            conn.cursor() as cur,
+            cur.copy(
+                "COPY fragments (id, memory_id, owner_id, chunk_index, content, ts, with_context, embedding,"
+                " embedding_model) FROM STDIN WITH (FORMAT BINARY)"
+            ) as copy,
+        ):
+            copy.set_types(["text", "text", "text", "int4", "text", "timestamptz", "bool", "vector", "text"])
+            for row in fragments:
+                copy.write_row(row)
+        conn.execute("UPDATE fragments SET embedded_hash = content_hash, embedded_at = now()")
+        conn.commit()
+        conn.autocommit = True
+        conn.execute("VACUUM FULL memories")
+        conn.execute("VACUUM FULL fragments")
+        conn.autocommit = False
+        loaded = time.perf_counter()
+        conn.execute(f"SET maintenance_work_mem = '{index_memory(len(fragments))}'")
+        conn.execute("SET max_parallel_maintenance_workers = 2")
+        for index, (table, column) in indexes.items():
+            conn.execute(f"CREATE INDEX {index} ON {table} USING hnsw ({column} vector_cosine_ops)")
+        conn.commit()
+        built = time.perf_counter()
+        conn.autocommit = True
+        conn.execute("VACUUM ANALYZE memories")
+        conn.execute("VACUUM ANALYZE fragments")
+        conn.autocommit = False
+        with_context = sum(1 for f in fragments if f[6])
+        log(f"  {n} memories in {sessions} sessions, {len(fragments)} fragments ({with_context} with context):"
+            f" COPY + hash in {loaded - started:.0f} s, HNSW indexes in {built - loaded:.0f} s")
+    LOADS.append({"table": "memories+fragments", "rows": n, "fragments": len(fragments),
+                  "copy_seconds": round(loaded - started, 1), "index_build_seconds": round(built - loaded, 1)})
+    return {"memories": n, "sessions": sessions, "fragments": len(fragments), "context_fragments": with_context}
 
 
 def database_size(url: str) -> str:

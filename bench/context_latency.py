@@ -1,14 +1,24 @@
 """Context-build latency (p50 / p95 / p99) at 10k and 100k memories, query embedding excluded.
 
-Synthetic fake-embedded tasks and learnings (half each) for one owner plus goals and recent events;
-keyword index built and vacuumed (the steady state). The project's `build_memory_context` (hybrid
-retrieval over four sources, events, profile, MMR, the token budget, the retrieval log written) runs
-against the approach written in the context-builder spec, measured in the same run on the same data and the same
-pool: sequential vector search of tasks (top 20) and learnings (top 10) at pgvector's default ef_search,
-events, goals, Jaccard dedup and the len/2.5 budget, no keyword channel and no log. The baseline does far
-less work (and finds less: see bench/filtered_recall.py and the eval table), so the ratio says what the
-project's retrieval costs over it. The median time of the project's steps is reported too. Query embedding
-with the local model is measured apart. Prints one JSON object.
+Synthetic fake-embedded rows for one owner, a third of each size conversational memories and the rest tasks
+and learnings (half each), plus goals and recent events. The memories are turns of sessions of 20 (two
+speakers alternating), each with its previous turn as `context` and a `with_context` fragment besides its
+own, as ingest writes them (sql/008, sql/010), all embedded (`_common.load_conversations`). Keyword index
+built for tasks, learnings and fragments and vacuumed (the steady state). Queries: half English, half
+Chinese (so the CC-CEDICT expansion runs both ways), one in ten a dialogue of a few turns ("User: … / AI:
+…", focused by text/focus.py); their vectors are their topics', so memory hits are among the results and
+hybrid search runs its neighbour-lift query. How many builds ran the lift, the dictionary expansion and the
+focus is counted (instrumented), with the time of the retrieval's parts.
+
+The project's `build_memory_context` (hybrid retrieval over four sources with evidence fusion, dictionary
+expansion, long-query focus and the neighbour lift; events, profile, MMR, the token budget, the retrieval log
+with candidate features written) runs against the approach written in the context-builder spec, measured in
+the same run on the same data and the same pool: sequential vector search of tasks (top 20) and learnings
+(top 10) at pgvector's default ef_search, events, goals, Jaccard dedup and the len/2.5 budget, no keyword
+channel, no memories and no log. The baseline does far less work (and finds less: see
+bench/filtered_recall.py and the eval table), so the ratio says what the project's retrieval costs over it.
+The median time of the project's steps is reported too. Query embedding with the local model is measured
+apart. Prints one JSON object.
 
     python bench/context_latency.py [--sizes 10000 100000] [--builds 200]
 """
@@ -17,29 +27,197 @@ from __future__ import annotations
 
 import argparse
 import random
+import threading
 import time
+from collections import Counter
 
 import numpy as np
 from _common import (
     LOADS,
+    WORDS,
+    ZH,
     database_size,
     emit,
+    load_conversations,
     load_tasks,
     log,
     machine,
-    note,
     percentiles,
     scratch,
     sentence,
+    topic_count,
     topic_vector,
+    topic_word,
 )
 from psycopg.types.json import Jsonb
 
+import memory_pipelines.context.retrieve as retrieve_module
+import memory_pipelines.retrieval.search as search_module
 from memory_pipelines.context.builder import build_memory_context
 from memory_pipelines.index.keywords import index_source
 from memory_pipelines.infra.db import get_pool
 from memory_pipelines.runtime import warm_up
-from memory_pipelines.text.keywords import jaccard
+from memory_pipelines.text.focus import focus
+from memory_pipelines.text.keywords import has_cjk, jaccard
+
+_ASK_ZH = ["怎么处理？", "为什么会这样？", "之前是怎么解决的？", "有没有相关的记录？", "后来怎么样了？"]
+_ASK_EN = ["how did we fix", "what happened with", "why did we change", "any notes on", "remind me about"]
+
+
+def _english(rng: random.Random, topic: int) -> str:
+    words = [topic_word(rng, topic) for _ in range(rng.randint(3, 6))] + rng.sample(WORDS, rng.randint(1, 2))
+    rng.shuffle(words)
+    return f"{rng.choice(_ASK_EN)} {' '.join(words)}"
+
+
+def _chinese(rng: random.Random, topic: int) -> str:
+    zh = rng.sample(ZH, rng.randint(2, 3))
+    names = " ".join(topic_word(rng, topic) for _ in range(rng.randint(1, 3)))
+    return f"{zh[0]}和{zh[1]}的问题 {names} {''.join(zh[2:])}{rng.choice(_ASK_ZH)}"
+
+
+def _dialogue(rng: random.Random, topic: int, zh: bool) -> str:
+    """A few turns, the earlier ones on other topics, the last two on `topic`."""
+    user, ai = ("用户：", "助手：") if zh else ("User: ", "AI: ")
+    ask = _chinese if zh else _english
+    turns = rng.randint(4, 6)
+    lines = []
+    for i in range(turns):
+        t = topic if i >= turns - 2 else rng.randrange(topic_count())
+        lines.append((user if (turns - 1 - i) % 2 == 0 else ai) + ask(rng, t))  # the user asks last
+    return "\n".join(lines)
+
+
+def make_queries(rng: random.Random, count: int) -> list[tuple[str, np.ndarray]]:
+    """(query, vector): English and Chinese alternating, two of every 20 (one of each language) a dialogue;
+    the vector is the topic's (the last turn's for a dialogue)."""
+    out = []
+    for i in range(count):
+        topic, zh = rng.randrange(topic_count()), i % 2 == 1
+        ask = _chinese if zh else _english
+        query = _dialogue(rng, topic, zh) if i % 20 in (8, 9) else ask(rng, topic)
+        out.append((query, topic_vector(topic, rng)))
+    return out
+
+
+class Probe:
+    """Counts and times, per build, what retrieval ran: the neighbour-lift query, the dictionary expansion,
+    the focus of a long query, each search's semantic and keyword channel and each source in them, the vector
+    scan plans. Wraps module functions (a few microseconds a call); `build()` resets it, `done(result)` files
+    the build's record."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.now: Counter = Counter()
+        self.lifted: set[str] = set()
+        self.records: list[dict] = []
+        self.plans: Counter = Counter()
+        self._wrap()
+
+    def add(self, key: str, value: float = 1) -> None:
+        with self.lock:
+            self.now[key] += value
+
+    def _wrap(self) -> None:
+        s, r = search_module, retrieve_module
+        rows, expand, foc = s.neighbour_rows, s.expand_terms, s.focus
+        semantic, keyword, search = s.semantic_hits, s._keyword_channel, r.search
+        sem_source, kw_source, plan = s._semantic_source, s._keyword_source, s._plan_vector_scan
+
+        def timed(name, fn, *args):
+            t = time.perf_counter()
+            out = fn(*args)
+            self.add(f"{name}_ms", (time.perf_counter() - t) * 1000)
+            return out
+
+        def neighbour_rows(conn, ids, clauses, params):
+            out = timed("neighbours", rows, conn, ids, clauses, params)
+            self.add("neighbour_queries")
+            self.add("neighbour_rows", len(out))
+            return out
+
+        def expand_terms(terms, weight=0.4):
+            out = expand(terms, weight)
+            if out:
+                self.add("dictionary_expansions")
+            return out
+
+        def focus_(query):
+            out = foc(query)
+            if out.long:
+                self.add("focused")
+            return out
+
+        def semantic_hits(conn, owner, qvec, model, f, k):
+            name = "semantic" if "memory" in f.sources else "events_semantic"
+            return timed(name, semantic, conn, owner, qvec, model, f, k)
+
+        def keyword_channel(pool, owner, query, f, k):
+            name = "keyword" if "memory" in f.sources else "events_keyword"
+            return timed(name, keyword, pool, owner, query, f, k)
+
+        def semantic_source(conn, source, owner, qvec, model, f, k):
+            return timed(f"semantic.{source}", sem_source, conn, source, owner, qvec, model, f, k)
+
+        def keyword_source(conn, source, owner, qterms, f, k):
+            self.add("keyword_terms" if "memory" in f.sources else "events_keyword_terms", len(qterms))
+            return timed(f"keyword.{source}", kw_source, conn, source, owner, qterms, f, k)
+
+        def plan_vector_scan(conn, source, clauses, params, k, f):
+            out = plan(conn, source, clauses, params, k, f)
+            with self.lock:
+                self.plans[f"{source}: {out}"] += 1
+            return out
+
+        def search_(*args, **kwargs):
+            out = search(*args, **kwargs)
+            with self.lock:
+                self.lifted.update(h.id for h in out.hits if "neighbour_gain" in h.extra)
+                self.now["memory_hits"] += sum(h.source == "memory" for h in out.hits)
+            return out
+
+        s.neighbour_rows, s.expand_terms, s.focus = neighbour_rows, expand_terms, focus_
+        s.semantic_hits, s._keyword_channel, r.search = semantic_hits, keyword_channel, search_
+        s._semantic_source, s._keyword_source, s._plan_vector_scan = semantic_source, keyword_source, plan_vector_scan
+
+    def build(self) -> None:
+        self.now, self.lifted = Counter(), set()
+
+    def done(self, result) -> None:
+        rec = dict(self.now)
+        rec["lifted_candidates"] = len(self.lifted)
+        rec["lifted_items"] = sum(1 for it in result.items if it.source == "memory" and it.id in self.lifted)
+        rec["memory_items"] = sum(1 for it in result.items if it.source == "memory")
+        self.records.append(rec)
+
+    def summary(self) -> dict:
+        recs, n = self.records, len(self.records)
+
+        def builds(key: str) -> int:
+            return sum(1 for r in recs if r.get(key, 0) > 0)
+
+        parts = ("semantic", "keyword", "neighbours", "events_semantic", "events_keyword")
+        parts += tuple(sorted({k[:-3] for r in recs for k in r if k.startswith(("semantic.", "keyword."))}))
+        return {
+            "builds": n,
+            "builds_with": {
+                "neighbour_lift_query": builds("neighbour_queries"),
+                "lifted_turn_among_candidates": builds("lifted_candidates"),
+                "lifted_turn_injected": builds("lifted_items"),
+                "memory_candidates": builds("memory_hits"),
+                "memory_injected": builds("memory_items"),
+                "dictionary_expansion": builds("dictionary_expansions"),
+                "long_query_focus": builds("focused"),
+            },
+            "neighbour_rows_mean": round(float(np.mean([r.get("neighbour_rows", 0) for r in recs])), 1),
+            "keyword_terms_mean": round(float(np.mean([r.get("keyword_terms", 0) for r in recs])) / 4, 1),
+            "vector_plans": dict(self.plans.most_common()),
+            "retrieve_parts_ms": {
+                p: {"p50": round(float(np.median(v)), 2), "p99": round(float(np.percentile(v, 99)), 2)}
+                for p in parts
+                if (v := [r[f"{p}_ms"] for r in recs if f"{p}_ms" in r])
+            },
+        }
 
 
 def seed_build(pool, owner: str, qvec, budget: int = 800) -> str:
@@ -81,12 +259,16 @@ def seed_build(pool, owner: str, qvec, budget: int = 800) -> str:
     return block
 
 
-def run_size(n: int, builds: int) -> dict:
+def run_size(n: int, builds: int, probe: Probe) -> dict:
     rng = random.Random(5)
+    memories = n // 3
+    tasks = (n - memories) // 2
+    learnings = n - memories - tasks
     with scratch() as url:
-        log(f"[{n}] loading")
-        embedder = load_tasks(url, n // 2, [("owner", n // 2)], seed=1, table="tasks")
-        load_tasks(url, n - n // 2, [("owner", n - n // 2)], seed=2, table="learnings")
+        log(f"[{n}] loading {tasks} tasks, {learnings} learnings, {memories} conversational memories")
+        embedder = load_tasks(url, tasks, [("owner", tasks)], seed=1, table="tasks")
+        load_tasks(url, learnings, [("owner", learnings)], seed=2, table="learnings")
+        conversations = load_conversations(url, memories, "owner", seed=3)
         pool = get_pool(url)
         with pool.connection() as conn:
             for i in range(3):
@@ -103,26 +285,32 @@ def run_size(n: int, builds: int) -> dict:
             conn.execute("ANALYZE")
         log(f"[{n}] keyword index")
         t = time.perf_counter()
-        index_source(pool, "task", weights=False)  # BM25 reads tf and df; the TF-IDF weights are for tags
-        index_source(pool, "learning", weights=False)
+        for source in ("task", "learning", "fragment"):  # BM25 reads tf and df; the TF-IDF weights are for tags
+            index_source(pool, source, weights=False)
         keyword_seconds = time.perf_counter() - t
         with pool.connection() as conn:  # the steady state: autovacuum has seen the 1M+ keyword rows
             conn.autocommit = True
             conn.execute("VACUUM ANALYZE keywords, keyword_docs, keyword_stats, keyword_df")
             conn.autocommit = False
-        notes = [note(rng) for _ in range(builds)]
-        queries = [text for text, _ in notes]
-        vectors = [topic_vector(topic, rng) for _, topic in notes]
+        queries = make_queries(rng, builds)
+        kinds = {
+            "chinese": sum(has_cjk(q) for q, _ in queries),
+            "dialogue_focused": sum(focus(q).long for q, _ in queries),
+        }
         warm_up()  # as `serve` and `mcp` do at start
-        for q, v in zip(queries[:10], vectors[:10], strict=True):  # warm-up
+        load_before = machine()
+        for q, v in queries[:10]:  # warm-up
             build_memory_context(pool, embedder, "owner", q, query_vector=v)
             seed_build(pool, "owner", v)
+        probe.records, probe.plans = [], Counter()
         ours, base, parts = [], [], []
         log(f"[{n}] {builds} builds each")
-        for q, v in zip(queries, vectors, strict=True):
+        for q, v in queries:
+            probe.build()
             t = time.perf_counter()
             result = build_memory_context(pool, embedder, "owner", q, query_vector=v)
             ours.append((time.perf_counter() - t) * 1000)
+            probe.done(result)
             parts.append(result.timings_ms)
             t = time.perf_counter()
             seed_build(pool, "owner", v)
@@ -130,12 +318,17 @@ def run_size(n: int, builds: int) -> dict:
         ours_p, base_p = percentiles(ours), percentiles(base)
         steps = ("retrieve", "score_mmr_budget", "log")
         return {
-            "loads": LOADS[-2:],
+            "rows": {"tasks": tasks, "learnings": learnings, **conversations},
+            "queries": {"total": builds, **kinds},
+            "loads": LOADS[-3:],
             "keyword_index_seconds": round(keyword_seconds, 1),
             "database_size": database_size(url),
+            "machine_before": load_before,
             "machine": machine(),
             "project": ours_p,
             "project_steps_p50_ms": {k: round(float(np.median([p[k] for p in parts])), 2) for k in steps},
+            "project_steps_p99_ms": {k: round(float(np.percentile([p[k] for p in parts], 99)), 2) for k in steps},
+            "retrieval": probe.summary(),
             "seed_baseline": base_p,
             "p99_ratio_baseline_over_project": round(base_p["p99_ms"] / ours_p["p99_ms"], 3),
         }
@@ -160,13 +353,17 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--builds", type=int, default=200)
     args = parser.parse_args()
-    sizes = {str(n): run_size(n, args.builds) for n in args.sizes}
+    probe = Probe()
+    sizes = {str(n): run_size(n, args.builds, probe) for n in args.sizes}
     for n, r in sizes.items():
         log(f"{n}: {r}")
     emit(
         {
             "benchmark": "context_latency",
             "builds_per_size": args.builds,
+            "retrieval_features": ["evidence fusion", "CC-CEDICT expansion", "conversational memories with"
+                                   " context fragments", "neighbour lift", "long-query focus",
+                                   "candidate features logged"],
             "sizes": sizes,
             "query_embedding_local_model": query_embedding_ms(),
             "floor_p99_ms": 100,
