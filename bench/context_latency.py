@@ -3,7 +3,7 @@
 Synthetic fake-embedded rows for one owner, a third of each size conversational memories and the rest tasks
 and learnings (half each), plus goals and recent events. The memories are turns of sessions of 20 (two
 speakers alternating), each with its previous turn as `context` and a `with_context` fragment besides its
-own, as ingest writes them (sql/008, sql/010), all embedded (`_common.load_conversations`). Keyword index
+own, as ingest writes them (sql/008), all embedded (`_common.load_conversations`). Keyword index
 built for tasks, learnings and fragments and vacuumed (the steady state). Queries: half English, half
 Chinese (so the CC-CEDICT expansion runs both ways), one in ten a dialogue of a few turns ("User: … / AI:
 …", focused by text/focus.py); their vectors are their topics', so memory hits are among the results and

@@ -202,7 +202,7 @@ def test_memory_centre_flow_ingest_search_get_timeline_projects_versions(live, k
     assert v.status_code == 200 and v.json()["memory_id"] == zh["id"]
     assert isinstance(v.json()["versions"], list)
 
-    # Turns of a conversation: the answer is found through the question it answers (sql/008, sql/010).
+    # Turns of a conversation: the answer is found through the question it answers (sql/008).
     q = ingest(c, "Did you finish the lighthouse painting for the harbour exhibition?", "insight", project="chat",
                speaker="Caroline", session="call-1")
     a = ingest(c, "Yes! It took me three weekends and the kids chose the frame.", "insight", project="chat",

@@ -50,7 +50,7 @@ def test_a_turn_is_indexed_with_the_turn_before_it(pool, fake_embedder):
     assert {ids["A"], ids["B"]} <= {h.id for h in hits}
     record = get_memories(pool, "alice", [ids["B"]])["memories"][0]
     assert record["session"] == "s1"
-    # B's own fragment is indexed by its own words; one more fragment carries the context (sql/010).
+    # B's own fragment is indexed by its own words; one more fragment carries the context (sql/008).
     with pool.connection() as conn:
         frags = conn.execute(
             "SELECT f.with_context, f.content, f.content_hash = md5(mp_fragment_text(m.speaker, f.content,"

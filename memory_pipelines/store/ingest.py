@@ -212,7 +212,7 @@ def texts_for(
     context: str | None = None,
 ) -> list[str]:
     """The indexed texts of a memory's fragments, before they exist: one query of the database's one
-    definition (`mp_fragment_text`, sql/005, 008 and 010), the text the backfill and the keyword index read.
+    definition (`mp_fragment_text`, sql/005 and 008), the text the backfill and the keyword index read.
     One text per chunk, then, for a memory with a `context`, the context fragment's (`fragment_rows`)."""
     rows = fragment_rows(chunks, context)
     texts = conn.execute(

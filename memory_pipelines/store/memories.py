@@ -33,7 +33,7 @@ def previous_turn(
     conn: psycopg.Connection, owner_id: str, project_id: str, session: str, speaker: str | None = None
 ) -> str | None:
     """The session's latest active turn as "speaker: words" (cut to CONTEXT_CHARS): the context a new turn of
-    `speaker` is indexed with (sql/008, sql/010); None when there is none or it is the same known speaker's
+    `speaker` is indexed with (sql/008); None when there is none or it is the same known speaker's
     (retrieval.neighbours.other_party: a reply needs what it answers, a second statement does not)."""
     row = conn.execute(
         "SELECT speaker, content FROM memories WHERE owner_id = %s AND project_id = %s AND session = %s"
@@ -49,7 +49,7 @@ def previous_turn(
 def fragment_rows(chunks: Sequence[str], context: str | None) -> list[tuple[int, str, bool]]:
     """(chunk_index, content, with_context) of a memory's fragments: its chunks, then, when it has a context
     (the previous turn of its session), one more fragment holding its first chunk, indexed with that context
-    (sql/010_context_fragments.sql)."""
+    (sql/008_conversation.sql)."""
     rows = [(i, chunk, False) for i, chunk in enumerate(chunks)]
     if context and chunks:
         rows.append((len(chunks), chunks[0], True))

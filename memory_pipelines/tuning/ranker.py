@@ -44,7 +44,7 @@ class RankerOptions:
     inputs: tuple[str, ...] = DEFAULT_INPUTS
     C: float = 1.0
     # "balanced" or None. Measured on LoCoMo (bench/ranker_locomo.py, README): balanced was never worse, slightly
-    # better (held-out recall@10 +0.006 against −0.001, nDCG@10 +0.022 against +0.021; before sql/010 the
+    # better (held-out recall@10 +0.006 against −0.001, nDCG@10 +0.022 against +0.021; before context fragments the
     # cross-fitted nDCG@10 gain was +0.006..+0.008 against +0.002..+0.003).
     class_weight: str | None = "balanced"
     min_samples: int = 200  # labelled candidates with features

@@ -23,6 +23,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from ..context.features import candidate_features
+from ..context.retrieve import Candidate
 from ..context.scoring import UNBOUNDED, ScoringConfig
 from ..vocabulary import CONTEXT_MODES as MODES
 from .frames import BUILD_COLUMNS, CANDIDATE_COLUMNS, FEATURES, LogFrames, normalize_builds, normalize_candidates
@@ -242,20 +243,6 @@ def simulate_log(spec: SimSpec | None = None) -> LogFrames:
     return LogFrames(normalize_builds(bdf), normalize_candidates(cdf))
 
 
-@dataclass
-class _Sim:
-    """One simulated retrieved candidate (what `features.candidate_features` reads)."""
-
-    source: str
-    text: str
-    created_at: datetime | None
-    relevance: float
-    semantic: float | None
-    keyword: float | None
-    keyword_evidence: float | None
-    extra: dict = field(default_factory=dict)
-
-
 def simulate_feature_log(
     n_builds: int = 400,
     per_build: int = 15,
@@ -281,9 +268,10 @@ def simulate_feature_log(
         kw = np.where(rng.random(per_build) < 0.7, rng.uniform(0, 1, per_build), np.nan)
         fused = 0.6 * sem + 0.4 * np.nan_to_num(kw)
         sims = [
-            _Sim("memory", f"simulated memory {b}-{i}", created - timedelta(days=float(rng.uniform(0, 90))),
-                 float(fused[i]), float(sem[i]), None if np.isnan(kw[i]) else float(kw[i]),
-                 None if np.isnan(kw[i]) else float(kw[i]) * 1.5)
+            Candidate("memory", f"memory-{b}-{i}", "", f"simulated memory {b}-{i}",
+                      created - timedelta(days=float(rng.uniform(0, 90))), float(fused[i]),
+                      semantic=float(sem[i]), keyword=None if np.isnan(kw[i]) else float(kw[i]),
+                      keyword_evidence=None if np.isnan(kw[i]) else float(kw[i]) * 1.5)
             for i in range(per_build)
         ]
         feats = candidate_features(sims, "en", created)
