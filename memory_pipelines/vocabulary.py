@@ -87,6 +87,8 @@ LOCK_INDEX = 7_245_003
 """pg_advisory_lock(LOCK_INDEX, n): bulk loaders of the n-th vector column share, the index builder excludes."""
 LOCK_DEMO_LOG = 7_245_004
 """pg_advisory_lock(LOCK_DEMO_LOG): one loader of the demo corpus's simulated agent sessions at a time."""
+LOCK_DAGSTER = 7_245_005
+"""pg_advisory_lock(LOCK_DAGSTER): one process creates Dagster's postgres storage tables at a time."""
 
 # -- partitions ---------------------------------------------------------------------------------------------------
 

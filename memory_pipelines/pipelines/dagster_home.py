@@ -104,7 +104,34 @@ def instance_env(settings: Settings | None = None, base: dict[str, str] | None =
     if settings.database_url:
         env["DATABASE_URL"] = settings.database_url
         env.setdefault(STORAGE_URL_ENV, storage_url(settings.database_url))
+        init_postgres_storage(env, settings.database_url)
     return env
+
+
+def init_postgres_storage(env: dict[str, str], database_url: str) -> None:
+    """Create Dagster's postgres storage tables now, one process at a time (pg_advisory_lock(LOCK_DAGSTER)).
+
+    Processes started together on a database that has none yet (two runs of a backfill, two machines) would
+    otherwise race in dagster-postgres's own `create_all` and one fail with `type "snapshots" already
+    exists`. Once the tables exist, opening the instance only checks them."""
+    from dagster import DagsterInstance
+
+    from ..infra.db import connect
+    from ..vocabulary import LOCK_DAGSTER
+
+    saved = {k: os.environ.get(k) for k in ("DAGSTER_HOME", STORAGE_URL_ENV)}
+    with connect(database_url, vector=False, autocommit=True) as conn:
+        conn.execute("SELECT pg_advisory_lock(%s)", (LOCK_DAGSTER,))
+        try:
+            os.environ.update({k: env[k] for k in saved if k in env})
+            DagsterInstance.get().dispose()
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+            conn.execute("SELECT pg_advisory_unlock(%s)", (LOCK_DAGSTER,))
 
 
 def main(argv: list[str] | None = None) -> int:
