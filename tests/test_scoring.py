@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
@@ -73,6 +73,11 @@ def test_relevance_floor_per_channel():
     small_corpus = [Channels(None, 0.03, keyword_evidence=0.5), Channels(None, 0.5, keyword_evidence=0.1)]
     kept, floored = apply_floor(small_corpus, config)
     assert kept == [small_corpus[0]] and floored == 1
+    # A conversation turn lifted by an adjacent top hit passes whatever its own channels say.
+    turns = [Channels(0.1, None, extra={"neighbour_gain": 0.2}), Channels(0.1, None, extra={"neighbour_gain": 0.0})]
+    kept, floored = apply_floor(turns, config)
+    assert kept == [turns[0]] and floored == 1
+    assert config.passes_floor(None, None, lifted=True)
 
 
 def test_stored_config_without_params_reads_the_defaults():
@@ -89,6 +94,7 @@ class Channels:
     semantic: float | None
     keyword: float | None
     keyword_evidence: float | None = None
+    extra: dict = field(default_factory=dict)
 
 
 @dataclass

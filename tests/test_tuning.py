@@ -23,7 +23,7 @@ from memory_pipelines.index.vectors import embed_all
 from memory_pipelines.infra.db import get_pool
 from memory_pipelines.infra.errors import ConfigError, NotFoundError
 from memory_pipelines.tuning.evaluate import evaluate, per_build_metrics, rerank_scores, summarize
-from memory_pipelines.tuning.fit import FitOptions, config_from_dict, fit_parameters
+from memory_pipelines.tuning.fit import FitOptions, _relevance_floor_params, config_from_dict, fit_parameters
 from memory_pipelines.tuning.frames import load_log, time_split
 from memory_pipelines.tuning.pipeline import run_tuning, tune_and_evaluate
 from memory_pipelines.tuning.publish import Gate, decide
@@ -137,9 +137,9 @@ def test_fit_recovers_hidden_source_weights_and_decay_floor_and_carries_them_to_
     floor = params["decay_floor"]  # the truth has no floor, the active config 0.5
     assert floor["status"] == "fitted" and floor["value"] < active.decay_floor
     assert floor["ci_low"] <= HIDDEN_DECAY_FLOOR <= floor["ci_high"] < active.decay_floor
-    for ch in ("semantic", "keyword"):  # channel scores are not logged: reported, kept
+    for ch in ("semantic", "keyword"):  # this log has no channel scores: every floor replays alike, kept
         p = params[f"relevance_floor.{ch}"]
-        assert p["status"] == "unidentified" and p["value"] == active.relevance_floors[ch]
+        assert p["status"] == "no_change" and p["value"] == active.relevance_floors[ch]
     proposed = config_from_dict(result["proposed"])
     assert proposed.source_weights == pytest.approx(
         {"task": params["source_weight.task"]["value"], "memory": params["source_weight.memory"]["value"]}
@@ -220,6 +220,43 @@ def test_replay_metrics_on_a_hand_built_build():
     boost = ScoringConfig(half_lives={}, mode_weights={"learning": {"plan": 2.0}}, weight_bounds=(0.05, 5.0))
     row = per_build_metrics(cands, boost).iloc[0]
     assert (row["hit@1"], row["mrr"], row["ndcg@10"]) == (1.0, 1.0, 1.0)
+
+
+def _floor_log(n_builds: int) -> pd.DataFrame:
+    """Builds of one used memory (semantic 0.6) under three unused ones that rank above it on a keyword match
+    too weak for the keyword floor (evidence 0.1) and a semantic score of 0.35, just over the 0.30 floor;
+    six more unused ones at semantic 0.5 rank below. Only a raised semantic floor removes the three."""
+    rows = []
+    for b in range(n_builds):
+        items = [(0.5, 0.6, None, True)] + [(0.55, 0.35, 0.1, False)] * 3 + [(0.3, 0.5, None, False)] * 6
+        for i, (fused, sem, kw, used) in enumerate(items):
+            rows.append({
+                "retrieval_id": f"r{b}", "owner_id": "o", "source": "memory", "item_id": f"m{b}-{i}",
+                "relevance": fused, "age_days": 1.0, "mode": "plan", "decay": 1.0, "mode_weight": 1.0,
+                "score": fused, "rank": i + 1, "mmr_rank": float(i + 1), "tokens": 40.0, "injected": True,
+                "used": used,
+                "features": {"fused": fused, "semantic": sem, "keyword": kw, "keyword_evidence": kw},
+            })
+    return pd.DataFrame(rows)
+
+
+def test_a_raised_relevance_floor_is_replayed_and_fitted_from_logged_channel_scores():
+    cands = _floor_log(120)
+    active = ScoringConfig(half_lives={}, mode_weights={})
+    row = per_build_metrics(cands, active).iloc[0]
+    assert row["ndcg@10"] == pytest.approx(1 / math.log2(5))  # the used memory is 4th
+    raised = ScoringConfig(half_lives={}, mode_weights={}, relevance_floors={"semantic": 0.4, "keyword": 0.25})
+    assert per_build_metrics(cands, raised).iloc[0]["ndcg@10"] == pytest.approx(1.0)
+    too_high = ScoringConfig(half_lives={}, mode_weights={}, relevance_floors={"semantic": 0.7, "keyword": 0.25})
+    row = per_build_metrics(cands, too_high).iloc[0]  # the used memory floored: counted, never found
+    assert (row["n_used"], row["ndcg@10"], row["hit@5"]) == (1, 0.0, 0.0)
+
+    params = {p.name: p for p in _relevance_floor_params(cands, active, active, True, FitOptions(n_boot=20))}
+    sem, kw = params["relevance_floor.semantic"], params["relevance_floor.keyword"]
+    assert sem.status == "fitted" and sem.value == pytest.approx(0.40) and sem.active == pytest.approx(0.30)
+    assert kw.status == "no_change" and kw.value == kw.active  # raising it removes nothing that matters
+    thin = _relevance_floor_params(_floor_log(50), active, active, True, FitOptions(n_boot=5))
+    assert {p.status for p in thin} == {"thin"} and all(p.value == p.active for p in thin)
 
 
 def test_replay_scores_agree_with_the_logged_online_scores():

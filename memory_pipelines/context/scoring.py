@@ -5,14 +5,20 @@ recency and mode weights reorder relevant items but never bury them (issue 11):
 
 - **floor**: a candidate enters only when one of its channels clears that channel's floor on the calibrated
   scale of search (`retrieval/search.calibrate_*`: 0 is the model's floor for unrelated texts of the language
-  pair; keyword BM25 saturated). An empty slot is better than noise.
-- **decay** = decay_floor + (1 − decay_floor) · exp(−age · ln 2 / half-life): a year-old item keeps half its score.
-- **weight** = mode weight × source weight, clamped to `weight_bounds`.
+  pair; keyword BM25 saturated), or when it is a conversation turn lifted by an adjacent top hit. An empty
+  slot is better than noise.
+- **decay** = decay_floor + (1 − decay_floor) · exp(−age · ln 2 / half-life): an item keeps at least 80 % of its
+  score however old it is.
+- **weight** = mode weight × source weight, clamped to `weight_bounds` (0.8 – 1.25, symmetric in ratio).
 - **relevance**: the fused search score, or, when the config has a learned `ranker` (`params["ranker"]`,
   fitted and published by the tuner), the ranker's probability that the item is used, computed from the
   candidate's logged features (`features.py`). Decay and weight multiply it just the same.
 
-So one item can outscore another of higher relevance by at most hi / (lo · decay_floor) (6× with the defaults).
+So one item can outscore another of higher relevance by at most hi / (lo · decay_floor) (1.95× with the defaults:
+recency and mode reorder items of comparable relevance; they do not lift a loosely related item over the one
+asked for). The first bounds, 0.5 and 0.5 – 1.5 (6×), let a fresh capability of relevance 0.44 outrank the
+learning asked for by its exact title (0.75, decayed and weighted to 0.42), and kept its other-language twin
+out of 37 % of blocks (tests/test_context_relevance.py).
 The offline tuner (memory_pipelines.tuning) uses these same functions, so online and offline agree.
 """
 
@@ -36,9 +42,9 @@ SEED_MODE_WEIGHTS: dict[str, dict[str, float]] = seed_mode_weights()
 # keyword_evidence), so it means the same in a corpus of 2 documents or of 100,000; 0.25 is what the former floor on
 # saturated BM25 (0.10, BM25 1.1) was at the demo corpus's 100-400 documents per owner and source.
 RELEVANCE_FLOORS: dict[str, float] = {"semantic": 0.30, "keyword": 0.25}
-DECAY_FLOOR = 0.5
+DECAY_FLOOR = 0.8
 PROFILE_SOURCES = ("okr",)  # the profile is injected first whatever its score: no ranker applies to it
-WEIGHT_BOUNDS: tuple[float, float] = (0.5, 1.5)
+WEIGHT_BOUNDS: tuple[float, float] = (0.8, 1.25)
 
 
 def time_decay(age_days: float | None, half_life_days: float | None) -> float:
@@ -82,10 +88,12 @@ class ScoringConfig:
         lo, hi = self.weight_bounds
         return min(max(raw, lo), hi)
 
-    def passes_floor(self, semantic: float | None, keyword: float | None) -> bool:
-        """Whether a candidate clears the relevance floor: any channel at or above its floor."""
+    def passes_floor(self, semantic: float | None, keyword: float | None, lifted: bool = False) -> bool:
+        """Whether a candidate clears the relevance floor: any channel at or above its floor, or it is a
+        conversation turn lifted by an adjacent top hit (`retrieval/neighbours.py`): the other party's side of
+        a relevant exchange ("what did she answer?") rarely shares its words or meaning with the question."""
         channels = (("semantic", semantic), ("keyword", keyword))
-        return any(v is not None and v >= self.relevance_floors.get(name, 0.0) for name, v in channels)
+        return lifted or any(v is not None and v >= self.relevance_floors.get(name, 0.0) for name, v in channels)
 
     def params(self) -> dict[str, Any]:
         """The fields stored in scoring_configs.params (JSON)."""
@@ -160,5 +168,8 @@ T = TypeVar("T", bound=Channelled)
 def apply_floor(candidates: Sequence[T], config: ScoringConfig) -> tuple[list[T], int]:
     """The candidates that clear the relevance floor, and how many did not."""
     kept = [c for c in candidates if config.passes_floor(
-        c.semantic, c.keyword if c.keyword_evidence is None else c.keyword_evidence)]  # Jaccard: no evidence
+        c.semantic,
+        c.keyword if c.keyword_evidence is None else c.keyword_evidence,  # Jaccard: no evidence
+        lifted=float((getattr(c, "extra", None) or {}).get("neighbour_gain", 0.0)) > 0,
+    )]
     return kept, len(candidates) - len(kept)

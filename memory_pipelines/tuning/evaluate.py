@@ -38,9 +38,10 @@ CAVEATS = """What an offline replay can and cannot show:
 - The replay orders by score alone; online, MMR (λ 0.7) reorders near-duplicates and the token budget
   decides how many items are shown, so hit@k here is a proxy for what reaches the agent.
 - The profile (okr) is always injected first online, so it is left out of the re-ranking.
-- The replay applies each config's half-lives, mode and source weights, decay floor, weight bounds and
-  learned ranker (on builds logged with features, sql/009), but not its relevance floors: candidates the
-  active floor removed were never logged, so a lower floor cannot be replayed.
+- The replay applies each config's half-lives, mode and source weights, decay floor, weight bounds,
+  learned ranker and relevance floors (the last two on builds logged with features, sql/009: a candidate
+  below the floors is removed, and counts as not used). A floor lower than the one the log was built with
+  replays like that one: the candidates it would admit were never logged.
 - `used` is the caller's feedback: builds without feedback are left out, and a caller who reports loosely
   (everything used) makes every config look alike."""
 
@@ -81,6 +82,19 @@ def config_relevance(cands: pd.DataFrame, config: ScoringConfig) -> np.ndarray:
     else:
         rel[idx] = [float(feats[i].get("fused", rel[i])) for i in idx]
     return rel
+
+
+def floor_mask(cands: pd.DataFrame, config: ScoringConfig) -> np.ndarray:
+    """Which candidates clear `config`'s relevance floors (`ScoringConfig.passes_floor` on their logged channel
+    scores, as `scoring.apply_floor` online); candidates without logged features and the profile pass."""
+    keep = np.ones(len(cands), dtype=bool)
+    if FEATURES not in cands:
+        return keep
+    for i, (f, source) in enumerate(zip(cands[FEATURES], cands["source"], strict=True)):
+        if isinstance(f, dict) and source not in PROFILE_SOURCES:
+            kw = f.get("keyword") if f.get("keyword_evidence") is None else f.get("keyword_evidence")
+            keep[i] = config.passes_floor(f.get("semantic"), kw, lifted=float(f.get("neighbour_gain") or 0) > 0)
+    return keep
 
 
 def rerank_scores(cands: pd.DataFrame, config: ScoringConfig, relevance: np.ndarray | None = None) -> np.ndarray:
@@ -134,12 +148,14 @@ def per_build_metrics(
                 "hits@5",
             ]
         )
+    kept = floor_mask(cands, config)
     df = pd.DataFrame(
         {
             "retrieval_id": cands["retrieval_id"].to_numpy(),
             "mode": cands["mode"].to_numpy(),
-            "used": cands["used"].to_numpy(dtype=bool),
-            "score": rerank_scores(cands, config, relevance),
+            "labelled_used": cands["used"].to_numpy(dtype=bool),
+            "used": cands["used"].to_numpy(dtype=bool) & kept,  # a floored item is never shown
+            "score": np.where(kept, rerank_scores(cands, config, relevance), -np.inf),
             "logged_rank": cands["rank"].to_numpy(dtype=float),
             "tokens": _tokens(cands),
         }
@@ -159,7 +175,7 @@ def per_build_metrics(
     out = pd.DataFrame(
         {
             "mode": g["mode"].first(),
-            "n_used": g["used"].sum(),
+            "n_used": g["labelled_used"].sum(),  # the ideal ranking: every labelled item, floored or not
             "dcg": g["gain"].sum(),
             "first": g["first"].min(),
             "tokens@5": g["tok@5"].sum(),

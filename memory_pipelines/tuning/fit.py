@@ -30,9 +30,10 @@ Beyond half-lives and mode weights (issue 11):
   scoring functions) with the proposed half-lives and weights over a grid of floors; the objective is
   mean nDCG@10 over builds with a used item. A bootstrap over builds gives the interval of the chosen floor
   and of its gain over the active floor; the active floor stays unless that gain's interval is above 0.
-- **relevance floors** are not fitted: since sql/009 the log keeps each candidate's calibrated channel
-  scores (`features`), but candidates the floor removed are still not logged, so a lower floor cannot be
-  evaluated. They are reported as "unidentified" rows and keep their active values.
+- **relevance floors**: each channel's floor is chosen the same way over the active floor and a few raises
+  of it (`relevance_floor_steps`); the replay removes the candidates whose logged channel scores (sql/009
+  `features`) fall below the tried floors. A lower floor than the active one is not tried: the candidates it
+  would admit were removed online, never shown, so the log cannot say whether they would have been used.
 - **the learned ranker** (`ranker.py`): a logistic model of P(used) over each candidate's logged features,
   proposed (row "ranker") only when its cross-fitted nDCG@10 gain on the training builds is clearly above 0;
   it then becomes the proposed config's relevance (`params["ranker"]`).
@@ -42,6 +43,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -75,8 +77,9 @@ class FitOptions:
     min_relevance: float = 1e-3
     min_signal_z: float = 3.0  # the log-relevance coefficient must be this many standard errors above 0
     source_weight_bounds: tuple[float, float] = (0.25, 4.0)
-    decay_floor_grid: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
-    min_floor_builds: int = 100  # training builds with a used item needed to choose a decay floor
+    decay_floor_grid: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+    min_floor_builds: int = 100  # training builds with a used item needed to choose a decay or relevance floor
+    relevance_floor_steps: tuple[float, ...] = (0.05, 0.10, 0.15, 0.20)  # raises tried over the active floor
     seed: int = 0
     ranker: RankerOptions = field(default_factory=RankerOptions)
 
@@ -301,7 +304,7 @@ def fit_parameters(
     params += _weight_params(active, layout, logw, boot_logw, cell_counts, free, signal, opt)
     params += _source_weight_params(df, layout, active, signal, opt)
     params.append(_decay_floor_param(df, _proposed(active, params), active, signal, opt))
-    params += _relevance_floor_params(active, df)
+    params += _relevance_floor_params(df, _proposed(active, params), active, signal, opt)
     config = _proposed(active, params)
     ranked = fit_ranker(df, config, opt.ranker, population=population)
     params.append(_ranker_param(ranked))
@@ -471,11 +474,14 @@ def _proposed(active: ScoringConfig, params: list[ParamEstimate]) -> ScoringConf
     weights = {s: dict(w) for s, w in active.mode_weights.items()}
     source_weights = dict(active.source_weights)
     decay_floor = active.decay_floor
+    relevance_floors = dict(active.relevance_floors)
     for p in params:
         if p.kind == "source_weight" and not p.kept_active and p.value is not None:
             source_weights[p.source] = p.value
         elif p.kind == "decay_floor" and not p.kept_active and p.value is not None:
             decay_floor = p.value
+        elif p.kind == "relevance_floor" and not p.kept_active and p.value is not None:
+            relevance_floors[p.source] = p.value
     for p in params:
         if p.kind == "half_life":
             half_lives[p.source] = p.value
@@ -488,7 +494,7 @@ def _proposed(active: ScoringConfig, params: list[ParamEstimate]) -> ScoringConf
         mode_weights=weights,
         source_weights=source_weights,
         decay_floor=decay_floor,
-        relevance_floors=dict(active.relevance_floors),
+        relevance_floors=relevance_floors,
     )
 
 
@@ -620,6 +626,38 @@ def _source_weight_params(
 # --- floors -------------------------------------------------------------------------------------------------
 
 
+def _grid_choice(
+    cands: pd.DataFrame, grid: list[float], current: float, config_at: Callable[[float], ScoringConfig], opt: FitOptions
+) -> tuple[str, float | None, tuple[float | None, float | None], int]:
+    """The grid value whose config (`config_at(value)`) maximises the replayed builds' mean nDCG@10 over builds
+    with a used item: (status, chosen value, bootstrap interval of the chosen value, builds with a used item).
+    Status "fitted" only when the bootstrap interval of its gain over `current` is above 0, else "no_change";
+    "thin" with fewer than `opt.min_floor_builds` such builds. Ties go to `current`."""
+    per = {v: per_build_metrics(cands, config_at(v)) for v in grid}
+    mask = per[grid[0]]["n_used"].to_numpy() > 0
+    n_builds = int(mask.sum())
+    if n_builds < opt.min_floor_builds:
+        return "thin", None, (None, None), n_builds
+    M = np.column_stack([per[v]["ndcg@10"].to_numpy(dtype=float)[mask] for v in grid])
+    ja = grid.index(current)
+
+    def best(means: np.ndarray) -> int:
+        j = int(np.argmax(means))
+        return ja if means[ja] >= means[j] - 1e-12 else j
+
+    j = best(M.mean(axis=0))
+    rng = np.random.default_rng(opt.seed + 1)
+    chosen, gains = [], []
+    for _ in range(opt.n_boot):
+        mb = M[rng.integers(0, len(M), len(M))].mean(axis=0)
+        chosen.append(grid[best(mb)])
+        gains.append(float(mb[j] - mb[ja]))
+    gain_ci = _pct(gains)
+    if j == ja or (gain_ci[0] is not None and gain_ci[0] <= 0):
+        return "no_change", grid[j], _pct(chosen), n_builds
+    return "fitted", grid[j], _pct(chosen), n_builds
+
+
 def _decay_floor_param(
     df: pd.DataFrame, proposed: ScoringConfig, active: ScoringConfig, signal: bool, opt: FitOptions
 ) -> ParamEstimate:
@@ -628,55 +666,56 @@ def _decay_floor_param(
 
     ci_low / ci_high are the bootstrap interval of the chosen floor itself; n is the labelled candidates
     (the builds with a used item when there are too few of them: "thin")."""
-    current = float(active.decay_floor)
+    current = round(float(active.decay_floor), 6)
     n_all, n_used = len(df), int(df["used"].sum())
-
-    def row(estimate: float | None, value: float, ci: tuple[float | None, float | None], status: str) -> ParamEstimate:
-        return ParamEstimate(
-            "decay_floor", "decay_floor", "*", None, current, estimate, value, ci[0], ci[1], n_all, n_used, status
-        )
-
     if not signal:
-        return row(None, current, (None, None), "no_signal")
-    cands = df[~df["source"].isin(PROFILE_SOURCES)]
-    grid = sorted({round(float(f), 6) for f in opt.decay_floor_grid if 0 <= f < 1} | {round(current, 6)})
-    per = {f: per_build_metrics(cands, replace(proposed, decay_floor=f)) for f in grid}
-    mask = per[grid[0]]["n_used"].to_numpy() > 0
-    if int(mask.sum()) < opt.min_floor_builds:  # n counts the builds with a used item here
-        n_all = int(mask.sum())
-        return row(None, current, (None, None), "thin")
-    M = np.column_stack([per[f]["ndcg@10"].to_numpy(dtype=float)[mask] for f in grid])
-    ja = grid.index(round(current, 6))
-
-    def best(means: np.ndarray) -> int:  # ties go to the active floor
-        j = int(np.argmax(means))
-        return ja if means[ja] >= means[j] - 1e-12 else j
-
-    means = M.mean(axis=0)
-    j = best(means)
-    rng = np.random.default_rng(opt.seed + 1)
-    floors, gains = [], []
-    for _ in range(opt.n_boot):
-        mb = M[rng.integers(0, len(M), len(M))].mean(axis=0)
-        floors.append(grid[best(mb)])
-        gains.append(float(mb[j] - mb[ja]))
-    ci = _pct(floors)
-    gain_ci = _pct(gains)
-    if j == ja or (gain_ci[0] is not None and gain_ci[0] <= 0):
-        return row(grid[j], current, ci, "no_change")
-    return row(grid[j], grid[j], ci, "fitted")
-
-
-def _relevance_floor_params(active: ScoringConfig, df: pd.DataFrame) -> list[ParamEstimate]:
-    """The channel floors cannot be fitted from the log (no channel scores; floored candidates are not
-    logged): one kept row per channel, so the report says so."""
-    n, pos = len(df), int(df["used"].sum())
-    return [
-        ParamEstimate(
-            f"relevance_floor.{ch}", "relevance_floor", ch, None, v, None, v, None, None, n, pos, "unidentified"
+        status, estimate, ci = "no_signal", None, (None, None)
+    else:
+        cands = df[~df["source"].isin(PROFILE_SOURCES)]
+        grid = sorted({round(float(f), 6) for f in opt.decay_floor_grid if 0 <= f < 1} | {current})
+        status, estimate, ci, n_builds = _grid_choice(
+            cands, grid, current, lambda f: replace(proposed, decay_floor=f), opt
         )
-        for ch, v in sorted(active.relevance_floors.items())
-    ]
+        if status == "thin":
+            n_all = n_builds
+    value = estimate if status == "fitted" and estimate is not None else current
+    return ParamEstimate(
+        "decay_floor", "decay_floor", "*", None, current, estimate, value, ci[0], ci[1], n_all, n_used, status
+    )
+
+
+def _relevance_floor_params(
+    df: pd.DataFrame, proposed: ScoringConfig, active: ScoringConfig, signal: bool, opt: FitOptions
+) -> list[ParamEstimate]:
+    """Each channel's relevance floor, chosen like the decay floor (replayed nDCG@10, bootstrap, kept unless
+    the gain's interval is above 0), one channel at a time with the other at its active value.
+
+    Only floors at or above the active one are tried: the replay removes the candidates a higher floor
+    would remove (`evaluate.per_build_metrics`, from each candidate's logged channel scores), but the
+    candidates the active floor removed online were never shown, so nothing says whether they would have
+    been used. Builds logged before sql/009 carry no channel scores and are kept whatever the floor."""
+    n_all, n_used = len(df), int(df["used"].sum())
+    cands = df[~df["source"].isin(PROFILE_SOURCES)]
+    out = []
+    for ch, v in sorted(active.relevance_floors.items()):
+        current = round(float(v), 6)
+        name = f"relevance_floor.{ch}"
+        if not signal:
+            status, estimate, ci, n = "no_signal", None, (None, None), n_all
+        else:
+            grid = sorted({round(current + step, 6) for step in opt.relevance_floor_steps if current + step <= 1})
+            grid = sorted(set(grid) | {current})
+
+            def at(f: float, ch: str = ch) -> ScoringConfig:
+                return replace(proposed, relevance_floors={**proposed.relevance_floors, ch: f})
+
+            status, estimate, ci, n_builds = _grid_choice(cands, grid, current, at, opt)
+            n = n_builds if status == "thin" else n_all
+        value = estimate if status == "fitted" and estimate is not None else current
+        out.append(
+            ParamEstimate(name, "relevance_floor", ch, None, current, estimate, value, ci[0], ci[1], n, n_used, status)
+        )
+    return out
 
 
 def _ranker_param(fit: RankerFit) -> ParamEstimate:
