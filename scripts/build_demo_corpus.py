@@ -2452,8 +2452,63 @@ def build_sessions(corpus: dict[str, Any]) -> list[dict[str, Any]]:
                     rng.choice(CLOSE_ZH if zh else CLOSE_EN)
             sessions.append({"key": f"session-{len(sessions) + 1:04d}", "owner": owner, "age_days": age,
                              "mode": mode, "query": query, "output": output, "style": style, "uses": uses})
+    sessions += build_failure_sessions(corpus, start=len(sessions) + 1)
     sessions.sort(key=lambda x: (-x["age_days"], x["key"]))
     return sessions
+
+
+# Failure sessions: an agent's task has just failed (a `task_failed`, `systemic_failure` or `rca_request` event of
+# the corpus); the agent asks in
+# debug mode with the service and the error it got, and fixes it with a learning of the same failure class
+# (the lesson written after an earlier failure), which shares little of the error's wording. The failed
+# events themselves, and other tasks failing the same way, match the question best and are never what the
+# agent uses. A separate random stream, so the sessions above are unchanged.
+
+FAILURE_SEED = SEED + 12
+FAILURE_EVENTS = ("task_failed", "systemic_failure", "rca_request")  # the events that carry a failure class
+FAILURE_Q_EN = ["{service}: {error}. How do I fix it?", "Task on {service} failed with `{error}`. What do we know?",
+                "Debugging {service}: {error}"]
+FAILURE_Q_ZH = ["{service} 报错：{error}，怎么修？", "{service} 上的任务失败了：{error}，有什么经验？",
+                "排查 {service}：{error}"]
+
+
+def _words(text: str) -> set[str]:
+    """Lower-cased words of 3+ letters or digits (identifiers, codes), for picking a failure's lesson."""
+    return {w for w in re.findall(r"[a-z0-9_]{3,}", text.lower()) if w not in {"the", "and", "for", "with"}}
+
+
+def build_failure_sessions(corpus: dict[str, Any], start: int) -> list[dict[str, Any]]:
+    rng = random.Random(FAILURE_SEED)
+    out: list[dict[str, Any]] = []
+    for event in corpus["events"]:
+        payload = event["payload"]
+        fclass = payload.get("failure_class")
+        if event["type"] not in FAILURE_EVENTS or not fclass or event["age_hours"] < 0.5:
+            continue
+        error = payload.get("error") or payload["message"]
+        age = round((event["age_hours"] - rng.uniform(0.1, 0.4)) / 24, 3)
+        lang = "zh" if is_chinese(payload.get("title", "")) else "en"
+        lessons = [x for x in corpus["learnings"] if x["owner"] == event["owner"]
+                   and x.get("failure_class") == fclass and x["age_days"] > age + 0.5]
+        if not lessons:
+            continue
+        # The lesson the agent would pick: the one sharing most words with the service and the error.
+        words = _words(f"{payload.get('service', '')} {error}")
+        overlap = {x["key"]: len(words & _words(f"{x['title']} {x['content']}")) for x in lessons}
+        best = max(overlap.values())
+        if best == 0:
+            continue
+        lesson = rng.choice([x for x in lessons if overlap[x["key"]] == best])
+        out_lang = "zh" if is_chinese(lesson["content"]) else "en"
+        zh = out_lang == "zh"
+        service = payload.get("service") or ("失败分类 " if lang == "zh" else "failure class ") + fclass
+        query = rng.choice(FAILURE_Q_ZH if lang == "zh" else FAILURE_Q_EN).format(service=service, error=error)
+        output = rng.choice(OPEN_ZH if zh else OPEN_EN) + _retell(rng, lesson, "paraphrase", out_lang) + \
+            rng.choice(CLOSE_ZH if zh else CLOSE_EN)
+        out.append({"key": f"session-{start + len(out):04d}", "owner": event["owner"], "age_days": age,
+                    "mode": "debug", "query": query, "output": output, "style": "failure",
+                    "uses": [lesson["key"]]})
+    return out
 
 
 # --------------------------------------------------------------------------------------------------
@@ -2607,7 +2662,7 @@ def check(corpus: dict[str, Any]) -> None:
     assert all(0 < x["age_days"] <= SESSION_DAYS and x["query"] and x["output"] for x in sessions)
     ages = {x["key"]: x["age_days"] for x in (*tasks, *learnings, *memories)}
     assert all(ages[k] > x["age_days"] for x in sessions for k in x["uses"])
-    assert set(Counter(x["style"] for x in sessions)) == set(SESSION_STYLES)
+    assert set(Counter(x["style"] for x in sessions)) == {*SESSION_STYLES, "failure"}
     assert all(bool(x["uses"]) == (x["style"] != "unrelated") for x in sessions)
     assert sum(is_chinese(x["output"]) for x in sessions) >= len(sessions) // 3
 

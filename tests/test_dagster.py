@@ -491,7 +491,7 @@ def _cli_env(db_url: str, home, **extra: str) -> dict[str, str]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)  # three jobs: the demo corpus, the main job, the demo's 300 sessions and tuning
+@pytest.mark.timeout(900)  # three jobs: the demo corpus, the main job, the demo's 386 sessions and tuning
 def test_run_launches_the_jobs_through_dagster_into_the_shared_instance(db_url, pool, fake_embedder, tmp_path,
                                                                         monkeypatch):
     """`memory-pipelines run`: the demo corpus and the main job, launched by Dagster in a subprocess, recorded
@@ -511,7 +511,7 @@ def test_run_launches_the_jobs_through_dagster_into_the_shared_instance(db_url, 
             f"{sum(active.values())} rows embedded, 0 failed, {sum(active.values())} rows keyword-indexed"
             in proc.stdout), proc.stdout
     assert "demo corpus: tasks" in proc.stdout and "search [team-alpha]" in proc.stdout
-    assert "demo sessions: 300 builds with implicit feedback" in proc.stdout, proc.stdout
+    assert "demo sessions: 386 builds with implicit feedback" in proc.stdout, proc.stdout
     assert (tmp_path / "logs" / "dagster-run.log").read_text().count("dagster job execute") == 3
 
     home = tmp_path / "dagster"

@@ -307,7 +307,7 @@ def test_demo_sessions_label_candidates_idempotently_and_the_gate_warns(runtime,
 
     _demo(runtime)
     corpus = read_demo()
-    corpus["sessions"] = corpus["sessions"][::8]  # 38 of the 300, spread over the six weeks
+    corpus["sessions"] = corpus["sessions"][::8]  # 49 of the 386, spread over the six weeks
     n = len(corpus["sessions"])
     first = load_demo_sessions(runtime.pool, runtime.embedder, corpus)
     assert first["built"] == first["fed_back"] == n and first["skipped_reason"] is None
