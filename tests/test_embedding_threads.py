@@ -36,3 +36,32 @@ def test_cached_and_concurrent_query_vectors_equal_serial_ones():
     assert np.allclose(again, serial, atol=1e-6)
     batch = emb.embed(QUERIES, kind="query")  # a batch on one thread gives the same vectors
     assert np.allclose(batch, serial, atol=1e-5)
+
+
+WORDS = ["deploy", "令牌", "cache", "索引", "retry"] * 2
+PASSAGES = [f"{w} 部署流程与回滚 {i} " * (3 + i % 5) for i, w in enumerate(WORDS)]
+
+
+def test_a_passage_batch_split_over_the_free_cores_equals_one_call():
+    split = LocalE5Embedder(cores=3)
+    one = LocalE5Embedder(cores=1)
+    expected = np.stack([one.embed_batch([p])[0] for p in PASSAGES])
+    assert np.allclose(one.embed_batch(PASSAGES), expected, atol=1e-6)
+    assert np.allclose(split.embed_batch(PASSAGES), expected, atol=1e-6)
+    with ThreadPoolExecutor(max_workers=4) as pool:  # batches and queries at once: every slot comes back
+        got = list(pool.map(lambda i: split.embed_batch(PASSAGES[i:] + PASSAGES[:i]), range(4)))
+        queries = list(pool.map(split.embed_query, QUERIES[:6]))
+    for i, vectors in enumerate(got):
+        assert np.allclose(vectors, np.roll(expected, -i, axis=0), atol=1e-6)
+    assert len(queries) == 6
+    assert all(s._value == 3 for s in split._slots.values())
+
+
+def test_split_keeps_order_and_balances_length():
+    from memory_pipelines.embeddings.local import _split
+
+    texts = ["a" * 400, "b" * 350, "c" * 270, "d" * 290]
+    assert _split(texts, 2) == [texts[:2], texts[2:]]
+    assert _split(["a", "b", "c" * 1000], 2) == [["a", "b"], ["c" * 1000]]
+    assert _split(["a" * 1000, "b", "c"], 3) == [["a" * 1000], ["b"], ["c"]]
+    assert _split(["x"], 2) == [["x"]]
