@@ -507,6 +507,15 @@ def test_cli_serve_answers_health_and_keys(db_url, runtime):
         r = httpx.get(f"http://127.0.0.1:{port}/projects", headers={"Authorization": f"Bearer {key}"})
         assert r.status_code == 200 and r.json() == {"projects": []}
         assert httpx.get(f"http://127.0.0.1:{port}/projects").status_code == 401
+        # An idle keep-alive connection outlives a client's 5 s idle timeout (uvicorn's default closed it at
+        # 5 s, racing clients that reuse connections up to 5 s old: a ReadError under load).
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+            request = f"GET /health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+            conn.sendall(request)
+            assert conn.recv(65536).startswith(b"HTTP/1.1 200")
+            time.sleep(6)
+            conn.sendall(request)
+            assert conn.recv(65536).startswith(b"HTTP/1.1 200")
     finally:
         proc.terminate()
         proc.wait(30)

@@ -35,6 +35,12 @@ def _need(module: str) -> None:
         raise UserError(f"the `{module}` package is missing. {_EXTRA_HINT}")
 
 
+KEEP_ALIVE_SECONDS = 75
+"""How long `serve` keeps an idle connection open. Longer than any client's or proxy's idle timeout (httpx 5 s,
+load balancers 60 s): when both sides used uvicorn's and httpx's 5 s, a client sometimes sent a request on a
+connection the server was closing at that moment, and got a ReadError (1 of 5,975 requests in bench/load.py)."""
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     _need("fastapi")
     _need("uvicorn")
@@ -47,7 +53,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     warm_up()
     print(f"memory_pipelines API on http://{args.host}:{args.port} (docs at /docs); "
           "every endpoint but /health needs `Authorization: Bearer <key>`", file=sys.stderr)
-    uvicorn.run(create_app(memory), host=args.host, port=args.port, log_level="info")
+    uvicorn.run(create_app(memory), host=args.host, port=args.port, log_level="info",
+                timeout_keep_alive=KEEP_ALIVE_SECONDS)
     return 0
 
 
