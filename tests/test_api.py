@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import socket
@@ -509,13 +510,18 @@ def test_cli_serve_answers_health_and_keys(db_url, runtime):
         assert httpx.get(f"http://127.0.0.1:{port}/projects").status_code == 401
         # An idle keep-alive connection outlives a client's 5 s idle timeout (uvicorn's default closed it at
         # 5 s, racing clients that reuse connections up to 5 s old: a ReadError under load).
-        with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
-            request = f"GET /health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
-            conn.sendall(request)
-            assert conn.recv(65536).startswith(b"HTTP/1.1 200")
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        try:
+            conn.request("GET", "/health")
+            first = conn.getresponse()
+            assert first.status == 200 and first.read()
+            sock = conn.sock
             time.sleep(6)
-            conn.sendall(request)
-            assert conn.recv(65536).startswith(b"HTTP/1.1 200")
+            conn.request("GET", "/health")  # on the same socket: closed by the server, this raises
+            again = conn.getresponse()
+            assert again.status == 200 and again.read() and conn.sock is sock
+        finally:
+            conn.close()
     finally:
         proc.terminate()
         proc.wait(30)
