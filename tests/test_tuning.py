@@ -352,6 +352,10 @@ def test_gate_blocks_thin_data_and_out_of_bounds_parameters():
     result["proposed"]["params"]["source_weights"] = {}
     result["proposed"]["params"]["decay_floor"] = 1.5
     assert "decay_floor=1.5" in decide(result, Gate(min_train_builds=1))["checks"][-1]["detail"]
+    result["proposed"]["params"]["decay_floor"] = 0.5
+    result["proposed"]["params"]["relevance_floors"] = {"semantic": 1.2, "keyword": 0.3}
+    detail = decide(result, Gate(min_train_builds=1))["checks"][-1]["detail"]
+    assert "relevance_floor.semantic=1.2" in detail and "keyword" not in detail
 
 
 def test_hit_rate_report_and_plots(tmp_path):

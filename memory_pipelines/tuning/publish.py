@@ -117,6 +117,9 @@ def _out_of_bounds(proposed: dict[str, Any], gate: Gate) -> list[str]:
     floor = params.get("decay_floor")
     if floor is not None and not (isinstance(floor, int | float) and 0 <= floor < 1):
         bad.append(f"decay_floor={floor}")
+    for ch, f in (params.get("relevance_floors") or {}).items():
+        if not (isinstance(f, int | float) and 0 <= f <= 1):
+            bad.append(f"relevance_floor.{ch}={f}")
     if params.get("ranker"):
         try:
             Ranker.from_params(params["ranker"])
