@@ -95,6 +95,15 @@ class ScoringConfig:
         channels = (("semantic", semantic), ("keyword", keyword))
         return lifted or any(v is not None and v >= self.relevance_floors.get(name, 0.0) for name, v in channels)
 
+    def admits(
+        self, semantic: float | None, keyword: float | None, keyword_evidence: float | None, neighbour_gain: float
+    ) -> bool:
+        """`passes_floor` for a retrieved candidate: the keyword channel is judged by its evidence when search
+        reports one (Jaccard matches have none), and any neighbour lift counts as lifted."""
+        return self.passes_floor(
+            semantic, keyword if keyword_evidence is None else keyword_evidence, lifted=neighbour_gain > 0
+        )
+
     def params(self) -> dict[str, Any]:
         """The fields stored in scoring_configs.params (JSON)."""
         out: dict[str, Any] = {
@@ -167,9 +176,7 @@ T = TypeVar("T", bound=Channelled)
 
 def apply_floor(candidates: Sequence[T], config: ScoringConfig) -> tuple[list[T], int]:
     """The candidates that clear the relevance floor, and how many did not."""
-    kept = [c for c in candidates if config.passes_floor(
-        c.semantic,
-        c.keyword if c.keyword_evidence is None else c.keyword_evidence,  # Jaccard: no evidence
-        lifted=float((getattr(c, "extra", None) or {}).get("neighbour_gain", 0.0)) > 0,
+    kept = [c for c in candidates if config.admits(
+        c.semantic, c.keyword, c.keyword_evidence, float((getattr(c, "extra", None) or {}).get("neighbour_gain", 0.0))
     )]
     return kept, len(candidates) - len(kept)

@@ -17,9 +17,11 @@ environment (the Makefile's `dagster` target: `... dagster_home dagster dev -w w
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
@@ -119,19 +121,29 @@ def init_postgres_storage(env: dict[str, str], database_url: str) -> None:
     from ..infra.db import connect
     from ..vocabulary import LOCK_DAGSTER
 
-    saved = {k: os.environ.get(k) for k in ("DAGSTER_HOME", STORAGE_URL_ENV)}
     with connect(database_url, vector=False, autocommit=True) as conn:
         conn.execute("SELECT pg_advisory_lock(%s)", (LOCK_DAGSTER,))
         try:
-            os.environ.update({k: env[k] for k in saved if k in env})
-            DagsterInstance.get().dispose()
+            with instance_environ(env):
+                DagsterInstance.get().dispose()
         finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
             conn.execute("SELECT pg_advisory_unlock(%s)", (LOCK_DAGSTER,))
+
+
+@contextlib.contextmanager
+def instance_environ(env: dict[str, str]) -> Iterator[None]:
+    """This process's DAGSTER_HOME and storage URL set from `env` (as the launched runs see them), for
+    `DagsterInstance.get()`; restored on exit."""
+    saved = {k: os.environ.get(k) for k in ("DAGSTER_HOME", STORAGE_URL_ENV)}
+    try:
+        os.environ.update({k: env[k] for k in saved if k in env})
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,7 +14,6 @@ import contextlib
 import importlib.machinery
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 import time
@@ -26,7 +25,7 @@ from typing import Any
 from ..infra.errors import UserError
 from ..infra.settings import Settings, get_settings
 from ..vocabulary import BUCKETS
-from .dagster_home import STORAGE_URL_ENV, instance_env
+from .dagster_home import instance_env, instance_environ
 
 DEMO_JOB = "demo_job"
 MAIN_JOB = "main_job"
@@ -120,19 +119,8 @@ def open_instance(env: dict[str, str]) -> Iterator[Any]:
     """The shared instance, opened as the launched runs saw it (their DAGSTER_HOME and storage URL)."""
     import dagster as dg
 
-    saved = {k: os.environ.get(k) for k in ("DAGSTER_HOME", STORAGE_URL_ENV)}
-    try:
-        for key in saved:
-            if key in env:
-                os.environ[key] = env[key]
-        with dg.DagsterInstance.get() as instance:
-            yield instance
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    with instance_environ(env), dg.DagsterInstance.get() as instance:
+        yield instance
 
 
 def read_runs(instance: Any, launch_id: str) -> dict[str, dict[str, Any]]:

@@ -85,15 +85,16 @@ def config_relevance(cands: pd.DataFrame, config: ScoringConfig) -> np.ndarray:
 
 
 def floor_mask(cands: pd.DataFrame, config: ScoringConfig) -> np.ndarray:
-    """Which candidates clear `config`'s relevance floors (`ScoringConfig.passes_floor` on their logged channel
+    """Which candidates clear `config`'s relevance floors (`ScoringConfig.admits` on their logged channel
     scores, as `scoring.apply_floor` online); candidates without logged features and the profile pass."""
     keep = np.ones(len(cands), dtype=bool)
     if FEATURES not in cands:
         return keep
     for i, (f, source) in enumerate(zip(cands[FEATURES], cands["source"], strict=True)):
         if isinstance(f, dict) and source not in PROFILE_SOURCES:
-            kw = f.get("keyword") if f.get("keyword_evidence") is None else f.get("keyword_evidence")
-            keep[i] = config.passes_floor(f.get("semantic"), kw, lifted=float(f.get("neighbour_gain") or 0) > 0)
+            keep[i] = config.admits(
+                f.get("semantic"), f.get("keyword"), f.get("keyword_evidence"), float(f.get("neighbour_gain") or 0)
+            )
     return keep
 
 
