@@ -45,6 +45,7 @@ import time
 from collections import Counter, deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -96,10 +97,11 @@ def postgres_of(home: Path) -> list[psutil.Process]:
 
 
 @contextmanager
-def serving(home: Path, port: int):
+def serving(home: Path, port: int, ingest: str = "background"):
     """`memory-pipelines serve` on loopback, stopped with SIGTERM; yields (base URL, Popen)."""
     logfile = open(home.parent / "serve.log", "a")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([*CLI, "serve", "--host", "127.0.0.1", "--port", str(port)], env=_env(home),
+    proc = subprocess.Popen([*CLI, "serve", "--host", "127.0.0.1", "--port", str(port), "--ingest", ingest],
+                            env=_env(home),
                             stdout=logfile, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -203,6 +205,7 @@ class Recorder:
     written: list[str] = field(default_factory=list)
     build_timings: list[dict] = field(default_factory=list)
     done_at: list[float] = field(default_factory=list)
+    queued: dict[str, float] = field(default_factory=dict)  # DEFERRED ingests: id -> wall time of the answer
 
     def all_ms(self) -> list[float]:
         return [v for vs in self.latencies.values() for v in vs]
@@ -225,6 +228,8 @@ async def execute(client: httpx.AsyncClient, req: Request, rec: Recorder, start:
     rec.done_at.append(now)
     if req.kind == INGEST:
         rec.written.append(data["id"])
+        if data.get("deferred"):
+            rec.queued[data["id"]] = time.time()
     elif req.kind == CONTEXT:
         rec.build_timings.append(data.get("timings_ms") or {})
 
@@ -358,7 +363,35 @@ def closed(base: str, key: str, work: Workload, mon: Monitor, clients: int, seco
     rec = asyncio.run(_closed(base, key, work, clients, seconds, kinds))
     out = {"clients": clients, **summarise(rec, time.monotonic() - t, cpu0, mon.cpu())}
     out["_written"] = rec.written
+    out["_queued"] = rec.queued
     return out
+
+
+def embedding_lag(base: str, key: str, queued: dict[str, float], timeout: float = 300) -> dict[str, Any]:
+    """For ingests answered before embedding: seconds from the answer to `embedded_at` (read back with
+    GET /memories?ids=), and how many still waited when the run ended and how long the queue took to drain."""
+    lag: dict[str, float] = {}
+    waiting_at_end, t0 = None, time.monotonic()
+    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=60) as client:
+        while True:
+            todo = [i for i in queued if i not in lag]
+            for i in range(0, len(todo), 100):
+                r = client.get("/memories", params={"ids": ",".join(todo[i : i + 100])})
+                r.raise_for_status()
+                for m in r.json()["memories"]:
+                    if m.get("embedded_at"):
+                        done = datetime.fromisoformat(m["embedded_at"]).timestamp()
+                        lag[m["id"]] = max(done - queued[m["id"]], 0.0)
+            left = len(queued) - len(lag)
+            waiting_at_end = left if waiting_at_end is None else waiting_at_end
+            if not left or time.monotonic() - t0 > timeout:
+                break
+            time.sleep(0.5)
+    values = sorted(lag.values())
+    pct = (lambda q: round(float(np.percentile(values, q)), 2)) if values else (lambda q: None)
+    return {"queued": len(queued), "embedded": len(lag), "waiting_when_the_run_ended": waiting_at_end,
+            "drained_after_s": round(time.monotonic() - t0, 1) if len(lag) == len(queued) else None,
+            "lag_s": {"p50": pct(50), "p99": pct(99), "max": round(values[-1], 2) if values else None}}
 
 
 def open_loop(base: str, key: str, work: Workload, mon: Monitor, rate: float, seconds: float,
@@ -376,7 +409,9 @@ def open_loop(base: str, key: str, work: Workload, mon: Monitor, rate: float, se
                          "max": round(max(warm) / 2**20, 1)}
         out["rss_growth_after_warmup"] = round(warm[-1] / warm[0] - 1, 4)
     out["_written"] = rec.written
+    out["_queued"] = rec.queued
     return out
+
 
 
 def lost_writes(base: str, key: str, ids: list[str]) -> dict[str, int]:
@@ -494,6 +529,8 @@ def main() -> None:
     parser.add_argument("--breakdown-builds", type=int, default=100)
     parser.add_argument("--home", type=Path, help="reuse this MEMORY_PIPELINES_HOME (demo loaded if empty)")
     parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--ingest", choices=["background", "wait"], default="background",
+                        help="serve's ingest mode (`serve --ingest`; background, its default)")
     parser.add_argument("--out", type=Path, help="also write the JSON here (and the plot beside it)")
     parser.add_argument("--cli", help="command that runs memory-pipelines (default: the venv's), e.g. to "
                         "serve an earlier version for a before/after comparison")
@@ -511,14 +548,15 @@ def main() -> None:
     key = prepare(args.home)
     work = Workload(mix, args.repeat)
     written: list[str] = []
-    result: dict[str, Any] = {"benchmark": "load", "mix": args.mix, "repeat_share": args.repeat,
+    result: dict[str, Any] = {"benchmark": "load", "mix": args.mix, "ingest": args.ingest, "repeat_share": args.repeat,
                               "cores": os.cpu_count(), "load_average_before": [round(x, 2) for x in load_before]}
 
     def keep(step: dict) -> dict:
         written.extend(step.pop("_written"))
+        step.pop("_queued", None)
         return step
 
-    with serving(args.home, args.port) as (base, proc), Monitor(proc.pid, args.home) as mon:
+    with serving(args.home, args.port, args.ingest) as (base, proc), Monitor(proc.pid, args.home) as mon:
         log("warm-up: 20 s, 2 clients")
         closed(base, key, work, mon, 2, 20)
         # 1. Baseline: one client, builds only (the first look's figure) and the mix.
@@ -556,9 +594,11 @@ def main() -> None:
                             args.arrivals == "poisson", warmup=min(30.0, args.duration / 4))
             run["share_of_saturation"] = share
             run["lost_writes"] = lost_writes(base, key, run["_written"])
+            run["background_embedding"] = embedding_lag(base, key, run.pop("_queued"))
             keep(run)
             log(f"  {run['requests_per_s']} req/s, {run['all']}, errors {run['errors']}, "
-                f"lost {run['lost_writes']['lost']}, RSS growth {run.get('rss_growth_after_warmup')}")
+                f"lost {run['lost_writes']['lost']}, RSS growth {run.get('rss_growth_after_warmup')}, "
+                f"background embedding {run['background_embedding']}")
             runs.append(run)
         result["open_loop"] = runs
         result["lost_writes_all_runs"] = lost_writes(base, key, written)

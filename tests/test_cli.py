@@ -45,6 +45,12 @@ def test_unknown_provider_is_one_clear_line():
     assert "MEMORY_PIPELINES_EMBEDDER" in proc.stderr and "local, openai or fake" in proc.stderr
 
 
+def test_bad_ingest_mode_for_serve_is_one_clear_line():
+    proc = _run(["serve", "--port", "1"], {"MEMORY_PIPELINES_INGEST": "later"})
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "MEMORY_PIPELINES_INGEST" in proc.stderr and "'later'" in proc.stderr
+
+
 def test_status_against_a_database(db_url):
     proc = _run(["status", "--json"], {"DATABASE_URL": db_url, "MEMORY_PIPELINES_EMBEDDER": "fake"})
     assert proc.returncode == 0, proc.stderr

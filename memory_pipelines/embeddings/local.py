@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from ..infra.priority import set_thread_nice, thread_nice
 from .base import Embedder, EmbeddingError, QueryCache, normalise
 
 
@@ -60,7 +61,9 @@ class LocalE5Embedder(Embedder):
         self._cores = cores or _cores()
         # Queries and passages each run at most one call per core: a query never waits for a passage.
         self._slots = {kind: threading.BoundedSemaphore(self._cores) for kind in ("query", "passage")}
-        self._pool: ThreadPoolExecutor | None = None  # runs the other parts of a passage batch split over cores
+        # Run the other parts of a passage batch split over cores, one pool per caller priority: a background
+        # caller's parts run at its nice value (infra.priority), a request's at its own.
+        self._pools: dict[int, ThreadPoolExecutor] = {}
 
     def _load(self):
         if self._model is None:
@@ -123,11 +126,17 @@ class LocalE5Embedder(Embedder):
         return normalise(out)
 
     def _helpers(self) -> ThreadPoolExecutor:
-        if self._pool is None:
+        nice = thread_nice()
+        pool = self._pools.get(nice)
+        if pool is None:
             with self._lock:
-                if self._pool is None:
-                    self._pool = ThreadPoolExecutor(max(self._cores - 1, 1), thread_name_prefix="e5-passages")
-        return self._pool
+                pool = self._pools.get(nice)
+                if pool is None:
+                    pool = self._pools[nice] = ThreadPoolExecutor(
+                        max(self._cores - 1, 1), thread_name_prefix=f"e5-passages-nice{nice}",
+                        initializer=set_thread_nice, initargs=(nice,),
+                    )
+        return pool
 
 
 def _split(texts: list[str], n: int) -> list[list[str]]:

@@ -106,15 +106,21 @@ def _settle_one(
 
 
 def finish_deferred(
-    pool: ConnectionPool, embedder: Embedder, llm: ChatLLM | None, *, conflict_threshold: float | None = None
+    pool: ConnectionPool,
+    embedder: Embedder,
+    llm: ChatLLM | None,
+    *,
+    conflict_threshold: float | None = None,
+    defer_index: bool | None = None,
 ) -> dict[str, Any]:
     """Embed pending fragments, then arbitrate every memory whose arbitration was deferred.
 
     A deferred memory that duplicates an existing one is deactivated (SKIP, `duplicate_of` in its
     metadata) or folded into it (REPLACE: the old text becomes a version, `merged_into` in metadata).
-    Memories whose fragments still cannot be embedded stay pending for the next run.
+    Memories whose fragments still cannot be embedded stay pending for the next run. `defer_index` as in
+    `embed_source` (a live server passes False: its searches keep the HNSW index).
     """
-    backfill = embed_source(pool, embedder, "fragment")
+    backfill = embed_source(pool, embedder, "fragment", defer_index=defer_index)
     with pool.connection() as conn:
         finish_memories(conn, embedder.model_name)
     outcomes = [

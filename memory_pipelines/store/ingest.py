@@ -556,11 +556,14 @@ def ingest_memory(
     speaker: str | None = None,
     session: str | None = None,
     conflict_threshold: float | None = None,
+    wait: bool = True,
 ) -> IngestResult:
     """Store one memory for `owner`; see the module docstring. `conflict_threshold` overrides the model's.
 
     `session` names the conversation the memory is a turn of: it is then indexed with the session's previous
-    turn, and search can lift its neighbouring turns (sql/008)."""
+    turn, and search can lift its neighbouring turns (sql/008). `wait=False` stores it without embedding
+    (action DEFERRED, keyword-searchable at once): a background worker (`pipelines.embed_worker`) or the
+    pipelines embed and arbitrate it, as after a provider outage."""
     inp = validate_input(
         owner, content, content_type, project_name, project_key, machine_name, project_path, ts, speaker,
         session=session,
@@ -572,7 +575,7 @@ def ingest_memory(
     chunks = chunk_text(inp.content, CHUNK_TOKENS, CHUNK_OVERLAP)
     texts, context = _texts(pool, inp, chunks, created_at)
     summary, tags, summary_by = summarise(llm, inp.content)
-    vectors, embed_error = _embed(embedder, texts)
+    vectors, embed_error = _embed(embedder, texts) if wait else (None, None)
     new = NewContent(
         inp.content, inp.content_type, inp.ts, inp.speaker, summary, tags, summary_by, chunks, vectors, texts,
         inp.session, context,
@@ -600,7 +603,10 @@ def ingest_memory(
                 old_summary=None,
                 new_summary=summary,
                 model=None,
-                reason=f"embedding provider unavailable: {(embed_error or '')[:400]}",
+                reason=(
+                    f"embedding provider unavailable: {embed_error[:400]}" if embed_error is not None
+                    else "queued: embedded and judged in the background"
+                ),
             )
             return IngestResult("created", memory_id, "DEFERRED", deferred=True)
         own = memory_vector(vectors[: len(chunks)])

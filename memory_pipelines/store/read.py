@@ -220,7 +220,8 @@ def get_memories(pool: ConnectionPool, owner: str, ids: list[str]) -> dict[str, 
 
     `version_count` counts every version including the current one (1 for a memory never replaced).
     A deferred memory later found to duplicate another is returned with `is_active` false and
-    `duplicate_of` / `merged_into` naming the memory that holds its content.
+    `duplicate_of` / `merged_into` naming the memory that holds its content. `embedded_at` is null while
+    the memory waits for embedding (stored without waiting, or during a provider outage).
     """
     owner = validate_owner(owner)
     wanted = _validate_ids(ids)
@@ -229,7 +230,7 @@ def get_memories(pool: ConnectionPool, owner: str, ids: list[str]) -> dict[str, 
             "SELECT m.id, p.project_key, p.project_name, m.content_type, m.content, m.summary, m.tags, m.ts,"
             " m.speaker, m.created_at, m.updated_at, m.is_active, m.metadata,"
             " 1 + (SELECT count(*) FROM memory_versions v"
-            "      WHERE v.memory_id = m.id AND v.owner_id = m.owner_id), m.session"
+            "      WHERE v.memory_id = m.id AND v.owner_id = m.owner_id), m.session, m.embedded_at"
             " FROM memories m JOIN projects p ON p.id = m.project_id"
             " WHERE m.owner_id = %s AND m.id = ANY(%s)",
             (owner, wanted),
@@ -255,6 +256,7 @@ def get_memories(pool: ConnectionPool, owner: str, ids: list[str]) -> dict[str, 
             meta,
             versions,
             session,
+            embedded,
         ) = found[mid]
         record = {
             "id": mid,
@@ -269,6 +271,7 @@ def get_memories(pool: ConnectionPool, owner: str, ids: list[str]) -> dict[str, 
             "session": session,
             "created_at": _iso(created),
             "updated_at": _iso(updated),
+            "embedded_at": _iso(embedded),
             "version_count": int(versions),
             "is_active": active,
         }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -41,6 +42,12 @@ load balancers 60 s): when both sides used uvicorn's and httpx's 5 s, a client s
 connection the server was closing at that moment, and got a ReadError (1 of 5,975 requests in bench/load.py)."""
 
 
+INGEST_ENV = "MEMORY_PIPELINES_INGEST"
+"""`serve --ingest`'s default: `background` or `wait`. Background keeps ingests off the request path: a long
+memory costs ~1.2 ms of CPU per token to embed (2.4 s for 1,300 tokens), which at half the load bench's saturation
+made ingests 2.6 s at p99 and delayed the context builds sharing the cores."""
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     _need("fastapi")
     _need("uvicorn")
@@ -49,11 +56,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ...runtime import warm_up
     from ..http import create_app
 
+    if args.ingest not in ("background", "wait"):  # a bad MEMORY_PIPELINES_INGEST (argparse checks the flag)
+        raise UserError(f"{INGEST_ENV} must be `background` or `wait`, not {args.ingest!r}")
     memory = _serving()
     warm_up()
     print(f"memory_pipelines API on http://{args.host}:{args.port} (docs at /docs); "
           "every endpoint but /health needs `Authorization: Bearer <key>`", file=sys.stderr)
-    uvicorn.run(create_app(memory), host=args.host, port=args.port, log_level="info",
+    uvicorn.run(create_app(memory, wait_ingest=args.ingest == "wait"), host=args.host, port=args.port, log_level="info",
                 timeout_keep_alive=KEEP_ALIVE_SECONDS)
     return 0
 
@@ -63,6 +72,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     from ...runtime import warm_up
     from ..mcp import run_http, run_stdio
 
+    if args.ingest not in ("background", "wait"):  # a bad MEMORY_PIPELINES_INGEST (argparse checks the flag)
+        raise UserError(f"{INGEST_ENV} must be `background` or `wait`, not {args.ingest!r}")
     memory = _serving()
     warm_up()
     if args.transport == "stdio":
@@ -118,6 +129,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="run the HTTP API (FastAPI + uvicorn); OpenAPI docs at /docs")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument("--ingest", choices=["background", "wait"],
+                   default=os.environ.get(INGEST_ENV) or "background",
+                   help="an ingest's default when the request does not say (`wait`): background answers once the "
+                   "memory is stored and embeds and judges it in a low-priority thread; wait answers after both "
+                   f"(default background, or ${INGEST_ENV})")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("mcp", help="run the MCP server (mem.* tools): stdio for one configured owner "

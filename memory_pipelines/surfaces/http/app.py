@@ -10,9 +10,11 @@ included) and its errors (one error model).
 """
 
 
+import asyncio
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path as Path_
 from typing import Annotated, Any
 
@@ -34,6 +36,7 @@ from fastapi.staticfiles import StaticFiles
 from ...face import Memory
 from ...infra.db import RETRY_AFTER_SECONDS
 from ...infra.errors import ConfigError, NotFoundError, UserError, ValidationError
+from ...pipelines.embed_worker import EmbedWorker
 from ...vocabulary import (
     MAX_BODY_BYTES,
     MAX_BUILDS,
@@ -284,9 +287,20 @@ no usable key. `404`: no such id for this owner. `413`: a body over """ + f"{MAX
 **Web view.** [`/ui/`](/ui/): recent context builds with their items and used marks, hit rates, search."""
 
 
-def create_app(memory: Memory) -> FastAPI:
-    """The API over one `Memory` (its database, embedder and chat model)."""
+def create_app(memory: Memory, *, wait_ingest: bool = True) -> FastAPI:
+    """The API over one `Memory` (its database, embedder and chat model). `wait_ingest` is the default of an
+    ingest's `wait`; memories stored without waiting are embedded by the app's `EmbedWorker` (`app.state`)."""
+    worker = EmbedWorker(memory)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if not wait_ingest:
+            worker.notify()  # memories queued before a restart
+        yield
+        await asyncio.to_thread(worker.stop)
+
     app = FastAPI(
+        lifespan=lifespan,
         title="memory_pipelines",
         version="0.1.0",
         description=_DESCRIPTION,
@@ -302,6 +316,7 @@ def create_app(memory: Memory) -> FastAPI:
             {"name": "ops", "description": "Health and the key's owner."},
         ],
     )
+    app.state.embed_worker = worker
     app.add_middleware(BodyLimit, limit=MAX_BODY_BYTES)
     _install_error_handlers(app)
     _install_docs(app)
@@ -430,13 +445,19 @@ def create_app(memory: Memory) -> FastAPI:
     def ingest(body: m.IngestRequest, owner: Owner) -> JSONResponse:
         """Store one memory in a project (`project_name` or a stable `project_key`; created on first use). The
         server chunks it (500 tokens, 50 overlap), embeds, summarises and tags it, and compares it with the most
-        similar older memory: CREATE, KEEP_BOTH, REPLACE (the old version is kept) or SKIP."""
+        similar older memory: CREATE, KEEP_BOTH, REPLACE (the old version is kept) or SKIP. With `wait` false
+        it answers once the memory is stored (DEFERRED) and does the embedding and the comparison in the
+        background; GET /memories then shows the outcome (`duplicate_of` / `merged_into` when it was one)."""
         _same_owner(body.owner_id, owner)
-        return to_json(memory.ingest(
+        done = memory.ingest(
             owner, content=body.content, content_type=body.content_type, project_name=body.project_name,
             project_key=body.project_key, machine_name=body.machine_name, project_path=body.project_path,
             ts=body.ts, speaker=body.speaker, session=body.session,
-        ))
+            wait=wait_ingest if body.wait is None else body.wait,
+        )
+        if done.deferred:
+            worker.notify()
+        return to_json(done)
 
     @app.get("/memories/search", tags=["memory centre"], summary="Stage 1: snippets and ids",
              response_model=r.FoundList, responses=read)

@@ -90,6 +90,10 @@ class IngestRequest(_Body):
     speaker: Name | None = Field(None, description="Who said or wrote it.")
     session: Name | None = Field(None, description="The conversation it is a turn of: indexed with the turn before "
                                  "it, and search lifts the neighbouring turns of a strong hit.")
+    wait: bool | None = Field(None, description="true: answer after embedding and the duplicate check (the action "
+                              "says what was done); false: answer once stored (action DEFERRED; keyword search "
+                              "finds it at once), embedded and judged in the background within seconds. "
+                              "Default: the server's (`serve --ingest`, background unless set).")
     owner_id: OwnerField = None
 
 

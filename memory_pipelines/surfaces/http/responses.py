@@ -367,8 +367,9 @@ class Ingested(_Out):
     status: Literal["created", "updated", "skipped"]
     id: str
     action: Literal["CREATE", "KEEP_BOTH", "REPLACE", "SKIP", "DEFERRED"] = Field(
-        description="The arbitration against the most similar older memory (DEFERRED: the chat model was "
-        "down; judged later by the pipelines).")
+        description="The arbitration against the most similar older memory (DEFERRED: stored without waiting, "
+        "or while the embedding provider was down; embedded and judged later, in the background or by the "
+        "pipelines).")
     similarity: float | None = Field(description="Similarity to that memory, if one was close.")
     candidate_id: str | None = Field(description="That memory's id.")
     deferred: bool
@@ -415,6 +416,9 @@ class FullMemory(_Out):
     session: str | None = Field(None, description="The conversation session it is a turn of, when given.")
     created_at: datetime | None
     updated_at: datetime | None
+    embedded_at: datetime | None = Field(None, description="When its vectors were written; null while it waits "
+                                         "for the background embedder or the pipelines (semantic search "
+                                         "finds it from then on, keyword search at once).")
     version_count: int = Field(description="Versions including the current one (1: never replaced).")
     is_active: bool
     duplicate_of: str | None = Field(None, description="Present when a deferred judgement found it a duplicate.")

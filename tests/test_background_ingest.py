@@ -1,0 +1,75 @@
+"""`serve`'s background ingest through real HTTP: an ingest that does not wait is stored at once (DEFERRED,
+keyword-searchable), and a low-priority worker embeds and judges it the way a live ingest would."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+from fastapi import FastAPI
+
+from memory_pipelines import Memory
+from memory_pipelines.infra.auth import create_key
+from memory_pipelines.infra.priority import BACKGROUND_NICE
+from memory_pipelines.surfaces.http import create_app
+from tests.test_api import EN, ZH, LiveServer, client, ingest
+
+
+@pytest.fixture
+def served(runtime) -> Iterator[tuple[FastAPI, str]]:
+    app = create_app(Memory(runtime, llm=None), wait_ingest=False)
+    with LiveServer(app) as srv:
+        yield app, srv.url
+
+
+@pytest.fixture
+def keys(runtime) -> dict[str, str]:
+    return {"alice": create_key(runtime.pool, "alice", name="test")[1]}
+
+
+def _state(pool, memory_id: str) -> tuple[str, str, bool, int]:
+    """(embedding status, arbitration status, active, fragments with a vector) of one memory."""
+    with pool.connection() as conn:
+        row = conn.execute(
+            "SELECT embedding_status, arbitration_status, is_active,"
+            " (SELECT count(*) FROM fragments f WHERE f.memory_id = m.id AND f.embedding IS NOT NULL)"
+            " FROM memories m WHERE id = %s",
+            (memory_id,),
+        ).fetchone()
+    return row[0], row[1], row[2], int(row[3])
+
+
+def test_an_ingest_that_does_not_wait_is_stored_at_once_then_embedded_and_judged(served, keys, runtime):
+    app, url = served
+    worker = app.state.embed_worker
+    c = client(url, keys["alice"])
+
+    first = ingest(c, EN, "requirement", project="web-app")
+    assert (first["status"], first["action"], first["deferred"]) == ("created", "DEFERRED", True)
+    found = c.get("/memories/search", params={"query": "session cookie subdomains"}).json()
+    assert first["id"] in [m["id"] for m in found["results"]], "keyword search sees a queued memory at once"
+
+    assert worker.wait_idle(60), "the background pass did not finish"
+    assert _state(runtime.pool, first["id"]) == ("done", "done", True, 1)
+    assert c.get("/memories", params={"ids": first["id"]}).json()["memories"][0]["embedded_at"]
+    assert os.getpriority(os.PRIO_PROCESS, worker._thread.native_id) == BACKGROUND_NICE
+
+    again = ingest(c, EN, "requirement", project="web-app")  # the same text again: a duplicate, judged later
+    assert again["action"] == "DEFERRED" and again["id"] != first["id"]
+    assert worker.wait_idle(60)
+    got = c.get("/memories", params={"ids": again["id"]}).json()["memories"][0]
+    assert got["is_active"] is False and got["duplicate_of"] == first["id"]
+
+    waited = ingest(c, ZH, "development", wait=True)  # the request's `wait` wins over the server's default
+    assert (waited["action"], waited["deferred"]) == ("CREATE", False)
+    assert _state(runtime.pool, waited["id"]) == ("done", "done", True, 1)
+
+
+def test_an_app_that_waits_by_default_embeds_before_answering(runtime, keys):
+    app = create_app(Memory(runtime, llm=None))
+    with LiveServer(app) as srv:
+        done = ingest(client(srv.url, keys["alice"]), EN, "requirement")
+    assert (done["action"], done["deferred"]) == ("CREATE", False)
+    assert _state(runtime.pool, done["id"]) == ("done", "done", True, 1)
+    assert app.state.embed_worker.passes == 0
