@@ -8,6 +8,7 @@ import math
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -23,7 +24,13 @@ from memory_pipelines.index.vectors import embed_all
 from memory_pipelines.infra.db import get_pool
 from memory_pipelines.infra.errors import ConfigError, NotFoundError
 from memory_pipelines.tuning.evaluate import evaluate, per_build_metrics, rerank_scores, summarize
-from memory_pipelines.tuning.fit import FitOptions, _relevance_floor_params, config_from_dict, fit_parameters
+from memory_pipelines.tuning.fit import (
+    FitOptions,
+    _relevance_floor_params,
+    config_from_dict,
+    fit_parameters,
+    poisson_interval,
+)
 from memory_pipelines.tuning.frames import load_log, time_split
 from memory_pipelines.tuning.pipeline import run_tuning, tune_and_evaluate
 from memory_pipelines.tuning.publish import Gate, decide
@@ -178,6 +185,30 @@ def test_source_weights_reach_modes_whose_cells_are_too_thin():
     assert proposed.weight("task", "plan") < ScoringConfig().weight("task", "plan")
     delta = result["evaluation"]["deltas"]["proposed"]["ndcg@10"]
     assert delta["delta"] > 0 and delta["ci_low"] > 0
+
+
+def test_poisson_interval_matches_the_exact_garwood_bounds():
+    for k, (lo, hi) in {0: (0.0, 3.6889), 1: (0.0253, 5.5716), 5: (1.6235, 11.6683), 20: (12.2165, 30.8884)}.items():
+        assert poisson_interval(k) == pytest.approx((lo, hi), abs=1e-3), k
+
+
+def test_a_sparse_source_is_lowered_only_when_its_uses_fall_outside_the_exact_interval():
+    """Events rarely used (hidden weight 0.1, too few used items for their own fit) are lowered within
+    their Poisson interval, which excludes the active weight; events at their true weight but just as
+    thin keep it."""
+    over = hidden_source_truth()
+    over = replace(over, source_weights={**over.source_weights, "event": 0.1})
+    fit = fit_parameters(simulate_log(SimSpec(truth=over, n_builds=400, seed=3)).candidates, ScoringConfig(),
+                         FitOptions(n_boot=10))
+    ev = _by_name(fit.as_dict()["params"])["source_weight.event"]
+    assert ev["n_used"] < 20 and ev["status"] in ("fitted", "clamped"), ev
+    assert ev["ci_low"] <= ev["value"] <= ev["ci_high"] < ev["active"], ev
+    assert fit.config.source_weights["event"] == ev["value"]
+    for seed in (5, 6):
+        frames = simulate_log(SimSpec(truth=hidden_source_truth(), n_builds=300, events_per_build=(0, 1), seed=seed))
+        fit = fit_parameters(frames.candidates, ScoringConfig(), FitOptions(n_boot=10))
+        ev = _by_name(fit.as_dict()["params"])["source_weight.event"]
+        assert ev["status"] == "thin" and ev["value"] == ev["active"] and ev["n_used"] < 20, ev
 
 
 def test_without_signal_no_source_weight_or_floor_changes():

@@ -26,6 +26,12 @@ Beyond half-lives and mode weights (issue 11):
   its bootstrap interval covers it ("no_change"). Where a mode weight is re-fitted it carries the whole
   fitted factor of its cell (the proposed mode weight is the fitted cell weight / the proposed source
   weight), so the source weight matters where a cell is thin.
+- **sparse sources**: a source too thin for that (few used items; with none, a bootstrap over builds never
+  sees one and says nothing) is tested instead: the refit's model, with the source at its active weight,
+  predicts how many of its candidates should have been used; the weights at which that prediction meets
+  the ends of the exact 95 % Poisson interval of the observed count are its interval. When the interval
+  excludes the active weight, the source takes the refit's own estimate (L2-penalised, so finite without a
+  used item; normalised like the others), kept within the interval; otherwise it stays ("thin").
 - **decay floor**: chosen on the training builds by replaying them (evaluate.per_build_metrics, the online
   scoring functions) with the proposed half-lives and weights over a grid of floors; the objective is
   mean nDCG@10 over builds with a used item. A bootstrap over builds gives the interval of the chosen floor
@@ -192,7 +198,7 @@ def _design(df: pd.DataFrame, layout: _Layout, min_relevance: float) -> np.ndarr
     return X
 
 
-def _coefs(X: np.ndarray, y: np.ndarray, C: float, *, with_se: bool = False) -> Any:
+def _model(X: np.ndarray, y: np.ndarray, C: float) -> LogisticRegression:
     """L2-regularised logistic regression (Newton–Cholesky: a few exact steps on this small design).
 
     BLAS runs single-threaded: on a design this narrow its threads only contend (10× slower on 2 cores).
@@ -201,6 +207,12 @@ def _coefs(X: np.ndarray, y: np.ndarray, C: float, *, with_se: bool = False) -> 
     with warnings.catch_warnings(), threadpool_limits(1):
         warnings.simplefilter("ignore", ConvergenceWarning)
         model.fit(X, y)
+    return model
+
+
+def _coefs(X: np.ndarray, y: np.ndarray, C: float, *, with_se: bool = False) -> Any:
+    """The coefficients of `_model` (and the log-relevance coefficient's standard error)."""
+    model = _model(X, y, C)
     if not with_se:
         return model.coef_[0]
     return model.coef_[0], _relevance_se(model, X, C)
@@ -574,10 +586,14 @@ def _source_weight_params(
     counts = _source_counts(df)
     logsw: dict[str, float] = {}
     boot: dict[str, list[float]] = {s: [] for s in sl.free}
+    sparse: dict[str, tuple[float, float, float, float]] = {}
     if sl.free and signal:
         X = _source_design(df, sl, active, opt.min_relevance)
         y = df["used"].to_numpy(dtype=int)
-        logsw = _derive_sources(_coefs(X, y, opt.C), sl, active)
+        model = _model(X, y, opt.C)
+        logsw = _derive_sources(model.coef_[0], sl, active)
+        if logsw:
+            sparse = _sparse_sources(model, X, y, df["source"].to_numpy(), sl, active, opt)
         rng = np.random.default_rng(opt.seed)
         groups = list(df.groupby("retrieval_id", sort=False).indices.values())
         for _ in range(opt.n_boot):
@@ -594,6 +610,13 @@ def _source_weight_params(
         n, pos = counts[s]
         w_active = float(active.source_weights.get(s, 1.0))
         name = f"source_weight.{s}"
+        if s in sparse:
+            value, est, ci_low, ci_high = sparse[s]
+            status = "fitted" if value == est else "clamped"
+            out.append(
+                ParamEstimate(name, "source_weight", s, None, w_active, est, value, ci_low, ci_high, n, pos, status)
+            )
+            continue
         if s not in sl.free or not signal:
             status = "no_signal" if not signal else "thin" if not _enough((n, pos), opt) else "unidentified"
             out.append(
@@ -620,6 +643,80 @@ def _source_weight_params(
                 name, "source_weight", s, None, w_active, _finite(est), value, ci_low, ci_high, n, pos, status
             )
         )
+    return out
+
+
+def _poisson_cdf(k: int, mu: float) -> float:
+    """P(X ≤ k) for X ~ Poisson(mu)."""
+    if k < 0:
+        return 0.0
+    if mu <= 0:
+        return 1.0
+    return float(sum(math.exp(i * math.log(mu) - mu - math.lgamma(i + 1)) for i in range(k + 1)))
+
+
+def _solve(f: Callable[[float], float], target: float, lo: float, hi: float) -> float:
+    """x in [lo, hi] with f(x) = target for an increasing f (bisection), or the nearer end when out of reach."""
+    if f(lo) >= target:
+        return lo
+    if f(hi) <= target:
+        return hi
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if f(mid) < target else (lo, mid)
+    return (lo + hi) / 2
+
+
+def poisson_interval(k: int, level: float = 0.95) -> tuple[float, float]:
+    """Exact (Garwood) two-sided interval of a Poisson mean after observing `k` events."""
+    tail = (1 - level) / 2
+    top = k + 20.0 + 10.0 * math.sqrt(k + 1)
+    upper = _solve(lambda mu: -_poisson_cdf(k, mu), -tail, 0.0, top)
+    lower = _solve(lambda mu: 1 - _poisson_cdf(k - 1, mu), tail, 0.0, top) if k else 0.0
+    return lower, upper
+
+
+def _weight_interval(z: np.ndarray, b: float, used: int, w_active: float, opt: FitOptions) -> tuple[float, float]:
+    """The weights at which the predicted uses (`z`: the candidates' logits at the active weight, `b`: the
+    score's scale) meet the ends of the exact 95 % Poisson interval of `used`, within the source bounds."""
+
+    def predicted(log_ratio: float) -> float:
+        return float(np.sum(1.0 / (1.0 + np.exp(-(z + b * log_ratio)))))
+
+    lo_w, hi_w = opt.source_weight_bounds
+    bounds = (math.log(lo_w / w_active), math.log(hi_w / w_active))
+    low, high = poisson_interval(used)
+    return w_active * math.exp(_solve(predicted, low, *bounds)), w_active * math.exp(_solve(predicted, high, *bounds))
+
+
+def _sparse_sources(
+    model: LogisticRegression,
+    X: np.ndarray,
+    y: np.ndarray,
+    src: np.ndarray,
+    sl: _SourceLayout,
+    active: ScoringConfig,
+    opt: FitOptions,
+) -> dict[str, tuple[float, float, float, float]]:
+    """{source: (value, estimate, ci_low, ci_high)} for the sources too thin for their own fit whose use the
+    refit's model mispredicts at their active weight (`_weight_interval` excludes it). The estimate is the
+    refit's own, normalised as `_derive_sources` does; the value is it kept within the interval. Sources
+    whose interval covers the active weight are left out (they keep it)."""
+    coef, b = model.coef_[0], float(model.coef_[0][0])
+    col = {s: 1 + len(sl.base.decay_sources) + j for j, s in enumerate(sl.sources)}
+    ref = float(np.mean([coef[col[s]] for s in sl.free]))  # a free source's indicator, at the mean weight
+    target = float(np.mean([math.log(max(active.source_weights.get(s, 1.0), 1e-9)) for s in sl.free]))
+    out = {}
+    for s in sl.sources:
+        if s in sl.free or s in PROFILE_SOURCES:
+            continue
+        mask = src == s
+        w_active = float(active.source_weights.get(s, 1.0))
+        shift = ref - coef[col[s]] + b * (math.log(max(w_active, 1e-9)) - target)
+        low, high = _weight_interval(X[mask] @ coef + model.intercept_[0] + shift, b, int(y[mask].sum()), w_active, opt)
+        if not low <= w_active <= high:
+            estimate = math.exp((coef[col[s]] - ref) / b + target)
+            out[s] = (_clip(estimate, low, high), estimate, low, high)
     return out
 
 
