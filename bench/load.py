@@ -551,14 +551,18 @@ def main() -> None:
     result: dict[str, Any] = {"benchmark": "load", "mix": args.mix, "ingest": args.ingest, "repeat_share": args.repeat,
                               "cores": os.cpu_count(), "load_average_before": [round(x, 2) for x in load_before]}
 
-    def keep(step: dict) -> dict:
-        written.extend(step.pop("_written"))
-        step.pop("_queued", None)
-        return step
-
     with serving(args.home, args.port, args.ingest) as (base, proc), Monitor(proc.pid, args.home) as mon:
+
+        def keep(step: dict) -> dict:
+            """Record a step's writes; wait until the memories it queued are embedded (each step measures its
+            own work, not the background embedding of the step before), reporting how long they waited."""
+            written.extend(step.pop("_written"))
+            if queued := step.pop("_queued", None):
+                step["background_embedding"] = embedding_lag(base, key, queued)
+            return step
+
         log("warm-up: 20 s, 2 clients")
-        closed(base, key, work, mon, 2, 20)
+        keep(closed(base, key, work, mon, 2, 20))
         # 1. Baseline: one client, builds only (the first look's figure) and the mix.
         builds_1 = keep(closed(base, key, work, mon, 1, args.step_duration, [CONTEXT]))
         log(f"1 client, builds only: {builds_1['builds_per_s']} builds/s, {builds_1['all']}")
@@ -594,7 +598,6 @@ def main() -> None:
                             args.arrivals == "poisson", warmup=min(30.0, args.duration / 4))
             run["share_of_saturation"] = share
             run["lost_writes"] = lost_writes(base, key, run["_written"])
-            run["background_embedding"] = embedding_lag(base, key, run.pop("_queued"))
             keep(run)
             log(f"  {run['requests_per_s']} req/s, {run['all']}, errors {run['errors']}, "
                 f"lost {run['lost_writes']['lost']}, RSS growth {run.get('rss_growth_after_warmup')}, "
