@@ -505,7 +505,9 @@ def plot(result: dict, path: Path) -> bool:
         runs = result["open_loop"]
         ax.plot([r["offered_per_s"] for r in runs], [r["all"][q] for r in runs], style, color="black"
                 if q == "p99_ms" else "grey", label=f"open loop {q[:3]} (50 %, 80 % of saturation)")
-    ax.axvline(result["closed_loop"]["saturation"]["requests_per_s"], ls=":", color="red", label="saturation")
+    sat = result["closed_loop"]["saturation"]
+    ax.axvline(sat.get("sustained_requests_per_s", sat["requests_per_s"]), ls=":", color="red",
+               label="saturation (sustained: with the background embedding of its ingests)")
     ax.set_xlabel("throughput / offered load (requests/s)")
     ax.set_ylabel("latency (ms)")
     ax.set_yscale("log")
