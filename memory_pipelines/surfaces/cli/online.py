@@ -72,8 +72,6 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     from ...runtime import warm_up
     from ..mcp import run_http, run_stdio
 
-    if args.ingest not in ("background", "wait"):  # a bad MEMORY_PIPELINES_INGEST (argparse checks the flag)
-        raise UserError(f"{INGEST_ENV} must be `background` or `wait`, not {args.ingest!r}")
     memory = _serving()
     warm_up()
     if args.transport == "stdio":
