@@ -4,6 +4,7 @@ keyword-searchable), and a low-priority worker embeds and judges it the way a li
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -73,3 +74,25 @@ def test_an_app_that_waits_by_default_embeds_before_answering(runtime, keys):
     assert (done["action"], done["deferred"]) == ("CREATE", False)
     assert _state(runtime.pool, done["id"]) == ("done", "done", True, 1)
     assert app.state.embed_worker.passes == 0
+
+
+def test_a_provider_outage_during_the_background_pass_keeps_the_memory_and_a_retry_embeds_it(runtime, fake_embedder):
+    from memory_pipelines.pipelines.embed_worker import EmbedWorker
+
+    memory = Memory(runtime, llm=None)
+    worker = EmbedWorker(memory, retry_seconds=0.5)
+    fake_embedder.fail_after = 0  # the provider is down
+    try:
+        queued = memory.ingest("alice", content=EN, content_type="requirement", project_name="web-app", wait=False)
+        worker.notify()
+        assert worker.wait_idle(30)
+        assert _state(runtime.pool, queued.id) == ("pending", "pending", True, 0)
+        assert worker.last is not None and worker.last["still_pending"] == 1
+        fake_embedder.fail_after = None  # back: the worker's retry embeds it without another ingest
+        for _ in range(100):
+            if _state(runtime.pool, queued.id)[0] == "done":
+                break
+            time.sleep(0.1)
+        assert _state(runtime.pool, queued.id) == ("done", "done", True, 1)
+    finally:
+        worker.stop()
