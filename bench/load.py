@@ -370,29 +370,25 @@ def closed(base: str, key: str, work: Workload, mon: Monitor, clients: int, seco
 
 
 def embedding_lag(base: str, key: str, queued: dict[str, float], timeout: float = 300) -> dict[str, Any]:
-    """For ingests answered before embedding: seconds from the answer to `embedded_at` (read back with
-    GET /memories?ids=), and how many still waited when the run ended and how long the queue took to drain."""
+    """For ingests answered before embedding: seconds from the answer to `embedded_at`, how many still waited
+    when the run ended, and how long the bench waited for the queue to drain (at most `timeout`)."""
     lag: dict[str, float] = {}
     waiting_at_end, t0 = None, time.monotonic()
-    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=60) as client:
+    with _api(base, key) as client:
         while True:
-            todo = [i for i in queued if i not in lag]
-            for i in range(0, len(todo), 100):
-                r = client.get("/memories", params={"ids": ",".join(todo[i : i + 100])})
-                r.raise_for_status()
-                for m in r.json()["memories"]:
-                    if m.get("embedded_at"):
-                        done = datetime.fromisoformat(m["embedded_at"]).timestamp()
-                        lag[m["id"]] = max(done - queued[m["id"]], 0.0)
+            for m in read_back(client, [i for i in queued if i not in lag])[0]:
+                if m.get("embedded_at"):
+                    lag[m["id"]] = max(datetime.fromisoformat(m["embedded_at"]).timestamp() - queued[m["id"]], 0.0)
             left = len(queued) - len(lag)
             waiting_at_end = left if waiting_at_end is None else waiting_at_end
             if not left or time.monotonic() - t0 > timeout:
                 break
             time.sleep(0.5)
+    waited = round(time.monotonic() - t0, 1)
     values = sorted(lag.values())
     pct = (lambda q: round(float(np.percentile(values, q)), 2)) if values else (lambda q: None)
     return {"queued": len(queued), "embedded": len(lag), "waiting_when_the_run_ended": waiting_at_end,
-            "drained_after_s": round(time.monotonic() - t0, 1) if len(lag) == len(queued) else None,
+            "waited_s": waited, "drained_after_s": waited if len(lag) == len(queued) else None,
             "lag_s": {"p50": pct(50), "p99": pct(99), "max": round(values[-1], 2) if values else None}}
 
 
@@ -416,16 +412,28 @@ def open_loop(base: str, key: str, work: Workload, mon: Monitor, rate: float, se
 
 
 
+def read_back(client: httpx.Client, ids: list[str]) -> tuple[list[dict], list[str]]:
+    """The records of `ids` over the API (GET /memories?ids=, 100 at a time), and the ids it did not find."""
+    records: list[dict] = []
+    missing: list[str] = []
+    for i in range(0, len(ids), 100):
+        r = client.get("/memories", params={"ids": ",".join(ids[i : i + 100])})
+        r.raise_for_status()
+        records.extend(r.json()["memories"])
+        missing.extend(r.json()["missing"])
+    return records, missing
+
+
+def _api(base: str, key: str) -> httpx.Client:
+    return httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=60)
+
+
 def lost_writes(base: str, key: str, ids: list[str]) -> dict[str, int]:
-    """Every acknowledged ingest id read back over the API (GET /memories?ids=, 100 at a time)."""
+    """Every acknowledged ingest id read back over the API."""
     unique = list(dict.fromkeys(ids))
-    missing = 0
-    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=60) as client:
-        for i in range(0, len(unique), 100):
-            r = client.get("/memories", params={"ids": ",".join(unique[i : i + 100])})
-            r.raise_for_status()
-            missing += len(r.json()["missing"])
-    return {"acknowledged": len(ids), "distinct_ids": len(unique), "lost": missing}
+    with _api(base, key) as client:
+        missing = read_back(client, unique)[1]
+    return {"acknowledged": len(ids), "distinct_ids": len(unique), "lost": len(missing)}
 
 
 # -- CPU per phase, in process ------------------------------------------------------------------------------------
@@ -564,7 +572,7 @@ def main() -> None:
             drain = 0.0
             if queued := step.pop("_queued", None):
                 step["background_embedding"] = embedding_lag(base, key, queued)
-                drain = step["background_embedding"]["drained_after_s"] or 0.0
+                drain = step["background_embedding"]["waited_s"]
             # What the step sustained: its requests over its time plus the time its queued embeddings took after it.
             step["sustained_requests_per_s"] = round(step["requests_per_s"] * step["seconds"]
                                                      / (step["seconds"] + drain), 2)
@@ -612,7 +620,7 @@ def main() -> None:
             keep(run)
             log(f"  {run['requests_per_s']} req/s, {run['all']}, errors {run['errors']}, "
                 f"lost {run['lost_writes']['lost']}, RSS growth {run.get('rss_growth_after_warmup')}, "
-                f"background embedding {run['background_embedding']}")
+                f"background embedding {run.get('background_embedding')}")
             runs.append(run)
         result["open_loop"] = runs
         result["lost_writes_all_runs"] = lost_writes(base, key, written)

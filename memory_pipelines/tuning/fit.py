@@ -55,6 +55,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy.stats import chi2
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 from threadpoolctl import threadpool_limits
@@ -646,15 +647,6 @@ def _source_weight_params(
     return out
 
 
-def _poisson_cdf(k: int, mu: float) -> float:
-    """P(X ≤ k) for X ~ Poisson(mu)."""
-    if k < 0:
-        return 0.0
-    if mu <= 0:
-        return 1.0
-    return float(sum(math.exp(i * math.log(mu) - mu - math.lgamma(i + 1)) for i in range(k + 1)))
-
-
 def _solve(f: Callable[[float], float], target: float, lo: float, hi: float) -> float:
     """x in [lo, hi] with f(x) = target for an increasing f (bisection), or the nearer end when out of reach."""
     if f(lo) >= target:
@@ -670,10 +662,8 @@ def _solve(f: Callable[[float], float], target: float, lo: float, hi: float) -> 
 def poisson_interval(k: int, level: float = 0.95) -> tuple[float, float]:
     """Exact (Garwood) two-sided interval of a Poisson mean after observing `k` events."""
     tail = (1 - level) / 2
-    top = k + 20.0 + 10.0 * math.sqrt(k + 1)
-    upper = _solve(lambda mu: -_poisson_cdf(k, mu), -tail, 0.0, top)
-    lower = _solve(lambda mu: 1 - _poisson_cdf(k - 1, mu), tail, 0.0, top) if k else 0.0
-    return lower, upper
+    lower = chi2.ppf(tail, 2 * k) / 2 if k else 0.0
+    return float(lower), float(chi2.ppf(1 - tail, 2 * k + 2) / 2)
 
 
 def _weight_interval(z: np.ndarray, b: float, used: int, w_active: float, opt: FitOptions) -> tuple[float, float]:
