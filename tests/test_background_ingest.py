@@ -89,8 +89,8 @@ def test_a_provider_outage_during_the_background_pass_keeps_the_memory_and_a_ret
         assert _state(runtime.pool, queued.id) == ("pending", "pending", True, 0)
         assert worker.last is not None and worker.last["still_pending"] == 1
         fake_embedder.fail_after = None  # back: the worker's retry embeds it without another ingest
-        for _ in range(100):
-            if _state(runtime.pool, queued.id)[0] == "done":
+        for _ in range(300):  # embedding and judging commit separately: wait for both
+            if _state(runtime.pool, queued.id)[:2] == ("done", "done"):
                 break
             time.sleep(0.1)
         assert _state(runtime.pool, queued.id) == ("done", "done", True, 1)
