@@ -14,9 +14,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import numpy as np
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+from psycopg.types.json import Jsonb
 
 from memory_pipelines.embeddings import FakeEmbedder
-from memory_pipelines.infra.db import database_url, get_pool
+from memory_pipelines.infra.db import close_pool, connect, database_url, get_pool
+from memory_pipelines.infra.migrate import migrate
 from memory_pipelines.infra.settings import get_settings
 from memory_pipelines.pipelines.evaluation import scratch_database
 
@@ -177,12 +181,46 @@ def topic_vector(topic: int, rng: random.Random) -> np.ndarray:
 
 
 @contextmanager
-def scratch(dimension: int = 384) -> Iterator[str]:
-    """A throwaway database on the configured server (embedded by default)."""
+def scratch(dimension: int = 384, keep: str | None = None) -> Iterator[str]:
+    """A throwaway database on the configured server (embedded by default); with `keep`, the database of
+    that name, created and migrated when missing and never dropped, so a slow load is paid once."""
     settings = get_settings()
     embedder = FakeEmbedder(dimension)
-    with scratch_database(database_url(settings), dimension, embedder.model_name) as url:
+    if keep is None:
+        with scratch_database(database_url(settings), dimension, embedder.model_name) as url:
+            yield url
+        return
+    server = database_url(settings)
+    with connect(server, vector=False, autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (keep,)).fetchone():
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(keep)))
+    url = make_conninfo(server, dbname=keep)
+    migrate(url, dimension, embedder.model_name)
+    with connect(url, vector=False, autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS bench_loaded (name text PRIMARY KEY, facts jsonb NOT NULL)")
+    try:
         yield url
+    finally:
+        close_pool(url)
+
+
+def loaded_facts(url: str, name: str) -> dict | None:
+    """What a kept database recorded when `name` was loaded into it (None: not loaded, or not kept)."""
+    with connect(url, vector=False, autocommit=True) as conn:
+        if not conn.execute("SELECT to_regclass('bench_loaded')").fetchone()[0]:
+            return None
+        row = conn.execute("SELECT facts FROM bench_loaded WHERE name = %s", (name,)).fetchone()
+    return row[0] if row else None
+
+
+def record_loaded(url: str, name: str, facts: dict) -> None:
+    """Mark `name` as loaded in a kept database (a no-op in a throwaway one)."""
+    with connect(url, vector=False, autocommit=True) as conn:
+        if conn.execute("SELECT to_regclass('bench_loaded')").fetchone()[0]:
+            conn.execute(
+                "INSERT INTO bench_loaded VALUES (%s, %s) ON CONFLICT (name) DO UPDATE SET facts = excluded.facts",
+                (name, Jsonb(facts)),
+            )
 
 
 LOADS: list[dict] = []
@@ -243,14 +281,18 @@ def load_tasks(url: str, n: int, owners: list[tuple[str, int]], seed: int = 7, t
         conn.execute(f"VACUUM ANALYZE {table}")  # the steady state: visibility map set, statistics fresh
         conn.autocommit = False
         log(f"  {n} rows: COPY + hash in {loaded - started:.0f} s, HNSW index in {built - loaded:.0f} s")
-    LOADS.append({"table": table, "rows": n, "copy_seconds": round(loaded - started, 1),
-                  "index_build_seconds": round(built - loaded, 1)})
+    LOADS.append(
+        {
+            "table": table,
+            "rows": n,
+            "copy_seconds": round(loaded - started, 1),
+            "index_build_seconds": round(built - loaded, 1),
+        }
+    )
     return embedder
 
 
-def load_conversations(
-    url: str, n: int, owner: str, seed: int = 3, turns: int = 20, project: str = "bench"
-) -> dict:
+def load_conversations(url: str, n: int, owner: str, seed: int = 3, turns: int = 20, project: str = "bench") -> dict:
     """COPY n synthetic conversational memories into `memories` and their fragments, as ingest writes them.
 
     Sessions of `turns` turns (the last one shorter), two speakers alternating, each session on one topic
@@ -275,8 +317,10 @@ def load_conversations(
     model = FakeEmbedder(384).model_name
     pool = get_pool(url)
     now = dt.datetime.now(dt.UTC)
-    indexes = {"fragments_embedding_hnsw": ("fragments", "embedding"),
-               "memories_avg_embedding_hnsw": ("memories", "avg_embedding")}
+    indexes = {
+        "fragments_embedding_hnsw": ("fragments", "embedding"),
+        "memories_avg_embedding_hnsw": ("memories", "avg_embedding"),
+    }
     started = time.perf_counter()
     fragments: list[tuple] = []
     sessions = 0
@@ -293,9 +337,31 @@ def load_conversations(
                 " FROM STDIN WITH (FORMAT BINARY)"
             ) as copy,
         ):
-            copy.set_types(["text", "text", "uuid", "text", "text", "text", "int8", "text", "text", "jsonb",
-                            "int4", "text", "timestamptz", "timestamptz", "vector", "text", "text",
-                            "timestamptz", "text", "int8", "text"])
+            copy.set_types(
+                [
+                    "text",
+                    "text",
+                    "uuid",
+                    "text",
+                    "text",
+                    "text",
+                    "int8",
+                    "text",
+                    "text",
+                    "jsonb",
+                    "int4",
+                    "text",
+                    "timestamptz",
+                    "timestamptz",
+                    "vector",
+                    "text",
+                    "text",
+                    "timestamptz",
+                    "text",
+                    "int8",
+                    "text",
+                ]
+            )
             turn = 0
             while turn < n:
                 sessions += 1
@@ -314,19 +380,49 @@ def load_conversations(
                         context = f"{previous[0]}: " + " ".join(previous[1].split())[:CONTEXT_CHARS]
                     memory_id = f"mem_{rng.getrandbits(80):020x}"
                     chunks = chunk_text(content)
-                    copy.write_row((
-                        memory_id, owner, project_id, "insight", content, content_hash(content),
-                        int(created.timestamp()), speaker, extractive_summary(content),
-                        Jsonb(extract_tags(content)), len(chunks), "done", created, created, vec, model,
-                        content_hash(content), now, session, turn, context,
-                    ))
+                    copy.write_row(
+                        (
+                            memory_id,
+                            owner,
+                            project_id,
+                            "insight",
+                            content,
+                            content_hash(content),
+                            int(created.timestamp()),
+                            speaker,
+                            extractive_summary(content),
+                            Jsonb(extract_tags(content)),
+                            len(chunks),
+                            "done",
+                            created,
+                            created,
+                            vec,
+                            model,
+                            content_hash(content),
+                            now,
+                            session,
+                            turn,
+                            context,
+                        )
+                    )
                     for chunk_index, chunk, ctx in fragment_rows(chunks, context):
                         v = vec
                         if ctx:
                             v = previous[2] + vec
                             v = v / np.linalg.norm(v)
-                        fragments.append((fragment_id(memory_id, ctx, chunk_index), memory_id, owner, chunk_index,
-                                          chunk, created, ctx, v, model))
+                        fragments.append(
+                            (
+                                fragment_id(memory_id, ctx, chunk_index),
+                                memory_id,
+                                owner,
+                                chunk_index,
+                                chunk,
+                                created,
+                                ctx,
+                                v,
+                                model,
+                            )
+                        )
                     previous = (speaker, content, vec)
         conn.execute("SELECT setval('memory_turns', %s)", (max(turn, 1),))
         with (
@@ -357,10 +453,19 @@ def load_conversations(
         conn.execute("VACUUM ANALYZE fragments")
         conn.autocommit = False
         with_context = sum(1 for f in fragments if f[6])
-        log(f"  {n} memories in {sessions} sessions, {len(fragments)} fragments ({with_context} with context):"
-            f" COPY + hash in {loaded - started:.0f} s, HNSW indexes in {built - loaded:.0f} s")
-    LOADS.append({"table": "memories+fragments", "rows": n, "fragments": len(fragments),
-                  "copy_seconds": round(loaded - started, 1), "index_build_seconds": round(built - loaded, 1)})
+        log(
+            f"  {n} memories in {sessions} sessions, {len(fragments)} fragments ({with_context} with context):"
+            f" COPY + hash in {loaded - started:.0f} s, HNSW indexes in {built - loaded:.0f} s"
+        )
+    LOADS.append(
+        {
+            "table": "memories+fragments",
+            "rows": n,
+            "fragments": len(fragments),
+            "copy_seconds": round(loaded - started, 1),
+            "index_build_seconds": round(built - loaded, 1),
+        }
+    )
     return {"memories": n, "sessions": sessions, "fragments": len(fragments), "context_fragments": with_context}
 
 

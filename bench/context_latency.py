@@ -40,9 +40,11 @@ from _common import (
     emit,
     load_conversations,
     load_tasks,
+    loaded_facts,
     log,
     machine,
     percentiles,
+    record_loaded,
     scratch,
     sentence,
     topic_count,
@@ -54,6 +56,7 @@ from psycopg.types.json import Jsonb
 import memory_pipelines.context.retrieve as retrieve_module
 import memory_pipelines.retrieval.search as search_module
 from memory_pipelines.context.builder import build_memory_context
+from memory_pipelines.embeddings import FakeEmbedder
 from memory_pipelines.index.keywords import index_source
 from memory_pipelines.infra.db import get_pool
 from memory_pipelines.runtime import warm_up
@@ -259,79 +262,101 @@ def seed_build(pool, owner: str, qvec, budget: int = 800) -> str:
     return block
 
 
-def run_size(n: int, builds: int, probe: Probe) -> dict:
+def run_size(n: int, builds: int, probe: Probe, keep: str | None = None) -> dict:
     rng = random.Random(5)
     memories = n // 3
     tasks = (n - memories) // 2
     learnings = n - memories - tasks
-    with scratch() as url:
-        log(f"[{n}] loading {tasks} tasks, {learnings} learnings, {memories} conversational memories")
-        embedder = load_tasks(url, tasks, [("owner", tasks)], seed=1, table="tasks")
-        load_tasks(url, learnings, [("owner", learnings)], seed=2, table="learnings")
-        conversations = load_conversations(url, memories, "owner", seed=3)
+    with scratch(keep=f"{keep}_{n}" if keep else None) as url:
+        facts = loaded_facts(url, "context_latency")
+        if facts is None:
+            facts = _load(url, n, tasks, learnings, memories, rng)
+            record_loaded(url, "context_latency", facts)
+        else:
+            log(f"[{n}] reusing the kept database {keep}_{n}")
+        embedder = FakeEmbedder(384)
         pool = get_pool(url)
-        with pool.connection() as conn:
-            for i in range(3):
-                conn.execute(
-                    "INSERT INTO goals (owner_id, title, status, priority) VALUES ('owner', %s, 'in_progress', %s)",
-                    (f"goal {i}: {sentence(rng)}", i),
-                )
-            for _ in range(30):
-                conn.execute(
-                    "INSERT INTO events (owner_id, type, payload, created_at) VALUES ('owner',"
-                    " 'task_failed', %s, now() - make_interval(secs => %s))",
-                    (Jsonb({"error": sentence(rng)}), rng.random() * 30 * 3600),
-                )
-            conn.execute("ANALYZE")
-        log(f"[{n}] keyword index")
+        return _measure(url, pool, embedder, n, builds, probe, facts)
+
+
+def _load(url: str, n: int, tasks: int, learnings: int, memories: int, rng: random.Random) -> dict:
+    """Load the synthetic owner's rows and build every index; returns the counts and the load's timings."""
+    log(f"[{n}] loading {tasks} tasks, {learnings} learnings, {memories} conversational memories")
+    load_tasks(url, tasks, [("owner", tasks)], seed=1, table="tasks")
+    load_tasks(url, learnings, [("owner", learnings)], seed=2, table="learnings")
+    conversations = load_conversations(url, memories, "owner", seed=3)
+    pool = get_pool(url)
+    with pool.connection() as conn:
+        for i in range(3):
+            conn.execute(
+                "INSERT INTO goals (owner_id, title, status, priority) VALUES ('owner', %s, 'in_progress', %s)",
+                (f"goal {i}: {sentence(rng)}", i),
+            )
+        for _ in range(30):
+            conn.execute(
+                "INSERT INTO events (owner_id, type, payload, created_at) VALUES ('owner',"
+                " 'task_failed', %s, now() - make_interval(secs => %s))",
+                (Jsonb({"error": sentence(rng)}), rng.random() * 30 * 3600),
+            )
+        conn.execute("ANALYZE")
+    log(f"[{n}] keyword index")
+    t = time.perf_counter()
+    for source in ("task", "learning", "fragment"):  # BM25 reads tf and df; the TF-IDF weights are for tags
+        index_source(pool, source, weights=False)
+    keyword_seconds = time.perf_counter() - t
+    with pool.connection() as conn:  # the steady state: autovacuum has seen the 1M+ keyword rows
+        conn.autocommit = True
+        conn.execute("VACUUM ANALYZE keywords, keyword_docs, keyword_stats, keyword_df")
+        conn.autocommit = False
+    return {
+        "rows": {"tasks": tasks, "learnings": learnings, **conversations},
+        "loads": LOADS[-3:],
+        "keyword_index_seconds": round(keyword_seconds, 1),
+    }
+
+
+def _measure(url: str, pool, embedder, n: int, builds: int, probe: Probe, facts: dict) -> dict:
+    """`builds` context builds against the loaded database, and the seed builder on the same queries."""
+    queries = make_queries(random.Random(6), builds)  # the same queries whether loaded now or kept
+    kinds = {
+        "chinese": sum(has_cjk(q) for q, _ in queries),
+        "dialogue_focused": sum(focus(q).long for q, _ in queries),
+    }
+    warm_up()  # as `serve` and `mcp` do at start
+    load_before = machine()
+    for q, v in queries[:10]:  # warm-up
+        build_memory_context(pool, embedder, "owner", q, query_vector=v)
+        seed_build(pool, "owner", v)
+    probe.records, probe.plans = [], Counter()
+    ours, base, parts = [], [], []
+    log(f"[{n}] {builds} builds each")
+    for q, v in queries:
+        probe.build()
         t = time.perf_counter()
-        for source in ("task", "learning", "fragment"):  # BM25 reads tf and df; the TF-IDF weights are for tags
-            index_source(pool, source, weights=False)
-        keyword_seconds = time.perf_counter() - t
-        with pool.connection() as conn:  # the steady state: autovacuum has seen the 1M+ keyword rows
-            conn.autocommit = True
-            conn.execute("VACUUM ANALYZE keywords, keyword_docs, keyword_stats, keyword_df")
-            conn.autocommit = False
-        queries = make_queries(rng, builds)
-        kinds = {
-            "chinese": sum(has_cjk(q) for q, _ in queries),
-            "dialogue_focused": sum(focus(q).long for q, _ in queries),
-        }
-        warm_up()  # as `serve` and `mcp` do at start
-        load_before = machine()
-        for q, v in queries[:10]:  # warm-up
-            build_memory_context(pool, embedder, "owner", q, query_vector=v)
-            seed_build(pool, "owner", v)
-        probe.records, probe.plans = [], Counter()
-        ours, base, parts = [], [], []
-        log(f"[{n}] {builds} builds each")
-        for q, v in queries:
-            probe.build()
-            t = time.perf_counter()
-            result = build_memory_context(pool, embedder, "owner", q, query_vector=v)
-            ours.append((time.perf_counter() - t) * 1000)
-            probe.done(result)
-            parts.append(result.timings_ms)
-            t = time.perf_counter()
-            seed_build(pool, "owner", v)
-            base.append((time.perf_counter() - t) * 1000)
-        ours_p, base_p = percentiles(ours), percentiles(base)
-        steps = ("retrieve", "score_mmr_budget", "log")
-        return {
-            "rows": {"tasks": tasks, "learnings": learnings, **conversations},
-            "queries": {"total": builds, **kinds},
-            "loads": LOADS[-3:],
-            "keyword_index_seconds": round(keyword_seconds, 1),
-            "database_size": database_size(url),
-            "machine_before": load_before,
-            "machine": machine(),
-            "project": ours_p,
-            "project_steps_p50_ms": {k: round(float(np.median([p[k] for p in parts])), 2) for k in steps},
-            "project_steps_p99_ms": {k: round(float(np.percentile([p[k] for p in parts], 99)), 2) for k in steps},
-            "retrieval": probe.summary(),
-            "seed_baseline": base_p,
-            "p99_ratio_baseline_over_project": round(base_p["p99_ms"] / ours_p["p99_ms"], 3),
-        }
+        result = build_memory_context(pool, embedder, "owner", q, query_vector=v)
+        ours.append((time.perf_counter() - t) * 1000)
+        probe.done(result)
+        parts.append(result.timings_ms)
+        t = time.perf_counter()
+        seed_build(pool, "owner", v)
+        base.append((time.perf_counter() - t) * 1000)
+    ours_p, base_p = percentiles(ours), percentiles(base)
+    steps = ("retrieve", "score_mmr_budget", "log")
+    return {
+        "rows": facts["rows"],
+        "queries": {"total": builds, **kinds},
+        "loads": facts["loads"],
+        "keyword_index_seconds": facts["keyword_index_seconds"],
+        "database_size": database_size(url),
+        "machine_before": load_before,
+        "machine": machine(),
+        "project": ours_p,
+        "project_steps_p50_ms": {k: round(float(np.median([p[k] for p in parts])), 2) for k in steps},
+        "project_steps_p99_ms": {k: round(float(np.percentile([p[k] for p in parts], 99)), 2) for k in steps},
+        "retrieval": probe.summary(),
+        "seed_baseline": base_p,
+        "p99_ratio_baseline_over_project": round(base_p["p99_ms"] / ours_p["p99_ms"], 3),
+    }
 
 
 def query_embedding_ms(samples: int = 50) -> dict:
@@ -352,18 +377,26 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--builds", type=int, default=200)
+    parser.add_argument(
+        "--keep", metavar="NAME", help="keep the loaded database as NAME_<size> and reuse it on the next run"
+    )
     args = parser.parse_args()
     probe = Probe()
-    sizes = {str(n): run_size(n, args.builds, probe) for n in args.sizes}
+    sizes = {str(n): run_size(n, args.builds, probe, args.keep) for n in args.sizes}
     for n, r in sizes.items():
         log(f"{n}: {r}")
     emit(
         {
             "benchmark": "context_latency",
             "builds_per_size": args.builds,
-            "retrieval_features": ["evidence fusion", "CC-CEDICT expansion", "conversational memories with"
-                                   " context fragments", "neighbour lift", "long-query focus",
-                                   "candidate features logged"],
+            "retrieval_features": [
+                "evidence fusion",
+                "CC-CEDICT expansion",
+                "conversational memories with context fragments",
+                "neighbour lift",
+                "long-query focus",
+                "candidate features logged",
+            ],
             "sizes": sizes,
             "query_embedding_local_model": query_embedding_ms(),
             "floor_p99_ms": 100,
