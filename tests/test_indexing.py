@@ -88,3 +88,27 @@ def test_keyword_index_is_incremental(pool):
         ).fetchone()[0]
     assert hits == 1
     assert index_source(pool, "task", full=True).indexed == 4
+
+
+def test_a_full_pass_in_small_batches_stores_impacts_from_each_owners_exact_average_length(pool):
+    from memory_pipelines.index.keywords import impact
+
+    with pool.connection() as conn:
+        for i in range(7):
+            add_task(conn, "alice", f"task {i} about deployment", " ".join(["rollout step"] * (i * 3)))
+        add_task(conn, "bob", "bob's only task", "one short line")
+        add_task(conn, "bob", "bob's other task", " ".join(["a much longer line of words"] * 9))
+    index_source(pool, "task", batch_size=2)
+    assert index_source(pool, "task", full=True, batch_size=2).indexed == 9  # each batch replaces its docs
+    with pool.connection() as conn:
+        averages = dict(
+            conn.execute("SELECT owner_id, avg(doc_len) FROM keyword_docs WHERE source = 'task' GROUP BY 1")
+        )
+        postings = conn.execute(
+            "SELECT k.owner_id, k.tf, d.doc_len, k.impact FROM keywords k"
+            " JOIN keyword_docs d USING (source, item_id) WHERE k.source = 'task'"
+        ).fetchall()
+    assert len(averages) == 2 and averages["alice"] != averages["bob"]
+    assert len(postings) > 20
+    for owner, tf, doc_len, stored in postings:
+        assert abs(stored - impact(tf, doc_len, float(averages[owner]))) < 1e-6, (owner, tf, doc_len)

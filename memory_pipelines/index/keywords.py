@@ -26,13 +26,14 @@ class KeywordResult:
 
 
 def _stale_sql(source_name: str, full: bool) -> str:
+    """Every active row of one source whose keywords are missing or older than its content (all when `full`):
+    one pass with a hash join, read through a cursor (paging by id would sort the table once a page)."""
     source = INDEXED[source_name]
     stale = "" if full else " AND kd.content_hash IS DISTINCT FROM t.content_hash"
     return (
         f"SELECT t.id::text, t.owner_id, {source.text_sql}, t.content_hash FROM {source.from_sql}"
         f" LEFT JOIN keyword_docs kd ON kd.source = %(source)s AND kd.item_id = t.id::text"
-        f" WHERE {source.active_sql}{stale} AND (%(after)s::text IS NULL OR t.id::text > %(after)s)"
-        " ORDER BY t.id::text LIMIT %(limit)s"
+        f" WHERE {source.active_sql}{stale}"
     )
 
 
@@ -44,15 +45,25 @@ def impact(tf: int, doc_len: int, avg_len: float) -> float:
     return tf * (BM25_K1 + 1) / (tf + BM25_K1 * (1 - BM25_B + BM25_B * doc_len / max(avg_len, 1.0)))
 
 
-def _average_lengths(conn: psycopg.Connection, source_name: str, docs: list[tuple]) -> dict[str, float]:
-    """Average document length per owner: the indexed documents plus this batch."""
-    owners = sorted({d[2] for d in docs})
-    rows = conn.execute(
-        "SELECT owner_id, sum(doc_len), count(*) FROM keyword_docs WHERE source = %s AND owner_id = ANY(%s)"
-        " GROUP BY owner_id",
-        (source_name, owners),
-    ).fetchall()
-    totals = {owner: [float(total), int(n)] for owner, total, n in rows}
+Totals = dict[str, list[float]]
+"""Per owner: [sum of document lengths, documents] of the indexed documents of one source."""
+
+
+def _average_lengths(
+    conn: psycopg.Connection, source_name: str, docs: list[tuple], totals: Totals | None = None
+) -> dict[str, float]:
+    """Average document length per owner: the indexed documents plus this batch. With `totals` (kept by a
+    bulk pass across its batches, already net of the documents this batch replaced) an owner's indexed
+    documents are summed once, not once a batch."""
+    totals = {} if totals is None else totals
+    missing = sorted({d[2] for d in docs} - totals.keys())
+    if missing:
+        rows = conn.execute(
+            "SELECT owner_id, sum(doc_len), count(*) FROM keyword_docs WHERE source = %s AND owner_id = ANY(%s)"
+            " GROUP BY owner_id",
+            (source_name, missing),
+        ).fetchall()
+        totals.update({owner: [float(total), int(n)] for owner, total, n in rows})
     for d in docs:
         acc = totals.setdefault(d[2], [0.0, 0])
         acc[0] += d[3]
@@ -60,16 +71,26 @@ def _average_lengths(conn: psycopg.Connection, source_name: str, docs: list[tupl
     return {owner: total / n for owner, (total, n) in totals.items() if n}
 
 
-def index_rows(conn: psycopg.Connection, source_name: str, rows: list[tuple[str, str, str, str]]) -> int:
-    """(Re)index the given (id, owner, text, hash) rows of one source; returns terms written."""
+def index_rows(
+    conn: psycopg.Connection, source_name: str, rows: list[tuple[str, str, str, str]], totals: Totals | None = None
+) -> int:
+    """(Re)index the given (id, owner, text, hash) rows of one source; returns terms written. `totals`: the
+    running per-owner lengths of a bulk pass (`_average_lengths`), kept current here."""
     ids = [r[0] for r in rows]
-    conn.execute("DELETE FROM keyword_docs WHERE source = %s AND item_id = ANY(%s)", (source_name, ids))
+    replaced = conn.execute(
+        "DELETE FROM keyword_docs WHERE source = %s AND item_id = ANY(%s) RETURNING owner_id, doc_len",
+        (source_name, ids),
+    ).fetchall()
+    for owner, doc_len in replaced if totals is not None else ():
+        if owner in totals:
+            totals[owner][0] -= doc_len
+            totals[owner][1] -= 1
     docs, counted = [], []
     for item_id, owner, text, content_hash in rows:
         counts = term_counts(text)
         docs.append((source_name, item_id, owner, sum(counts.values()), content_hash))
         counted.append(counts)
-    avg = _average_lengths(conn, source_name, docs)
+    avg = _average_lengths(conn, source_name, docs, totals)
     terms = [
         (source_name, doc[1], doc[2], term, tf, impact(tf, doc[3], avg[doc[2]]))
         for doc, counts in zip(docs, counted, strict=True)
@@ -155,19 +176,24 @@ def stale_stat_owners(conn: psycopg.Connection, source_name: str) -> list[str]:
 def index_source(
     pool: ConnectionPool, source_name: str, *, full: bool = False, batch_size: int = 500, weights: bool = True
 ) -> KeywordResult:
-    """Index every stale row of one source (all rows when `full`), batch by batch, each committed."""
+    """Index every stale row of one source (all rows when `full`), batch by batch, each committed.
+
+    One connection streams the stale rows (a server-side cursor over one snapshot); another writes each
+    batch. Rows changed after the snapshot are indexed by their own write or the next pass."""
     result = KeywordResult(source=source_name)
-    sql = _stale_sql(source_name, full)
-    after = None
     owners: set[str] = set()
-    while True:
-        with pool.connection() as conn:
-            rows = conn.execute(sql, {"source": source_name, "after": after, "limit": batch_size}).fetchall()
-            if not rows:
-                break
-            after = rows[-1][0]
-            with conn.transaction():
-                result.terms += index_rows(conn, source_name, rows)
+    totals: Totals = {}
+    with (
+        pool.connection() as reader,
+        pool.connection() as writer,
+        reader.transaction(),
+        reader.cursor(name=f"keyword_stale_{source_name}") as cur,
+    ):
+        cur.itersize = batch_size
+        cur.execute(_stale_sql(source_name, full), {"source": source_name})
+        while rows := cur.fetchmany(batch_size):
+            with writer.transaction():
+                result.terms += index_rows(writer, source_name, rows, totals)
             result.indexed += len(rows)
             owners.update(r[1] for r in rows)
     with pool.connection() as conn, conn.transaction():
@@ -184,7 +210,6 @@ def index_source(
 def index_all(pool: ConnectionPool, *, full: bool = False) -> list[KeywordResult]:
     """Refresh the keyword table of every source."""
     return [index_source(pool, name, full=full) for name in INDEXED_NAMES]
-
 
 
 def keyword_staleness(conn: psycopg.Connection, source_name: str) -> dict[str, int]:
