@@ -262,21 +262,23 @@ def seed_build(pool, owner: str, qvec, budget: int = 800) -> str:
     return block
 
 
-def run_size(n: int, builds: int, probe: Probe, keep: str | None = None) -> dict:
+def run_size(n: int, builds: int, probe: Probe, keep: str | None = None, warmup: int = 10) -> dict:
     rng = random.Random(5)
     memories = n // 3
     tasks = (n - memories) // 2
     learnings = n - memories - tasks
     with scratch(keep=f"{keep}_{n}" if keep else None) as url:
         facts = loaded_facts(url, "context_latency")
-        if facts is None:
-            facts = _load(url, n, tasks, learnings, memories, rng)
+        if facts is None:  # the rows, then the keyword index: each recorded, so a stopped load resumes
+            facts = loaded_facts(url, "context_latency_rows") or _load(url, n, tasks, learnings, memories, rng)
+            record_loaded(url, "context_latency_rows", facts)
+            facts["keyword_index_seconds"] = _keyword_index(url, n)
             record_loaded(url, "context_latency", facts)
         else:
             log(f"[{n}] reusing the kept database {keep}_{n}")
         embedder = FakeEmbedder(384)
         pool = get_pool(url)
-        return _measure(url, pool, embedder, n, builds, probe, facts)
+        return _measure(url, pool, embedder, n, builds, probe, facts, warmup)
 
 
 def _load(url: str, n: int, tasks: int, learnings: int, memories: int, rng: random.Random) -> dict:
@@ -299,23 +301,26 @@ def _load(url: str, n: int, tasks: int, learnings: int, memories: int, rng: rand
                 (Jsonb({"error": sentence(rng)}), rng.random() * 30 * 3600),
             )
         conn.execute("ANALYZE")
+    return {"rows": {"tasks": tasks, "learnings": learnings, **conversations}, "loads": LOADS[-3:]}
+
+
+def _keyword_index(url: str, n: int) -> float:
+    """Build the keyword index of every loaded row; returns the seconds it took."""
     log(f"[{n}] keyword index")
+    pool = get_pool(url)
     t = time.perf_counter()
     for source in ("task", "learning", "fragment"):  # BM25 reads tf and df; the TF-IDF weights are for tags
         index_source(pool, source, weights=False)
-    keyword_seconds = time.perf_counter() - t
+    seconds = time.perf_counter() - t
     with pool.connection() as conn:  # the steady state: autovacuum has seen the 1M+ keyword rows
         conn.autocommit = True
         conn.execute("VACUUM ANALYZE keywords, keyword_docs, keyword_stats, keyword_df")
         conn.autocommit = False
-    return {
-        "rows": {"tasks": tasks, "learnings": learnings, **conversations},
-        "loads": LOADS[-3:],
-        "keyword_index_seconds": round(keyword_seconds, 1),
-    }
+    log(f"[{n}] keyword index in {seconds:.0f} s")
+    return round(seconds, 1)
 
 
-def _measure(url: str, pool, embedder, n: int, builds: int, probe: Probe, facts: dict) -> dict:
+def _measure(url: str, pool, embedder, n: int, builds: int, probe: Probe, facts: dict, warmup: int) -> dict:
     """`builds` context builds against the loaded database, and the seed builder on the same queries."""
     queries = make_queries(random.Random(6), builds)  # the same queries whether loaded now or kept
     kinds = {
@@ -324,7 +329,7 @@ def _measure(url: str, pool, embedder, n: int, builds: int, probe: Probe, facts:
     }
     warm_up()  # as `serve` and `mcp` do at start
     load_before = machine()
-    for q, v in queries[:10]:  # warm-up
+    for q, v in make_queries(random.Random(7), warmup):  # other queries than the measured ones
         build_memory_context(pool, embedder, "owner", q, query_vector=v)
         seed_build(pool, "owner", v)
     probe.records, probe.plans = [], Counter()
@@ -336,6 +341,7 @@ def _measure(url: str, pool, embedder, n: int, builds: int, probe: Probe, facts:
         result = build_memory_context(pool, embedder, "owner", q, query_vector=v)
         ours.append((time.perf_counter() - t) * 1000)
         probe.done(result)
+        probe.records[-1].update(total_ms=ours[-1], chinese=has_cjk(q), long=focus(q).long)
         parts.append(result.timings_ms)
         t = time.perf_counter()
         seed_build(pool, "owner", v)
@@ -344,7 +350,7 @@ def _measure(url: str, pool, embedder, n: int, builds: int, probe: Probe, facts:
     steps = ("retrieve", "score_mmr_budget", "log")
     return {
         "rows": facts["rows"],
-        "queries": {"total": builds, **kinds},
+        "queries": {"total": builds, **kinds, "warmup_builds": warmup},
         "loads": facts["loads"],
         "keyword_index_seconds": facts["keyword_index_seconds"],
         "database_size": database_size(url),
@@ -356,6 +362,7 @@ def _measure(url: str, pool, embedder, n: int, builds: int, probe: Probe, facts:
         "retrieval": probe.summary(),
         "seed_baseline": base_p,
         "p99_ratio_baseline_over_project": round(base_p["p99_ms"] / ours_p["p99_ms"], 3),
+        "slowest_builds": sorted(probe.records, key=lambda r: -r["total_ms"])[:5],
     }
 
 
@@ -378,11 +385,14 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--builds", type=int, default=200)
     parser.add_argument(
+        "--warmup", type=int, default=10, help="unmeasured builds first, on other queries (the steady state)"
+    )
+    parser.add_argument(
         "--keep", metavar="NAME", help="keep the loaded database as NAME_<size> and reuse it on the next run"
     )
     args = parser.parse_args()
     probe = Probe()
-    sizes = {str(n): run_size(n, args.builds, probe, args.keep) for n in args.sizes}
+    sizes = {str(n): run_size(n, args.builds, probe, args.keep, args.warmup) for n in args.sizes}
     for n, r in sizes.items():
         log(f"{n}: {r}")
     emit(

@@ -112,3 +112,24 @@ def test_a_full_pass_in_small_batches_stores_impacts_from_each_owners_exact_aver
     assert len(postings) > 20
     for owner, tf, doc_len, stored in postings:
         assert abs(stored - impact(tf, doc_len, float(averages[owner]))) < 1e-6, (owner, tf, doc_len)
+
+
+def test_a_single_write_reads_the_owners_stored_statistics_not_every_document(pool):
+    from memory_pipelines.index.keywords import impact, index_rows
+
+    with pool.connection() as conn:
+        for i in range(4):
+            add_task(conn, "alice", f"task {i} about deployment", "rollout step " * (i + 1))
+        new_id = add_task(conn, "alice", "one more", "")
+    index_source(pool, "task")
+    with pool.connection() as conn:
+        # stand-in for statistics refreshed long ago: the write must read them, not sum alice's documents
+        n, total = conn.execute(
+            "UPDATE keyword_stats SET total_len = total_len * 10 WHERE owner_id = 'alice' AND source = 'task'"
+            " RETURNING n, total_len"
+        ).fetchone()
+        index_rows(conn, "task", [(new_id, "alice", "alpha beta beta", "h")])
+        stored = conn.execute(
+            "SELECT impact FROM keywords WHERE source = 'task' AND item_id = %s AND keyword = 'beta'", (new_id,)
+        ).fetchone()[0]
+    assert abs(stored - impact(2, 3, (total + 3) / (n + 1))) < 1e-6

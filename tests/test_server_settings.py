@@ -16,10 +16,11 @@ from memory_pipelines.text import keywords
 GIB = 1 << 30
 
 
-def test_shared_buffers_are_an_eighth_of_memory_between_128_mb_and_1_gb():
-    assert embedded_config(512 << 20)["shared_buffers"] == "128MB"
-    assert embedded_config(4 * GIB)["shared_buffers"] == "512MB"
-    assert embedded_config(64 * GIB)["shared_buffers"] == "1024MB"
+def test_shared_buffers_are_a_quarter_of_memory_between_128_mb_and_8_gb():
+    assert embedded_config(256 << 20)["shared_buffers"] == "128MB"
+    assert embedded_config(4 * GIB)["shared_buffers"] == "1024MB"
+    assert embedded_config(24 * GIB)["shared_buffers"] == "6144MB"
+    assert embedded_config(64 * GIB)["shared_buffers"] == "8192MB"
     assert embedded_config(GIB)["jit"] == "off"
 
 

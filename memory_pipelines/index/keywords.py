@@ -54,9 +54,19 @@ def _average_lengths(
 ) -> dict[str, float]:
     """Average document length per owner: the indexed documents plus this batch. With `totals` (kept by a
     bulk pass across its batches, already net of the documents this batch replaced) an owner's indexed
-    documents are summed once, not once a batch."""
+    documents are summed once, not once a batch. Without (an ingest's few rows) the owner's stored
+    statistics stand for its indexed documents, as of their last refresh: summing them would read every
+    document of a large owner on every write; they are counted only for an owner with no statistics yet."""
+    bulk = totals is not None
     totals = {} if totals is None else totals
     missing = sorted({d[2] for d in docs} - totals.keys())
+    if missing and not bulk:
+        rows = conn.execute(
+            "SELECT owner_id, total_len, n FROM keyword_stats WHERE source = %s AND owner_id = ANY(%s) AND n > 0",
+            (source_name, missing),
+        ).fetchall()
+        totals.update({owner: [float(total), int(n)] for owner, total, n in rows})
+        missing = [o for o in missing if o not in totals]
     if missing:
         rows = conn.execute(
             "SELECT owner_id, sum(doc_len), count(*) FROM keyword_docs WHERE source = %s AND owner_id = ANY(%s)"

@@ -79,13 +79,15 @@ EMBEDDED_CONFIG_FILE = "memory_pipelines.conf"
 
 
 def embedded_config(total_memory: int | None = None) -> dict[str, str]:
-    """Settings of the embedded server: shared_buffers an eighth of the machine's memory, from 128 MB up
-    to 1 GB (PostgreSQL's 128 MB default holds little of a 100k-row vector index and its keyword postings;
-    the rest is read through the OS cache page by page), and JIT off (compiling a plan costs more than it
-    saves on queries of a few milliseconds)."""
+    """Settings of the embedded server: shared_buffers a quarter of the machine's memory (PostgreSQL's own
+    starting advice), from 128 MB up to 8 GB, and JIT off (compiling a plan costs more than it saves on
+    queries of a few milliseconds). A context build reads thousands of index pages (HNSW graphs, keyword
+    postings); at 1M memories they are 4+ GB, and a page outside shared_buffers comes from the OS cache,
+    or from disk where the OS keeps little cache (as on the machine the benches ran on). Buffers take
+    memory as they are used, not at start."""
     if total_memory is None:
         total_memory = psutil.virtual_memory().total
-    mb = max(128, min(1024, total_memory // (8 << 20)))
+    mb = max(128, min(8192, total_memory // (4 << 20)))
     return {"shared_buffers": f"{mb}MB", "jit": "off"}
 
 
