@@ -14,8 +14,21 @@ import argparse
 import random
 import time
 
-from _common import LOADS, database_size, emit, load_tasks, log, machine, note, scratch, topic_vector
+from _common import (
+    LOADS,
+    database_size,
+    emit,
+    load_tasks,
+    loaded_facts,
+    log,
+    machine,
+    note,
+    record_loaded,
+    scratch,
+    topic_vector,
+)
 
+from memory_pipelines.embeddings import FakeEmbedder
 from memory_pipelines.infra.db import get_pool
 from memory_pipelines.retrieval.search import PLANS, SearchFilters, search
 
@@ -70,15 +83,23 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=50)
+    parser.add_argument(
+        "--keep", metavar="NAME", help="keep the loaded database as NAME_<rows> and reuse it on the next run"
+    )
     args = parser.parse_args()
     n = args.rows
     split = [("s10", n // 10), ("s1", n // 100), ("s01", n // 1000)]
     split.append(("rest", n - sum(c for _, c in split)))
     rng = random.Random(11)
-    with scratch() as url:
-        log(f"loading {n} learnings of one owner (selectivity 100 %) and {n} tasks of four owners")
-        embedder = load_tasks(url, n, [("all", n)], seed=3, table="learnings")
-        load_tasks(url, n, split, seed=4, table="tasks")
+    with scratch(keep=f"{args.keep}_{n}" if args.keep else None) as url:
+        loads = loaded_facts(url, "filtered_recall")
+        if loads is None:
+            log(f"loading {n} learnings of one owner (selectivity 100 %) and {n} tasks of four owners")
+            load_tasks(url, n, [("all", n)], seed=3, table="learnings")
+            load_tasks(url, n, split, seed=4, table="tasks")
+            loads = {"loads": LOADS[-2:]}
+            record_loaded(url, "filtered_recall", loads)
+        embedder = FakeEmbedder(384)
         pool = get_pool(url)
         size = database_size(url)
         busy_before = machine()
@@ -98,7 +119,7 @@ def main() -> None:
         {
             "benchmark": "filtered_recall",
             "rows": n,
-            "loads": LOADS,
+            "loads": loads["loads"],
             "database_size": size,
             "machine_before": busy_before,
             "machine_after": machine(),
