@@ -281,18 +281,14 @@ def load_tasks(url: str, n: int, owners: list[tuple[str, int]], seed: int = 7, t
         conn.execute(f"VACUUM ANALYZE {table}")  # the steady state: visibility map set, statistics fresh
         conn.autocommit = False
         log(f"  {n} rows: COPY + hash in {loaded - started:.0f} s, HNSW index in {built - loaded:.0f} s")
-    LOADS.append(
-        {
-            "table": table,
-            "rows": n,
-            "copy_seconds": round(loaded - started, 1),
-            "index_build_seconds": round(built - loaded, 1),
-        }
-    )
+    LOADS.append({"table": table, "rows": n, "copy_seconds": round(loaded - started, 1),
+                  "index_build_seconds": round(built - loaded, 1)})
     return embedder
 
 
-def load_conversations(url: str, n: int, owner: str, seed: int = 3, turns: int = 20, project: str = "bench") -> dict:
+def load_conversations(
+    url: str, n: int, owner: str, seed: int = 3, turns: int = 20, project: str = "bench"
+) -> dict:
     """COPY n synthetic conversational memories into `memories` and their fragments, as ingest writes them.
 
     Sessions of `turns` turns (the last one shorter), two speakers alternating, each session on one topic
@@ -305,8 +301,6 @@ def load_conversations(url: str, n: int, owner: str, seed: int = 3, turns: int =
     `content_hash` (md5 of its indexed text, set by the trigger). The two HNSW indexes are dropped for the
     load and built afterwards. Timings go to LOADS; returns the counts.
     """
-    from psycopg.types.json import Jsonb
-
     from memory_pipelines.store.memories import CONTEXT_CHARS, content_hash, fragment_id, fragment_rows
     from memory_pipelines.store.projects import ensure_project
     from memory_pipelines.text.chunks import chunk_text
@@ -317,10 +311,8 @@ def load_conversations(url: str, n: int, owner: str, seed: int = 3, turns: int =
     model = FakeEmbedder(384).model_name
     pool = get_pool(url)
     now = dt.datetime.now(dt.UTC)
-    indexes = {
-        "fragments_embedding_hnsw": ("fragments", "embedding"),
-        "memories_avg_embedding_hnsw": ("memories", "avg_embedding"),
-    }
+    indexes = {"fragments_embedding_hnsw": ("fragments", "embedding"),
+               "memories_avg_embedding_hnsw": ("memories", "avg_embedding")}
     started = time.perf_counter()
     fragments: list[tuple] = []
     sessions = 0
@@ -337,31 +329,9 @@ def load_conversations(url: str, n: int, owner: str, seed: int = 3, turns: int =
                 " FROM STDIN WITH (FORMAT BINARY)"
             ) as copy,
         ):
-            copy.set_types(
-                [
-                    "text",
-                    "text",
-                    "uuid",
-                    "text",
-                    "text",
-                    "text",
-                    "int8",
-                    "text",
-                    "text",
-                    "jsonb",
-                    "int4",
-                    "text",
-                    "timestamptz",
-                    "timestamptz",
-                    "vector",
-                    "text",
-                    "text",
-                    "timestamptz",
-                    "text",
-                    "int8",
-                    "text",
-                ]
-            )
+            copy.set_types(["text", "text", "uuid", "text", "text", "text", "int8", "text", "text", "jsonb",
+                            "int4", "text", "timestamptz", "timestamptz", "vector", "text", "text",
+                            "timestamptz", "text", "int8", "text"])
             turn = 0
             while turn < n:
                 sessions += 1
@@ -380,49 +350,19 @@ def load_conversations(url: str, n: int, owner: str, seed: int = 3, turns: int =
                         context = f"{previous[0]}: " + " ".join(previous[1].split())[:CONTEXT_CHARS]
                     memory_id = f"mem_{rng.getrandbits(80):020x}"
                     chunks = chunk_text(content)
-                    copy.write_row(
-                        (
-                            memory_id,
-                            owner,
-                            project_id,
-                            "insight",
-                            content,
-                            content_hash(content),
-                            int(created.timestamp()),
-                            speaker,
-                            extractive_summary(content),
-                            Jsonb(extract_tags(content)),
-                            len(chunks),
-                            "done",
-                            created,
-                            created,
-                            vec,
-                            model,
-                            content_hash(content),
-                            now,
-                            session,
-                            turn,
-                            context,
-                        )
-                    )
+                    copy.write_row((
+                        memory_id, owner, project_id, "insight", content, content_hash(content),
+                        int(created.timestamp()), speaker, extractive_summary(content),
+                        Jsonb(extract_tags(content)), len(chunks), "done", created, created, vec, model,
+                        content_hash(content), now, session, turn, context,
+                    ))
                     for chunk_index, chunk, ctx in fragment_rows(chunks, context):
                         v = vec
                         if ctx:
                             v = previous[2] + vec
                             v = v / np.linalg.norm(v)
-                        fragments.append(
-                            (
-                                fragment_id(memory_id, ctx, chunk_index),
-                                memory_id,
-                                owner,
-                                chunk_index,
-                                chunk,
-                                created,
-                                ctx,
-                                v,
-                                model,
-                            )
-                        )
+                        fragments.append((fragment_id(memory_id, ctx, chunk_index), memory_id, owner, chunk_index,
+                                          chunk, created, ctx, v, model))
                     previous = (speaker, content, vec)
         conn.execute("SELECT setval('memory_turns', %s)", (max(turn, 1),))
         with (
@@ -453,19 +393,10 @@ def load_conversations(url: str, n: int, owner: str, seed: int = 3, turns: int =
         conn.execute("VACUUM ANALYZE fragments")
         conn.autocommit = False
         with_context = sum(1 for f in fragments if f[6])
-        log(
-            f"  {n} memories in {sessions} sessions, {len(fragments)} fragments ({with_context} with context):"
-            f" COPY + hash in {loaded - started:.0f} s, HNSW indexes in {built - loaded:.0f} s"
-        )
-    LOADS.append(
-        {
-            "table": "memories+fragments",
-            "rows": n,
-            "fragments": len(fragments),
-            "copy_seconds": round(loaded - started, 1),
-            "index_build_seconds": round(built - loaded, 1),
-        }
-    )
+        log(f"  {n} memories in {sessions} sessions, {len(fragments)} fragments ({with_context} with context):"
+            f" COPY + hash in {loaded - started:.0f} s, HNSW indexes in {built - loaded:.0f} s")
+    LOADS.append({"table": "memories+fragments", "rows": n, "fragments": len(fragments),
+                  "copy_seconds": round(loaded - started, 1), "index_build_seconds": round(built - loaded, 1)})
     return {"memories": n, "sessions": sessions, "fragments": len(fragments), "context_fragments": with_context}
 
 

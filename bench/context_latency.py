@@ -276,9 +276,7 @@ def run_size(n: int, builds: int, probe: Probe, keep: str | None = None, warmup:
             record_loaded(url, "context_latency", facts)
         else:
             log(f"[{n}] reusing the kept database {keep}_{n}")
-        embedder = FakeEmbedder(384)
-        pool = get_pool(url)
-        return _measure(url, pool, embedder, n, builds, probe, facts, warmup)
+        return _measure(url, n, builds, probe, facts, warmup)
 
 
 def _load(url: str, n: int, tasks: int, learnings: int, memories: int, rng: random.Random) -> dict:
@@ -320,8 +318,9 @@ def _keyword_index(url: str, n: int) -> float:
     return round(seconds, 1)
 
 
-def _measure(url: str, pool, embedder, n: int, builds: int, probe: Probe, facts: dict, warmup: int) -> dict:
+def _measure(url: str, n: int, builds: int, probe: Probe, facts: dict, warmup: int) -> dict:
     """`builds` context builds against the loaded database, and the seed builder on the same queries."""
+    pool, embedder = get_pool(url), FakeEmbedder(384)  # the embedder the load used (queries carry vectors)
     queries = make_queries(random.Random(6), builds)  # the same queries whether loaded now or kept
     kinds = {
         "chinese": sum(has_cjk(q) for q, _ in queries),

@@ -91,10 +91,11 @@ def index_rows(
         "DELETE FROM keyword_docs WHERE source = %s AND item_id = ANY(%s) RETURNING owner_id, doc_len",
         (source_name, ids),
     ).fetchall()
-    for owner, doc_len in replaced if totals is not None else ():
-        if owner in totals:
-            totals[owner][0] -= doc_len
-            totals[owner][1] -= 1
+    if totals is not None:  # a bulk pass's running totals still count the documents just replaced
+        for owner, doc_len in replaced:
+            if owner in totals:
+                totals[owner][0] -= doc_len
+                totals[owner][1] -= 1
     docs, counted = [], []
     for item_id, owner, text, content_hash in rows:
         counts = term_counts(text)
