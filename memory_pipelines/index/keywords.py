@@ -26,14 +26,15 @@ class KeywordResult:
 
 
 def _stale_sql(source_name: str, full: bool) -> str:
-    """Every active row of one source whose keywords are missing or older than its content (all when `full`):
-    one pass with a hash join, read through a cursor (paging by id would sort the table once a page)."""
+    """Every active row of one source whose keywords are missing or older than its content (all when `full`),
+    in id order: one query read through a cursor, sorted once (paging by id sorted the table once a page).
+    The order makes a pass repeatable: a batch's impacts read the lengths of the batches before it."""
     source = INDEXED[source_name]
     stale = "" if full else " AND kd.content_hash IS DISTINCT FROM t.content_hash"
     return (
         f"SELECT t.id::text, t.owner_id, {source.text_sql}, t.content_hash FROM {source.from_sql}"
         f" LEFT JOIN keyword_docs kd ON kd.source = %(source)s AND kd.item_id = t.id::text"
-        f" WHERE {source.active_sql}{stale}"
+        f" WHERE {source.active_sql}{stale} ORDER BY t.id::text"
     )
 
 
