@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import json
+import os
 import random
 import statistics
 import sys
@@ -12,6 +13,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 from psycopg import sql
@@ -167,16 +169,39 @@ def sentence(rng: random.Random) -> str:
     return note(rng)[0]
 
 
-# Dense vectors with the geometry of real embeddings: each topic has a centre, each item is its topic's
-# centre plus Gaussian noise (cosine ≈ 0.7 to the centre), normalised. A bag-of-words hash would give
-# sparse, nearly orthogonal vectors, a far harder and less realistic case for an HNSW index.
-_CENTRES = np.random.default_rng(7).standard_normal((len(_TOPICS), 384)).astype(np.float32)
-_CENTRES /= np.linalg.norm(_CENTRES, axis=1, keepdims=True)
+# Dense vectors with the geometry of the bundled model's embeddings (`fit_geometry.py`): topic centres drawn
+# from the between-topic spread of the development sets' real embeddings, items from the within-topic spread,
+# normalised. BENCH_GEOMETRY=isotropic gives the earlier generator instead (each item its random topic centre
+# plus isotropic Gaussian noise, cosine ~0.7 to the centre): nearest neighbours barely nearer than the rest,
+# which no real text model produces and which is the hardest case for an HNSW graph.
+GEOMETRY = os.environ.get("BENCH_GEOMETRY", "e5")
+if GEOMETRY not in ("e5", "isotropic"):
+    raise SystemExit(f"BENCH_GEOMETRY must be e5 or isotropic, not {GEOMETRY!r}")
+_FIT = {k: v.astype(np.float32) for k, v in np.load(Path(__file__).parent / "data" / "e5_geometry.npz").items()}
+
+
+def _spread(rng: np.random.Generator, name: str) -> np.ndarray:
+    basis, std, tail = _FIT[f"{name}_basis"], _FIT[f"{name}_std"], _FIT[f"{name}_tail"][0]
+    return (rng.standard_normal(len(std)).astype(np.float32) * std) @ basis + tail * rng.standard_normal(
+        basis.shape[1]
+    ).astype(np.float32)
+
+
+if GEOMETRY == "e5":
+    _centre_rng = np.random.default_rng(7)
+    _CENTRES = np.array([_FIT["mean"] + _spread(_centre_rng, "between") for _ in _TOPICS], dtype=np.float32)
+else:
+    _CENTRES = np.random.default_rng(7).standard_normal((len(_TOPICS), 384)).astype(np.float32)
+    _CENTRES /= np.linalg.norm(_CENTRES, axis=1, keepdims=True)
 
 
 def topic_vector(topic: int, rng: random.Random) -> np.ndarray:
-    noise = np.random.default_rng(rng.getrandbits(32)).standard_normal(384).astype(np.float32) / np.sqrt(384)
-    v = _CENTRES[topic] + noise
+    """A unit vector of the topic, drawn with `rng`'s next 32 bits."""
+    draw = np.random.default_rng(rng.getrandbits(32))
+    if GEOMETRY == "e5":
+        v = _CENTRES[topic] + _spread(draw, "within")
+    else:
+        v = _CENTRES[topic] + draw.standard_normal(384).astype(np.float32) / np.sqrt(384)
     return v / np.linalg.norm(v)
 
 

@@ -137,3 +137,15 @@ def test_index_scan_falls_back_to_exact_when_statistics_overstate_the_owner(pool
     assert all(h.score == pytest.approx(1 - distance[h.id], abs=1e-5) for h in hits)
     assert _recall(hits, exact, 10) >= 0.9
     assert _recall(hits, exact, 25) >= 0.9
+
+
+def test_the_hnsw_candidate_list_grows_with_the_graph_and_with_the_filter():
+    """ef_search: 200 for ten results from up to 100k rows, doubled per tenfold of the table; a filter
+    passing a tenth of the rows multiplies it by ten; never beyond pgvector's maximum of 1,000."""
+    ef = search_module.hnsw_ef
+    assert ef(10, 1.0, 50_000) == ef(10, 1.0, 100_000) == 200
+    assert ef(10, 1.0, 1_000_000) == 400
+    assert ef(150, 1.0, 1_000_000) == 600  # a deep list for the hybrid channels: 4 per result
+    assert ef(10, 0.5, 100_000) == 400
+    assert ef(10, 0.1, 1_000_000) == 1000
+    assert ef(10, 0.0, 10) == 1000

@@ -9,6 +9,7 @@ HNSW index with a wider candidate list — or pgvector 0.8's iterative scan — 
 from __future__ import annotations
 
 import logging
+import math
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -41,13 +42,19 @@ report how often an index scan came back short and was answered exactly."""
 # [0, 1] before fusion. Chosen on the LoCoMo dev folder (README, "Retrieval quality: what each step did").
 HYBRID_MIN_DEPTH, HYBRID_MAX_DEPTH = 50, 200
 KEYWORD_SATURATION = 10.0
-# At or below this many filtered rows, scan exactly: an exact scan costs ~6 µs a row here (5,000 rows: 32 ms
-# against 4 ms for the index), so above it the HNSW index with a selectivity-scaled ef_search is used.
-EXACT_SCAN_MAX_ROWS = 2_000
-# HNSW candidate list: pgvector's default ef_search (40) found 95 % of the exact top 10 at 100k rows in
-# bench/filtered_recall.py; 200 found 99.4 %.
+# At or below this many filtered rows, scan exactly. Measured on PostgreSQL 18 with the rows in shared
+# buffers, an exact scan costs ~2 µs a row (a 10,000-row owner in a 1M-row table: 17 ms), while an index
+# scan that must find 10 of that owner's rows in the whole graph needs the largest candidate list and took
+# 28-38 ms there for recall@10 0.91 (bench/filtered_recall.py, README "Filtered search at one million").
+EXACT_SCAN_MAX_ROWS = 10_000
+# HNSW candidate list (ef_search) for an unfiltered search: pgvector's default (40) found 95 % of the exact
+# top 10 at 100k rows; 200 found 99.2 %. A larger graph needs more for the same recall (1M rows: 0.97 at 200,
+# 0.993 at 400), so the floor doubles for every tenfold of the table above 100k rows. A filter passing a
+# fraction s of the rows divides what the list yields by s, so the list is divided by s too, up to
+# pgvector's maximum.
 HNSW_MIN_EF, HNSW_MAX_EF = 200, 1000
-HNSW_EF_PER_RESULT = 4  # candidates read per wanted result, divided by the filter's selectivity
+HNSW_EF_BASE_ROWS = 100_000
+HNSW_EF_PER_RESULT = 4  # candidates read per wanted result, before the division by selectivity
 BM25_K1, BM25_B = 1.2, 0.75
 
 
@@ -149,6 +156,15 @@ def _estimate_rows(conn: psycopg.Connection, table: str, clauses: list[str], par
     return float(plan.fetchone()[0][0]["Plan"]["Plan Rows"])
 
 
+def hnsw_ef(k: int, selectivity: float, table_rows: float) -> int:
+    """ef_search for `k` results from an HNSW graph of `table_rows` rows under a filter passing `selectivity`
+    of them: the unfiltered list (the size-scaled floor, or HNSW_EF_PER_RESULT per result) divided by the
+    selectivity, within pgvector's maximum."""
+    floor = HNSW_MIN_EF * 2 ** max(0.0, math.log10(max(table_rows, 1.0) / HNSW_EF_BASE_ROWS))
+    unfiltered = max(floor, HNSW_EF_PER_RESULT * k)
+    return int(min(HNSW_MAX_EF, unfiltered / max(selectivity, 1e-9)))
+
+
 def _plan_vector_scan(
     conn: psycopg.Connection, source: str, clauses: list[str], params: dict, k: int, f: SearchFilters
 ) -> str:
@@ -178,7 +194,7 @@ def _plan_vector_scan(
     estimate = max(float(cap + 1), _estimate_rows(conn, joined, clauses, params))
     total = conn.execute("SELECT greatest(reltuples, 1) FROM pg_class WHERE relname = %s", (table,)).fetchone()
     selectivity = min(1.0, estimate / max(float(total[0]) if total else estimate, 1.0))
-    ef = int(min(HNSW_MAX_EF, max(HNSW_MIN_EF, 2 * k, HNSW_EF_PER_RESULT * k / selectivity)))
+    ef = hnsw_ef(k, selectivity, float(total[0]) if total else estimate)
     conn.execute(f"SET LOCAL hnsw.ef_search = {ef}")
     if pgvector_version(conn) >= (0, 8):
         conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
