@@ -102,6 +102,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=50)
     parser.add_argument(
+        "--warmup", type=int, default=0, help="searches (other queries) at each selectivity before measuring"
+    )
+    parser.add_argument(
         "--keep", metavar="NAME", help="keep the loaded database as NAME_<rows> and reuse it on the next run"
     )
     args = parser.parse_args()
@@ -129,6 +132,10 @@ def main() -> None:
             ("1%", "tasks", "task", "s1"),
             ("0.1%", "tasks", "task", "s01"),
         ]:
+            warm = random.Random(7)
+            for _ in range(args.warmup):
+                search(pool, embedder, owner, "q", mode="semantic", filters=SearchFilters(sources=(source,)),
+                       limit=10, query_vector=topic_vector(note(warm)[1], warm))
             PLANS.clear()
             results[label] = measure(pool, embedder, table, source, owner, queries)
             results[label]["plans"] = dict(PLANS)  # how each vector scan ran; exact-fallback: came back short
@@ -142,6 +149,7 @@ def main() -> None:
             "machine_before": busy_before,
             "machine_after": machine(),
             "queries": args.queries,
+            "warmup_searches": args.warmup,
             "selectivity": results,
             "min_recall": min(r["recall_at_10"] for r in results.values()),
             "min_baseline_recall": min(r["baseline_recall_at_10"] for r in results.values()),

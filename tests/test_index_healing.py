@@ -12,7 +12,7 @@ import time
 import psycopg
 import pytest
 
-from memory_pipelines.infra.migrate import index_exists, missing_vector_indexes
+from memory_pipelines.infra.migrate import index_build_memory_mb, index_exists, missing_vector_indexes
 
 CLI = [sys.executable, "-m", "memory_pipelines.surfaces.cli"]
 INDEX = "tasks_embedding_hnsw"
@@ -89,3 +89,12 @@ def test_migrate_restores_a_missing_index_and_a_surface_start_only_warns(db_url,
     assert f"restored {INDEX}" in migrated.stdout
     with psycopg.connect(db_url, autocommit=True) as conn:
         assert missing_vector_indexes(conn) == []
+
+
+def test_the_index_build_memory_holds_the_whole_graph_within_a_quarter_of_memory():
+    """512 MB for small tables; at 1M rows of 384 dimensions about 2.6 GB; never above a quarter of RAM."""
+    gib = 1 << 30
+    assert index_build_memory_mb(1_000, 384, 24 * gib) == 512
+    assert 2_400 <= index_build_memory_mb(1_000_000, 384, 24 * gib) <= 2_800
+    assert index_build_memory_mb(1_000_000, 1536, 24 * gib) > index_build_memory_mb(1_000_000, 384, 24 * gib)
+    assert index_build_memory_mb(10_000_000, 384, 8 * gib) == 2048
