@@ -31,6 +31,7 @@ from ..text.keywords import has_cjk, jaccard
 from ..vocabulary import CONTENT_TYPES, RANKED_SOURCES, SEARCH_MODES, SEARCH_SOURCES, SOURCES
 from .fusion import FUSIONS, SEMANTIC_WEIGHT, rescored
 from .neighbours import NEIGHBOUR_TOP, lifted, neighbour_rows, other_party
+from .speakers import boosted, named_speaker, without_speaker
 
 log = logging.getLogger(__name__)
 
@@ -486,11 +487,14 @@ def search(
     fusion: str = "evidence",
     query_vector: np.ndarray | None = None,
     neighbours: bool = True,
+    speakers: bool = True,
 ) -> SearchResult:
     """Search one owner's memory. Never raises on a provider outage: the result says it degraded.
 
     Hybrid search fuses the channels (`fusion`, retrieval/fusion.py) and, with `neighbours`, lifts the
-    neighbouring turns of its top conversational hits (retrieval/neighbours.py)."""
+    neighbouring turns of its top conversational hits (retrieval/neighbours.py). With `speakers`, a question
+    that names one of the candidates' speakers is embedded without the name and prefers that speaker's turns
+    (retrieval/speakers.py)."""
     _validate(query, mode, limit, min_score)
     if fusion not in FUSIONS:
         raise ValidationError("fusion", f"must be one of {sorted(FUSIONS)}")
@@ -508,6 +512,19 @@ def search(
             kw = keyword_hits(conn, owner, query, f, depth) if want_kw else []
     if kw_future is not None:
         kw = kw_future.result()  # the keyword channel ran on its own connection, beside the semantic one
+    speaker = None
+    if mode == "hybrid" and speakers and qvec is not None:
+        speaker = named_speaker(query, {h.extra.get("speaker") for h in sem + kw if h.source == "memory"})
+        stripped = without_speaker(query, speaker) if speaker else query
+        if stripped != query:
+            try:
+                svec = embedder.embed_query(focus(stripped).embed_text)
+            except EmbeddingError:  # a provider outage must not break search: keep the question's own vector
+                log.warning("embedding the question without the speaker's name failed", exc_info=True)
+            else:
+                qvec = svec
+                with pool.connection() as conn:
+                    sem = semantic_hits(conn, owner, qvec, embedder.model_name, f, depth)
     if mode == "semantic" and qvec is not None:
         ranked = sem  # raw cosine similarity, as the progressive-search and advanced-search specs report it
     elif mode == "keyword" or qvec is None:
@@ -518,6 +535,8 @@ def search(
         ranked = FUSIONS[fusion](calibrate_semantic(sem, embedder, query), calibrate_keyword(kw))
         if neighbours and "memory" in f.sources:
             ranked = _lift_neighbours(pool, embedder, owner, query, qvec, f, ranked)
+        if speaker:
+            ranked = boosted(ranked, speaker)
     if min_score is not None:
         ranked = [h for h in ranked if h.score >= min_score]
     return SearchResult(

@@ -1,0 +1,88 @@
+"""A question that names one of the conversation's speakers (retrieval/speakers.py): the semantic channel embeds
+it without the name, and the named speaker's turns score SPEAKER_BOOST more, as a preference, not a filter."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from memory_pipelines.retrieval.search import search
+from memory_pipelines.retrieval.speakers import SPEAKER_BOOST, boosted, named_speaker, without_speaker
+from memory_pipelines.store.ingest import ingest_memory
+
+
+def test_named_speaker_needs_exactly_one_of_several_speakers():
+    speakers = {"Nate", "Joanna", None}
+    assert named_speaker("What video games does Nate play?", speakers) == "Nate"
+    assert named_speaker("What is Joanna's favourite movie?", speakers) == "Joanna"
+    assert named_speaker("Did Nate and Joanna both go hiking?", speakers) is None  # several named
+    assert named_speaker("What games are popular?", speakers) is None
+    assert named_speaker("Which games does Natel play?", speakers) is None  # whole words only
+    assert named_speaker("what does nate play?", speakers) is None  # a name as written
+    # One speaker (MemoryBank: every memory is "User"): the speaker tells no candidate apart.
+    assert named_speaker("What did the User say about User settings?", {"User"}) is None
+
+
+def test_without_speaker_takes_out_the_name_and_its_possessive():
+    assert without_speaker("What video games does Nate play?", "Nate") == "What video games does play?"
+    assert without_speaker("What is Caroline's identity?", "Caroline") == "What is identity?"
+    assert without_speaker("What is Caroline’s job?", "Caroline") == "What is job?"
+    assert without_speaker("Caroline?", "Caroline") == "Caroline?"  # nothing else left: the question as is
+
+
+@dataclass
+class H:
+    id: str
+    score: float
+    source: str = "memory"
+    extra: dict = field(default_factory=dict)
+
+
+def test_boosted_prefers_the_named_speaker_without_filtering():
+    ranked = [H("other-strong", 0.60, extra={"speaker": "Tim"}), H("own", 0.50, extra={"speaker": "John"}),
+              H("other-weak", 0.45, extra={"speaker": "Tim"}), H("task", 0.44, source="task")]
+    out = boosted(ranked, "John")
+    assert [h.id for h in out] == ["other-strong", "own", "other-weak", "task"]  # a clear margin stands
+    assert out[1].score == pytest.approx(0.50 * (1 + SPEAKER_BOOST))
+    close = boosted([H("other", 0.52, extra={"speaker": "Tim"}), H("own", 0.50, extra={"speaker": "John"})],
+                    "John")
+    assert [h.id for h in close] == ["own", "other"]  # a close call goes to the named speaker
+    assert ranked[1].score == 0.50  # pure
+
+
+class SpyEmbedder:
+    """The fake embedder, recording the query texts it embeds."""
+
+    def __init__(self, inner):
+        self.inner, self.queries = inner, []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def embed_query(self, text):
+        self.queries.append(text)
+        return self.inner.embed_query(text)
+
+
+def test_hybrid_search_embeds_the_question_without_the_named_speaker(pool, fake_embedder):
+    def turn(text, speaker):
+        return ingest_memory(pool, fake_embedder, None, "alice", content=text, content_type="insight",
+                             speaker=speaker, session="s1", ts=1_700_000_000, project_name="chat",
+                             conflict_threshold=0.999).id
+
+    own = turn("I play chess online every evening with my cousin.", "Nate")
+    other = turn("Nate, do you still play chess with your cousin?", "Joanna")
+    spy = SpyEmbedder(fake_embedder)
+    query = "Which games does Nate play?"
+    with_speakers = search(pool, spy, "alice", query, limit=5).hits
+    assert spy.queries == [query, "Which games does play?"]
+    spy.queries.clear()
+    without = search(pool, spy, "alice", query, limit=5, speakers=False).hits
+    assert spy.queries == [query]
+    score, base = {h.id: h.score for h in with_speakers}, {h.id: h.score for h in without}
+    assert {own, other} <= score.keys() and {own, other} <= base.keys()
+    # Nate's own turn is preferred; the other party's keeps its rank among the rest, and is still found.
+    assert score[own] / score[other] > base[own] / base[other]
+    # The keyword channel still reads the question as written.
+    assert search(pool, spy, "alice", query, mode="keyword", limit=5).hits
