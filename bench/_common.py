@@ -311,6 +311,9 @@ def load_tasks(url: str, n: int, owners: list[tuple[str, int]], seed: int = 7, t
     return embedder
 
 
+SPEAKERS = ("Caroline", "Melanie")  # of every synthetic conversation; a question may name one
+
+
 def load_conversations(
     url: str, n: int, owner: str, seed: int = 3, turns: int = 20, project: str = "bench"
 ) -> dict:
@@ -365,7 +368,7 @@ def load_conversations(
                 previous: tuple[str, str, np.ndarray] | None = None
                 for i in range(min(turns, n - turn)):
                     turn += 1
-                    speaker = ("user", "assistant")[i % 2]
+                    speaker = SPEAKERS[i % 2]
                     t = topic if rng.random() < 0.85 else rng.randrange(len(_TOPICS))
                     content = note(rng, t)[0]
                     vec = topic_vector(t, rng)

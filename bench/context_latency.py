@@ -34,6 +34,7 @@ from collections import Counter
 import numpy as np
 from _common import (
     LOADS,
+    SPEAKERS,
     WORDS,
     ZH,
     database_size,
@@ -92,13 +93,15 @@ def _dialogue(rng: random.Random, topic: int, zh: bool) -> str:
 
 
 def make_queries(rng: random.Random, count: int) -> list[tuple[str, np.ndarray]]:
-    """(query, vector): English and Chinese alternating, two of every 20 (one of each language) a dialogue;
-    the vector is the topic's (the last turn's for a dialogue)."""
+    """(query, vector): English and Chinese alternating, two of every 20 (one of each language) a dialogue,
+    one an English question naming a speaker; the vector is the topic's (the last turn's for a dialogue)."""
     out = []
     for i in range(count):
         topic, zh = rng.randrange(topic_count()), i % 2 == 1
         ask = _chinese if zh else _english
         query = _dialogue(rng, topic, zh) if i % 20 in (8, 9) else ask(rng, topic)
+        if i % 20 == 4:  # one in twenty names a speaker: search embeds it again without the name
+            query = f"{query} {rng.choice(SPEAKERS)}"
         out.append((query, topic_vector(topic, rng)))
     return out
 
@@ -123,7 +126,7 @@ class Probe:
 
     def _wrap(self) -> None:
         s, r = search_module, retrieve_module
-        rows, expand, foc = s.neighbour_rows, s.expand_terms, s.focus
+        rows, expand, foc, unnamed = s.neighbour_rows, s.expand_terms, s.focus, s.without_speaker
         semantic, keyword, search = s.semantic_hits, s._keyword_channel, r.search
         sem_source, kw_source, plan = s._semantic_source, s._keyword_source, s._plan_vector_scan
 
@@ -150,6 +153,10 @@ class Probe:
             if out.long:
                 self.add("focused")
             return out
+
+        def without_speaker(query, name):
+            self.add("speaker_named")
+            return unnamed(query, name)
 
         def semantic_hits(conn, owner, qvec, model, f, k):
             name = "semantic" if "memory" in f.sources else "events_semantic"
@@ -180,6 +187,7 @@ class Probe:
             return out
 
         s.neighbour_rows, s.expand_terms, s.focus = neighbour_rows, expand_terms, focus_
+        s.without_speaker = without_speaker
         s.semantic_hits, s._keyword_channel, r.search = semantic_hits, keyword_channel, search_
         s._semantic_source, s._keyword_source, s._plan_vector_scan = semantic_source, keyword_source, plan_vector_scan
 
@@ -211,6 +219,7 @@ class Probe:
                 "memory_injected": builds("memory_items"),
                 "dictionary_expansion": builds("dictionary_expansions"),
                 "long_query_focus": builds("focused"),
+                "named_speaker": builds("speaker_named"),  # the semantic channel ran twice
             },
             "neighbour_rows_mean": round(float(np.mean([r.get("neighbour_rows", 0) for r in recs])), 1),
             "keyword_terms_mean": round(float(np.mean([r.get("keyword_terms", 0) for r in recs])) / 4, 1),
