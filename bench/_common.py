@@ -22,7 +22,7 @@ from psycopg.types.json import Jsonb
 
 from memory_pipelines.embeddings import FakeEmbedder
 from memory_pipelines.infra.db import close_pool, connect, database_url, get_pool
-from memory_pipelines.infra.migrate import migrate
+from memory_pipelines.infra.migrate import index_build_memory_mb, migrate
 from memory_pipelines.infra.settings import get_settings
 from memory_pipelines.pipelines.evaluation import scratch_database
 
@@ -253,9 +253,8 @@ LOADS: list[dict] = []
 
 
 def index_memory(rows: int) -> str:
-    """maintenance_work_mem for an HNSW build of `rows` 384-d vectors: the graph must fit (about 2 kB a row),
-    else pgvector falls back to a far slower on-disk build. 512 MB up to 100k rows, 4 GB at 1M."""
-    return "512MB" if rows <= 200_000 else "4GB"
+    """maintenance_work_mem for an HNSW build of `rows` 384-d vectors, as the product sizes it."""
+    return f"{index_build_memory_mb(rows, 384)}MB"
 
 
 def load_tasks(url: str, n: int, owners: list[tuple[str, int]], seed: int = 7, table: str = "tasks") -> FakeEmbedder:

@@ -153,11 +153,13 @@ def restore_vector_index(conn: psycopg.Connection, position: int) -> bool:
         if index_exists(conn, index):  # built by another process meanwhile
             return False
         with conn.transaction():
-            rows = conn.execute(f"SELECT count(*) FROM {table} WHERE {column} IS NOT NULL").fetchone()[0]
-            dimension = conn.execute(  # the column's declared dimension: vector(384) has typmod 384
-                "SELECT atttypmod FROM pg_attribute WHERE attrelid = %s::regclass AND attname = %s",
+            # The table's row estimate (no extra scan before the build's own) and the column's declared
+            # dimension (vector(384) has typmod 384).
+            rows, dimension = conn.execute(
+                "SELECT greatest(c.reltuples, 0)::bigint, a.atttypmod FROM pg_class c"
+                " JOIN pg_attribute a ON a.attrelid = c.oid WHERE c.oid = %s::regclass AND a.attname = %s",
                 (table, column),
-            ).fetchone()[0]
+            ).fetchone()
             memory = index_build_memory_mb(rows, max(dimension, 1))
             conn.execute(f"SET LOCAL maintenance_work_mem = '{memory}MB'")
             conn.execute(f"CREATE INDEX IF NOT EXISTS {index} ON {table} USING hnsw ({column} vector_cosine_ops)")

@@ -194,8 +194,8 @@ def _plan_vector_scan(
         return "exact"
     estimate = max(float(cap + 1), _estimate_rows(conn, joined, clauses, params))
     total = conn.execute("SELECT greatest(reltuples, 1) FROM pg_class WHERE relname = %s", (table,)).fetchone()
-    selectivity = min(1.0, estimate / max(float(total[0]) if total else estimate, 1.0))
-    ef = hnsw_ef(k, selectivity, float(total[0]) if total else estimate)
+    rows = float(total[0]) if total else estimate
+    ef = hnsw_ef(k, min(1.0, estimate / max(rows, 1.0)), rows)
     conn.execute(f"SET LOCAL hnsw.ef_search = {ef}")
     if pgvector_version(conn) >= (0, 8):
         conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
@@ -474,6 +474,26 @@ def _keyword_channel(pool: ConnectionPool, owner: str, query: str, f: SearchFilt
         return keyword_hits(conn, owner, query, f, k)
 
 
+def _without_named_speaker(
+    pool: ConnectionPool, embedder: Embedder, owner: str, query: str, f: SearchFilters, depth: int,
+    qvec: np.ndarray, sem: list[Hit], kw: list[Hit],
+) -> tuple[str | None, np.ndarray, list[Hit]]:
+    """(named speaker, query vector, semantic hits): when the question names one of the candidates' speakers,
+    the semantic channel again on the question embedded without the name (retrieval/speakers.py); else, or
+    when that embedding fails, the channel as it ran."""
+    speaker = named_speaker(query, {h.extra.get("speaker") for h in sem + kw if h.source == "memory"})
+    stripped = without_speaker(query, speaker) if speaker else query
+    if stripped == query:
+        return speaker, qvec, sem
+    try:
+        qvec = embedder.embed_query(focus(stripped).embed_text)
+    except EmbeddingError:  # a provider outage must not break search: keep the question's own vector
+        log.warning("embedding the question without the speaker's name failed", exc_info=True)
+        return speaker, qvec, sem
+    with pool.connection() as conn:
+        return speaker, qvec, semantic_hits(conn, owner, qvec, embedder.model_name, f, depth)
+
+
 def search(
     pool: ConnectionPool,
     embedder: Embedder,
@@ -514,17 +534,7 @@ def search(
         kw = kw_future.result()  # the keyword channel ran on its own connection, beside the semantic one
     speaker = None
     if mode == "hybrid" and speakers and qvec is not None:
-        speaker = named_speaker(query, {h.extra.get("speaker") for h in sem + kw if h.source == "memory"})
-        stripped = without_speaker(query, speaker) if speaker else query
-        if stripped != query:
-            try:
-                svec = embedder.embed_query(focus(stripped).embed_text)
-            except EmbeddingError:  # a provider outage must not break search: keep the question's own vector
-                log.warning("embedding the question without the speaker's name failed", exc_info=True)
-            else:
-                qvec = svec
-                with pool.connection() as conn:
-                    sem = semantic_hits(conn, owner, qvec, embedder.model_name, f, depth)
+        speaker, qvec, sem = _without_named_speaker(pool, embedder, owner, query, f, depth, qvec, sem, kw)
     if mode == "semantic" and qvec is not None:
         ranked = sem  # raw cosine similarity, as the progressive-search and advanced-search specs report it
     elif mode == "keyword" or qvec is None:
