@@ -221,7 +221,7 @@ def _semantic_source(
             f" SELECT t.id, {title}, {body}, t.created_at, 1 - best.dist, {extra}, t.avg_embedding,"
             " (SELECT count(*) FROM frag)"
             " FROM best JOIN memories t ON t.id = best.memory_id JOIN projects p ON p.id = t.project_id"
-            " ORDER BY best.dist LIMIT %(k)s"
+            " ORDER BY best.dist, best.memory_id LIMIT %(k)s"
         )
     else:
         vclauses = [*clauses, "t.embedding IS NOT NULL", "t.embedding_model = %(model)s"]
@@ -339,7 +339,7 @@ def _keyword_source(
         return []
     if _has_extra_filters(f):
         return _keyword_query(conn, source, clauses, params, _EXACT_DOC)[0]
-    top = _PRUNED_DOC + " ORDER BY bm25 DESC LIMIT %(over)s"
+    top = _PRUNED_DOC + " ORDER BY bm25 DESC, item_id LIMIT %(over)s"  # ties by id: the same cut every run
     hits, ranked = _keyword_query(conn, source, clauses, params, top)
     if len(hits) < k and (not hits or ranked >= params["over"]):
         hits = _keyword_query(conn, source, clauses, params, _PRUNED_DOC)[0]  # too few of the best passed
@@ -363,10 +363,10 @@ def _keyword_query(
         f" {_BM25_STATS}"
         f" doc AS ({doc_sql}),"
         f" scored AS (SELECT {item} AS item_id, max(doc.bm25) AS bm25 FROM doc {join}"
-        f"            WHERE {' AND '.join(clauses)} GROUP BY {item} ORDER BY bm25 DESC LIMIT %(k)s)"
+        f"            WHERE {' AND '.join(clauses)} GROUP BY {item} ORDER BY bm25 DESC, {item} LIMIT %(k)s)"
         f" SELECT t.id::text, {title}, {body}, t.created_at, s.bm25, {extra}, {emb}, (SELECT count(*) FROM doc),"
         " (SELECT ln(1 + (greatest(n, 1) - 0.5) / 1.5) FROM stats)"
-        f" FROM scored s JOIN {_from(source)} ON t.id = s.item_id ORDER BY s.bm25 DESC"
+        f" FROM scored s JOIN {_from(source)} ON t.id = s.item_id ORDER BY s.bm25 DESC, s.item_id"
     )
     rows = conn.execute(sql, params, binary=True).fetchall()
     hits = [rescored(_hit(source, r[:7], keyword=float(r[4])), keyword_evidence=float(r[4]) / max(r[8], 1e-9))
