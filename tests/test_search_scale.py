@@ -145,7 +145,8 @@ def test_the_hnsw_candidate_list_grows_with_the_graph_and_with_the_filter():
     ef = search_module.hnsw_ef
     assert ef(10, 1.0, 50_000) == ef(10, 1.0, 100_000) == 200
     assert ef(10, 1.0, 1_000_000) == 400
-    assert ef(150, 1.0, 1_000_000) == 600  # a deep list for the hybrid channels: 4 per result
+    assert ef(150, 1.0, 1_000_000) == 400  # a deep list for the hybrid channels: 2 per result, floor first
+    assert ef(300, 1.0, 1_000_000) == 600
     assert ef(10, 0.5, 100_000) == 400
     assert ef(10, 0.1, 1_000_000) == 1000
     assert ef(10, 0.0, 10) == 1000
