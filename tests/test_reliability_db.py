@@ -16,6 +16,7 @@ Timings are printed (`pytest -s`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -29,7 +30,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import fasteners
 import httpx
 import psutil
 import psycopg
@@ -223,6 +223,24 @@ def _search(base: str, key: str) -> tuple[httpx.Response, float]:
     return response, time.monotonic() - started
 
 
+@contextlib.contextmanager
+def _held_by_a_child(path: Path) -> Iterator[None]:
+    """pgserver's lock, held by a child process for the block. Held in this process, the POSIX record lock
+    would be dropped as soon as any other handle of this process on that file closed (any thread's acquire
+    and release of pgserver's own lock object), and serve could restart the server early."""
+    code = ("import fasteners, sys; lock = fasteners.InterProcessLock(sys.argv[1]); lock.acquire();"
+            " print('held', flush=True); sys.stdin.read()")
+    child = subprocess.Popen([sys.executable, "-c", code, str(path)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "held"
+        yield
+    finally:
+        if child.stdin is not None:
+            child.stdin.close()
+        child.wait(timeout=30)
+
+
 @pytest.mark.slow
 def test_serve_brings_a_killed_database_back_and_fails_fast_meanwhile(home, procs):
     pgdata = home / "pgdata"
@@ -235,7 +253,7 @@ def test_serve_brings_a_killed_database_back_and_fails_fast_meanwhile(home, proc
 
     # While the test holds pgserver's lock (as a process starting the server would), serve cannot bring it
     # back: the outage lasts as long as the test wants.
-    with fasteners.InterProcessLock(PostgresServer.lock_path):
+    with _held_by_a_child(PostgresServer.lock_path):
         os.kill(killed_pid, signal.SIGKILL)
         killed = time.monotonic()
         outage = []
@@ -304,7 +322,7 @@ def test_the_server_stays_up_until_the_last_process_leaves(home, procs):
 
     # Both watch the server: when it is killed, both answer "retry later" until one of them has started it
     # again (once the test lets go of pgserver's lock); the other finds it running.
-    with fasteners.InterProcessLock(PostgresServer.lock_path):
+    with _held_by_a_child(PostgresServer.lock_path):
         os.kill(postmaster_pid(pgdata), signal.SIGKILL)
         time.sleep(1.5)  # both have noticed
         down = _projects(mcp)
