@@ -85,12 +85,12 @@ def test_a_long_dialogue_is_embedded_by_its_last_turns_within_the_budget():
 def test_the_last_turn_weighs_most_and_filler_is_dropped():
     f = focus("\n".join(DIALOGUE))
     w = f.term_weights
-    for term in ("dentist", "teeth", "cleaning", "appointment"):
-        assert w[term] == 1.0
+    for word in ("dentist", "teeth", "cleaning", "appointment"):
+        assert w[terms(word)[0]] == 1.0
     assert w["osaka"] == DECAY  # the content turn before it ("haha ok cool" is no turn)
     assert w["bring"] == pytest.approx(DECAY**2)
     assert w["japan"] == pytest.approx(DECAY**3)  # a term takes its highest weight (turn 8 over turn 1)
-    assert w["temple"] == w["cherry"] == FLOOR
+    assert w[terms("temple")[0]] == w[terms("cherry")[0]] == FLOOR
     assert w["great"] < 1.0  # soft filler stays a term in a turn with content
     for filler in ("hi", "hello", "thank", "lol", "yeah", "haha", "cool", "ok", "user", "ai"):
         assert filler not in w
@@ -138,7 +138,8 @@ def test_a_dialogue_written_on_one_line_and_blank_line_blocks_split():
     )
     assert len(split_turns(blocks)) == 3
     w = focus(blocks).term_weights
-    assert (w["refused"], w["traceback"], w["billing"]) == (1.0, DECAY, pytest.approx(DECAY**2))
+    refused, traceback, billing = terms("refused traceback billing")
+    assert (w[refused], w[traceback], w[billing]) == (1.0, DECAY, pytest.approx(DECAY**2))
 
 
 def test_a_long_single_paragraph_falls_back_to_sentences_and_is_cut():
@@ -151,7 +152,7 @@ def test_a_long_single_paragraph_falls_back_to_sentences_and_is_cut():
     assert f.long
     assert count_tokens(f.embed_text) <= EMBED_BUDGET
     assert f.embed_text.endswith("status of the billing migration?") and "topic0 " not in f.embed_text
-    assert f.term_weights["migration"] == 1.0 and f.term_weights["topic0"] == FLOOR
+    assert f.term_weights[terms("migration")[0]] == 1.0 and f.term_weights["topic0"] == FLOOR
     chinese = "我们讨论了很多关于项目进度的事情，" * 120 + "最后请问数据库迁移的状态如何？"
     f = focus(chinese)
     assert f.long and count_tokens(f.embed_text) <= EMBED_BUDGET and f.embed_text.endswith("状态如何？")
@@ -174,7 +175,7 @@ def test_expansions_of_a_focused_query_weigh_by_their_source_term():
     query = "\n".join(DIALOGUE[:-1] + ["User: 我的牙医是谁？"])
     weights = query_terms(query)
     assert weights["牙医"] == 1.0 and weights["dentist"] == DICTIONARY_WEIGHT  # from the last turn
-    cherry = expand_terms(["cherry"], DICTIONARY_WEIGHT)["樱桃"]  # CC-CEDICT's "cherry", from turn 1
+    cherry = expand_terms(terms("cherry"), DICTIONARY_WEIGHT)["樱桃"]  # CC-CEDICT's "cherry", from turn 1
     assert weights["樱桃"] == pytest.approx(cherry * FLOOR)
     translated = {t: w for t, w in weights.items() if t not in focus(query).term_weights}
     assert max(translated.values()) == weights["dentist"]
@@ -213,7 +214,7 @@ def test_a_short_last_turn_is_embedded_with_the_turn_before_it():
     )
     f = focus(query)
     assert f.embed_text == "\n".join(query.split("\n")[1:])  # "grinder" alone says too little
-    assert f.term_weights["grinder"] == 1.0 and f.term_weights["breville"] == DECAY
+    assert f.term_weights["grinder"] == 1.0 and f.term_weights[terms("breville")[0]] == DECAY
 
 
 def test_a_context_build_for_a_dialogue_leads_with_its_last_turns_topic(pool, fake_embedder, topics):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from memory_pipelines.embeddings import FakeEmbedder
 from memory_pipelines.index.keywords import index_all, index_source
 from memory_pipelines.index.vectors import LOADERS, embed_all, embed_source, pending_total
+from memory_pipelines.text.keywords import terms
 from tests.factories import add_learning, add_memory, add_task
 
 LONG = " ".join(
@@ -84,7 +85,7 @@ def test_keyword_index_is_incremental(pool):
     assert again.indexed == 1 and again.removed == 1
     with pool.connection() as conn:
         hits = conn.execute(
-            "SELECT count(*) FROM keywords WHERE source = 'task' AND keyword IN ('kubernete', 'kubernetes')"
+            "SELECT count(*) FROM keywords WHERE source = 'task' AND keyword = ANY(%s)", (terms("kubernetes"),)
         ).fetchone()[0]
     assert hits == 1
     assert index_source(pool, "task", full=True).indexed == 4

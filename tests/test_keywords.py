@@ -31,11 +31,18 @@ def test_chinese_stop_words_and_single_characters_are_dropped() -> None:
 
 def test_english_lowercase_stop_words_and_identifiers() -> None:
     got = terms("The API returned HTTP-429 because the rate_limit of oauth2 was hit")
-    assert got == ["api", "returned", "http", "429", "rate_limit", "oauth2", "hit"]
+    assert got == ["api", "return", "http", "429", "rate_limit", "oauth2", "hit"]
+
+
+def test_english_words_are_stemmed_and_unstemmed_terms_keep_their_form() -> None:
+    assert terms("painted paintings painting Painter") == ["paint", "paint", "paint", "painter"]
+    assert terms("libraries library") == ["librari", "librari"]
+    # Words to show or to find in a text: only a plural s goes
+    assert terms("painted paintings libraries", stem=False) == ["painted", "painting", "librarie"]
 
 
 def test_plural_s_is_removed_but_not_from_ss_us_is_or_short_words() -> None:
-    assert terms("errors databases status class analysis bus gas") == [
+    assert terms("errors databases status class analysis bus gas", stem=False) == [
         "error",
         "database",
         "status",
@@ -47,7 +54,7 @@ def test_plural_s_is_removed_but_not_from_ss_us_is_or_short_words() -> None:
 
 
 def test_numbers_need_two_digits_and_one_letter_words_go() -> None:
-    assert terms("retry 3 times after 30 s, x y 2024") == ["retry", "time", "30", "2024"]
+    assert terms("retry 3 times after 30 s, x y 2024") == ["retri", "time", "30", "2024"]
 
 
 def test_mixed_chinese_english_and_full_width() -> None:

@@ -108,3 +108,29 @@ def test_reembed_switches_dimension_and_clears_vectors(empty_db_url):
         ).fetchone()[0]
     assert row == (None, None)
     assert typmod == 16
+
+
+def test_keyword_stems_migration_sends_every_entry_back_to_the_refresh(db_url, pool, fake_embedder):
+    """011: entries indexed with the pre-stemming terms are pending, and the refresh re-indexes them as stems."""
+    from memory_pipelines.index.keywords import index_all, keyword_staleness
+    from memory_pipelines.retrieval.search import search
+    from tests.factories import add_memory
+
+    with pool.connection() as conn:
+        mid = add_memory(conn, "alice", "We finished painting the fence in three weekends.")
+    index_all(pool)
+    with pool.connection() as conn:  # what the old terms left in the index: the word as written
+        conn.execute("UPDATE keywords SET keyword = 'painting' WHERE keyword = 'paint'")
+        conn.execute("DELETE FROM schema_migrations WHERE version = 11")
+    def bm25_ids():  # keyword search falls back to Jaccard over recent rows when BM25 matches nothing
+        hits = search(pool, fake_embedder, "alice", "paintings", mode="keyword").hits
+        return [h.id for h in hits if h.extra.get("matched_by") != "jaccard"]
+
+    assert bm25_ids() == []  # the stemmed query misses the old terms
+    assert migrate(db_url, fake_embedder.dimension, fake_embedder.model_name) == ["011_keyword_stems"]
+    with pool.connection() as conn:
+        assert keyword_staleness(conn, "fragment")["stale"] == 1
+    index_all(pool)
+    with pool.connection() as conn:
+        assert keyword_staleness(conn, "fragment")["stale"] == 0
+    assert bm25_ids() == [mid]

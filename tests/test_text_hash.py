@@ -19,6 +19,7 @@ from memory_pipelines.index.vectors import count_pending, embed_all, embed_sourc
 from memory_pipelines.infra.db import connect, get_pool
 from memory_pipelines.infra.migrate import index_exists, load_migrations, migrate
 from memory_pipelines.store.ingest import ingest_memory
+from memory_pipelines.text.keywords import terms as kw_terms
 from memory_pipelines.vocabulary import INDEXED, INDEXED_NAMES
 from tests.factories import add_capability, add_event, add_learning, add_memory, add_task
 
@@ -146,7 +147,7 @@ def test_status_change_reembeds_exactly_that_task(pool, fake_embedder):
     with pool.connection() as conn:
         terms = {r[0] for r in conn.execute(
             "SELECT keyword FROM keywords WHERE source = 'task' AND item_id = %s", (ids["task2"],))}
-    assert "failed" in terms and "in_progress" not in terms
+    assert kw_terms("failed")[0] in terms and "in_progress" not in terms  # stored as stems: "fail"
     assert _pending(pool, fake_embedder.model_name)["task"] == 0 and _stale_keywords(pool)["task"] == 0
 
 
@@ -242,10 +243,18 @@ def test_migration_keeps_current_embeddings_and_requeues_changed_rows(empty_db_u
         assert all(old[i] != h for i, (_, h) in _texts(conn, "task").items())
         for index in ("tasks_embedding_hnsw", "learnings_embedding_hnsw", "fragments_embedding_hnsw"):
             assert index_exists(conn, index)
-        stale_kw = {name: keyword_staleness(conn, name)["stale"] for name in INDEXED_NAMES}
+        # 005 kept every unchanged row's keyword entry current; 011 (stems) then sent every entry back to the
+        # refresh by prefixing its hash: without the prefix, only the moved task's entry is stale
+        stale_kw = {name: conn.execute(
+            "SELECT count(*) FILTER (WHERE kd.content_hash IS DISTINCT FROM 'pre-stem:' || t.content_hash),"
+            " count(*) FILTER (WHERE kd.content_hash = t.content_hash)"
+            f" FROM {INDEXED[name].from_sql} JOIN keyword_docs kd ON kd.source = %s AND kd.item_id = t.id::text",
+            (name,)).fetchone() for name in INDEXED_NAMES}
         pending = {name: count_pending(conn, name, model)[0] for name in INDEXED_NAMES}
     assert pending == {"task": 2, "learning": 0, "capability": 0, "fragment": 0, "event": 0}  # moved + fresh
-    assert stale_kw == {"task": 1, "learning": 0, "capability": 0, "fragment": 0, "event": 0}  # moved
+    assert {name: stale for name, (stale, _) in stale_kw.items()} == {
+        "task": 1, "learning": 0, "capability": 0, "fragment": 0, "event": 0}  # moved
+    assert all(current == 0 for _, current in stale_kw.values())
 
     pool = get_pool(empty_db_url, max_size=2)
     rec = RecordingEmbedder()
@@ -253,8 +262,9 @@ def test_migration_keeps_current_embeddings_and_requeues_changed_rows(empty_db_u
     assert sorted(t.split("\n")[0] for t in rec.seen) == ["fresh task", "moved task"]
     assert any("· failed ·" in t for t in rec.seen)
     assert _pending(pool, model) == dict.fromkeys(INDEXED_NAMES, 0)
-    assert {r.source: r.indexed for r in index_all(pool)} == {
-        "task": 1, "learning": 0, "capability": 0, "fragment": 0, "event": 0}
+    assert {r.source: r.indexed for r in index_all(pool)} == {  # every row once: 011 re-indexes with stems
+        "task": 3, "learning": 1, "capability": 1, "fragment": 1, "event": 0}
+    assert sum(r.indexed for r in index_all(pool)) == 0
     with pool.connection() as conn:
         after = dict(conn.execute("SELECT id::text, embedded_at FROM tasks").fetchall())
     assert after[kept] == embedded_at[kept] and after[moved] > embedded_at[moved]

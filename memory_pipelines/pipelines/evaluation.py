@@ -46,20 +46,22 @@ from .eval_stats import (
 from .eval_stats import ndcg_at as ndcg_at  # re-exported: the metrics used to live here
 from .eval_stats import recall_at as recall_at
 
-METHODS = ("keyword", "semantic", "hybrid", "hybrid_no_lift", "hybrid_no_speaker", "hybrid_weighted", "hybrid_rrf",
-           "context", "hybrid_matched")
-# How each search method runs: (search mode, fusion, neighbour lift, named speaker). `hybrid` is the default
-# hybrid search; the others are ablations of it: without the neighbour lift, without the named-speaker handling
-# (retrieval/speakers.py), with the advanced-search spec's weighted fusion (the default before issue 12) and
-# with naive reciprocal-rank fusion, both without the lift and the speaker handling.
+METHODS = ("keyword", "semantic", "hybrid", "hybrid_no_lift", "hybrid_no_speaker", "hybrid_no_prior",
+           "hybrid_weighted", "hybrid_rrf", "context", "hybrid_matched")
+# How each search method runs: (search mode, fusion, neighbour lift, named speaker, turn priors). `hybrid` is the
+# default hybrid search; the others are ablations of it: without the neighbour lift, without the named-speaker
+# handling (retrieval/speakers.py), without the turn priors (retrieval/turns.py), with the advanced-search spec's
+# weighted fusion (the default before issue 12) and with naive reciprocal-rank fusion, both without the lift, the
+# speaker handling and the priors.
 SEARCH_METHODS = {
-    "keyword": ("keyword", "evidence", False, False),
-    "semantic": ("semantic", "evidence", False, False),
-    "hybrid": ("hybrid", "evidence", True, True),
-    "hybrid_no_lift": ("hybrid", "evidence", False, True),
-    "hybrid_no_speaker": ("hybrid", "evidence", True, False),
-    "hybrid_weighted": ("hybrid", "weighted", False, False),
-    "hybrid_rrf": ("hybrid", "rrf", False, False),
+    "keyword": ("keyword", "evidence", False, False, False),
+    "semantic": ("semantic", "evidence", False, False, False),
+    "hybrid": ("hybrid", "evidence", True, True, True),
+    "hybrid_no_lift": ("hybrid", "evidence", False, True, True),
+    "hybrid_no_speaker": ("hybrid", "evidence", True, False, True),
+    "hybrid_no_prior": ("hybrid", "evidence", True, True, False),
+    "hybrid_weighted": ("hybrid", "weighted", False, False, False),
+    "hybrid_rrf": ("hybrid", "rrf", False, False, False),
 }
 KS = (5, 10)
 EVAL_BUDGET = MAX_BUDGET  # no budget cut unless asked
@@ -174,10 +176,10 @@ def rankings(
     qvec = embedder.embed_query(focus(q.query).embed_text)  # a long query by its last turns, as search does
     f = SearchFilters(sources=("memory",), as_of=q.asked_at)
     out: dict[str, list[str]] = {}
-    for method, (search_mode, fusion, lift, speakers) in SEARCH_METHODS.items():
+    for method, (search_mode, fusion, lift, speakers, priors) in SEARCH_METHODS.items():
         hits = search(
             pool, embedder, q.owner, q.query, mode=search_mode, filters=f, limit=10, fusion=fusion,
-            query_vector=qvec, neighbours=lift, speakers=speakers,
+            query_vector=qvec, neighbours=lift, speakers=speakers, turn_priors=priors,
         ).hits
         out[method] = [h.id for h in hits]
     ctx = build_memory_context(

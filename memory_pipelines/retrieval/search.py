@@ -32,6 +32,7 @@ from ..vocabulary import CONTENT_TYPES, RANKED_SOURCES, SEARCH_MODES, SEARCH_SOU
 from .fusion import FUSIONS, SEMANTIC_WEIGHT, rescored
 from .neighbours import NEIGHBOUR_TOP, lifted, neighbour_rows, other_party
 from .speakers import boosted, named_speaker, without_speaker
+from .turns import weighed
 
 log = logging.getLogger(__name__)
 
@@ -511,13 +512,15 @@ def search(
     query_vector: np.ndarray | None = None,
     neighbours: bool = True,
     speakers: bool = True,
+    turn_priors: bool = True,
 ) -> SearchResult:
     """Search one owner's memory. Never raises on a provider outage: the result says it degraded.
 
     Hybrid search fuses the channels (`fusion`, retrieval/fusion.py) and, with `neighbours`, lifts the
     neighbouring turns of its top conversational hits (retrieval/neighbours.py). With `speakers`, a question
     that names one of the candidates' speakers is embedded without the name and prefers that speaker's turns
-    (retrieval/speakers.py)."""
+    (retrieval/speakers.py). With `turn_priors`, conversational turns that ask or say little score lower
+    (retrieval/turns.py)."""
     _validate(query, mode, limit, min_score)
     if fusion not in FUSIONS:
         raise ValidationError("fusion", f"must be one of {sorted(FUSIONS)}")
@@ -548,6 +551,8 @@ def search(
         ranked = FUSIONS[fusion](calibrate_semantic(sem, embedder, query), calibrate_keyword(kw))
         if neighbours and "memory" in f.sources:
             ranked = _lift_neighbours(pool, embedder, owner, query, qvec, f, ranked)
+        if turn_priors:
+            ranked = weighed(ranked)
         if speaker:
             ranked = boosted(ranked, speaker)
     if min_score is not None:

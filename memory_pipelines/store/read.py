@@ -173,6 +173,7 @@ def search_memories(
         out["degraded"] = degraded
     ids = [h.id for h in result.hits]
     qterms = sorted(set(terms(query)))
+    words = sorted(set(terms(query, stem=False)))  # as written, to find in the text
     with pool.connection() as conn:
         best = _best_fragments(conn, owner, ids, qvec, embedder.model_name, qterms)
         rows = conn.execute(
@@ -190,7 +191,7 @@ def search_memories(
                 "id": h.id,
                 "project_key": key_,
                 "content_type": ctype,
-                "snippet": snippet(best.get(h.id, h.text), qterms),
+                "snippet": snippet(best.get(h.id, h.text), words),
                 "summary": summary or "",
                 "tags": tags or [],
                 "score": round(float(h.score), 4),

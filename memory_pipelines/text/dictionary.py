@@ -109,7 +109,9 @@ def _parts(sense: str) -> list[tuple[str, list[str]]]:
 
 def _entry(defs: str) -> tuple[list[str], list[str]]:
     """One entry's English terms (single-word glosses first, in order; enough for `MAX_EN_PER_ZH`) and
-    the words its first `REVERSE_SENSES` usable senses give exactly (a bare word, no plural stripped)."""
+    the words its first `REVERSE_SENSES` usable senses give exactly (a gloss of one bare word, as its term: its
+    stem). Before keyword terms were stemmed, the gloss had to equal its term; with stems that kept "library" but
+    lost "painting" (term "paint"), and English-to-Chinese recall on memorybank_cross_dev fell 0.011."""
     single: dict[str, None] = {}
     multi: dict[str, None] = {}
     exact: list[str] = []
@@ -119,7 +121,7 @@ def _entry(defs: str) -> tuple[list[str], list[str]]:
         if not parts:
             continue
         if n < REVERSE_SENSES:
-            exact += [words[0] for bare, words in parts if len(words) == 1 and bare == words[0]]
+            exact += [words[0] for bare, words in parts if len(words) == 1 and bare.isalpha()]
         n += 1
         for _, words in parts:
             (single if len(words) == 1 else multi).update(dict.fromkeys(words))

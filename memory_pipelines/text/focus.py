@@ -23,7 +23,7 @@ import functools
 import re
 from dataclasses import dataclass
 
-from .keywords import terms
+from .keywords import terms, word_forms
 from .tokens import count_tokens, truncate_to_tokens
 
 SHORT_TOKENS = 40
@@ -46,14 +46,14 @@ _FILLER = """
     嗨 你好 您好 哈喽 嘿 谢谢 多谢 感谢 谢啦 谢谢你 哈哈 哈哈哈 呵呵 嘿嘿 嘻嘻 嗯 嗯嗯 好的 好吧 好滴 对的 是的
     没问题 拜拜 再见 哦哦 噢噢 收到 明白 知道了 辛苦 辛苦了 不客气 请问 好嘞 行吧 啊啊
 """
-FILLER_WORDS: frozenset[str] = frozenset(_FILLER.split())
+FILLER_WORDS: frozenset[str] = word_forms(_FILLER)
 """Greetings, acknowledgements and chit-chat: they say nothing about what is asked (after `terms`'s own
-normalisation: lower case, a plural ``s`` stripped, so "thanks" arrives as "thank")."""
+normalisation: lower case and stemmed, so "thanks" arrives as "thank"; the set holds both forms)."""
 _SOFT_FILLER = """
     cool great nice good fine right well perfect interesting amazing lovely true exactly indeed gotcha
     不错 太好了 厉害 真棒 棒棒 好厉害 有意思 确实 原来如此 原来 这样啊
 """
-SOFT_FILLER_WORDS: frozenset[str] = frozenset(_SOFT_FILLER.split())
+SOFT_FILLER_WORDS: frozenset[str] = word_forms(_SOFT_FILLER)
 """Words that are chit-chat in a turn of nothing else ("haha ok cool") but may be content elsewhere ("a cool
 place", "Great Wall"): a turn of only filler and these is dropped, otherwise they stay terms."""
 _LAUGH = re.compile(r"(?:ha|he|hi)+h?|l+o+l+|(?:哈|呵|嘿|嘻)+")
@@ -79,6 +79,12 @@ class Focused:
     embed_text: str
     term_weights: dict[str, float]
     long: bool
+
+
+def is_dialogue(text: str) -> bool:
+    """Whether `text` holds two or more speakers' lines ("User: ...\nAI: ...", or one line with two role labels)."""
+    lines = text.split("\n")
+    return sum(1 for line in lines if _SPEAKER.match(line)) >= 2 or len(_INLINE_ROLE.findall(text)) >= 2
 
 
 def split_turns(query: str) -> list[str]:

@@ -2,7 +2,10 @@
 
 All functions are pure (no I/O beyond jieba loading its bundled dictionary on first use).
 Chinese runs are segmented with jieba in accurate mode; everything else is split into
-lower-cased words on non-alphanumerics (``_`` is kept so identifiers like ``rate_limit`` survive).
+lower-cased words on non-alphanumerics (``_`` is kept so identifiers like ``rate_limit`` survive), and English
+words are reduced to their Snowball stem (``snowballstemmer``, BSD): on locomo_dev the keyword channel's recall@10
+rose from 0.709 to 0.740 (multi_hop 0.320 to 0.377) with it. Changing these terms changes what is indexed:
+migration 011 marks every keyword entry pending, so the next keyword refresh re-indexes.
 """
 
 from __future__ import annotations
@@ -63,24 +66,47 @@ def _jieba() -> ModuleType:
     return _jieba_module
 
 
-def _normalise_word(word: str) -> str:
-    """Lower-case (already done) and strip a plural ``s`` from words over 3 characters.
+@functools.lru_cache(maxsize=1)
+def _stemmer() -> object:
+    import snowballstemmer
 
-    Words ending in ``ss``/``us``/``is`` (class, status, analysis) are left alone.
-    """
+    return snowballstemmer.stemmer("english")
+
+
+def _plural(word: str) -> str:
+    """`word` without a plural ``s`` on words over 3 characters (not ``ss``/``us``/``is``: class, status, analysis)."""
     if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")) and word[-2].isalpha():
         return word[:-1]
     return word
 
 
-def _word_terms(run: str) -> Iterable[str]:
-    """Terms from a non-CJK word run (already lower-cased)."""
+@functools.lru_cache(maxsize=100_000)
+def _normalise_word(word: str) -> str:
+    """An English word's Snowball (Porter 2) stem: "painted", "painting" and "paintings" are all "paint".
+
+    Only words of ASCII letters are stemmed; an identifier or a word with digits ("rate_limit", "oauth2") only
+    loses a plural ``s``.
+    """
+    if word.isascii() and word.isalpha():
+        return _stemmer().stemWord(word)
+    return _plural(word)
+
+
+def word_forms(words: str) -> frozenset[str]:
+    """The whitespace-separated `words` as written and as keyword terms (stemmed): for word lists compared with
+    `terms`' output. No jieba: Chinese words are kept as written."""
+    out = set(words.split())
+    return frozenset(out | {_normalise_word(w) for w in out if w.isascii()})
+
+
+def _word_terms(run: str, stem: bool = True) -> Iterable[str]:
+    """Terms from a non-CJK word run (already lower-cased): stems, or words without a plural ``s``."""
     word = run.strip("_")
     if len(word) < 2 or word in STOP_WORDS:
         return ()
     if _DIGITS.fullmatch(word):
         return (word,)  # numbers of >= 2 digits
-    word = _normalise_word(word)
+    word = _normalise_word(word) if stem else _plural(word)
     return () if word in STOP_WORDS else (word,)
 
 
@@ -91,11 +117,12 @@ def _cjk_terms(run: str) -> Iterable[str]:
     return [w for w in _jieba().lcut(run) if len(w) >= 2 and w not in STOP_WORDS]
 
 
-def terms(text: str) -> list[str]:
+def terms(text: str, *, stem: bool = True) -> list[str]:
     """Keyword terms of `text` in order, with repeats: for indexing documents and for queries.
 
     NFKC-normalised (full-width letters become ASCII), lower-cased; Chinese runs segmented by
-    jieba; 1-character tokens and stop words dropped; a light plural ``s`` normalisation.
+    jieba; 1-character tokens and stop words dropped; English words stemmed (`_normalise_word`). With
+    `stem=False`, English words keep their form bar a plural ``s``: words to show (tags) or to find in a text.
     """
     if not text:
         return []
@@ -103,7 +130,7 @@ def terms(text: str) -> list[str]:
     out: list[str] = []
     for m in _RUN.finditer(text):
         cjk = m.group("cjk")
-        out.extend(_cjk_terms(cjk) if cjk is not None else _word_terms(m.group("word")))
+        out.extend(_cjk_terms(cjk) if cjk is not None else _word_terms(m.group("word"), stem))
     return out
 
 
@@ -167,8 +194,9 @@ def bm25_scores(
 # --- TF-IDF and similarity ------------------------------------------------------------------------
 
 
-def tfidf_top_terms(texts: list[str], top_k: int = 8) -> list[list[tuple[str, float]]]:
-    """Per text, its `top_k` terms by TF-IDF (sublinear tf, fitted on `texts`), weights rounded to 4 places.
+def tfidf_top_terms(texts: list[str], top_k: int = 8, *, stem: bool = True) -> list[list[tuple[str, float]]]:
+    """Per text, its `top_k` terms (`terms` with `stem`) by TF-IDF (sublinear tf, fitted on `texts`), weights
+    rounded to 4 places.
 
     Ordered by weight descending, then term; terms with zero weight are omitted.
     """
@@ -176,7 +204,7 @@ def tfidf_top_terms(texts: list[str], top_k: int = 8) -> list[list[tuple[str, fl
         return []
     from sklearn.feature_extraction.text import TfidfVectorizer
 
-    vectorizer = TfidfVectorizer(analyzer=terms, sublinear_tf=True)
+    vectorizer = TfidfVectorizer(analyzer=functools.partial(terms, stem=stem), sublinear_tf=True)
     try:
         matrix = vectorizer.fit_transform(texts).tocsr()
     except ValueError:  # empty vocabulary: no text has any term

@@ -106,8 +106,8 @@ def tags(text: str, corpus: list[str] | None = None, top_k: int = 5) -> list[str
     if top_k < 1:
         return []
     if corpus:
-        return [term for term, _ in tfidf_top_terms([*corpus, text], top_k)[-1]]
-    found = terms(text)
+        return [term for term, _ in tfidf_top_terms([*corpus, text], top_k, stem=False)[-1]]
+    found = terms(text, stem=False)
     counts = Counter(found)
     first_seen = {t: i for i, t in reversed(list(enumerate(found)))}
     ranked = sorted(counts, key=lambda t: (-(1 + math.log(counts[t])) * _tag_weight(t), first_seen[t]))

@@ -1,0 +1,67 @@
+"""What one conversational turn can tell: a prior on turns that ask, or say little.
+
+A question's evidence is a statement ("I signed up for a pottery class yesterday"), yet two kinds of turns
+match questions better than statements do. A turn that ends by asking ("What made you paint it?") shares a
+question's words and shape, while what it asks about is in the answer, which the neighbour lift reaches
+anyway. A short turn ("Wow, that's amazing!") carries little, and a small embedding model ranks short texts
+close to many queries. So after fusion and the lift, a conversational turn (a memory with a `session`) that
+ends with a question scores × QUESTION_FACTOR, and one under FULL_TOKENS tokens scores × (tokens /
+FULL_TOKENS) ** SHORT_EXPONENT. Other memories, and the other sources, are left as they are.
+
+locomo_dev (README, "Retrieval quality", step 9): among the top 30 candidates, turns that end with a question
+are 31 % of the items but 9 % of the evidence; a turn of under 50 characters is evidence 0.8 % of the time,
+one of 200-250 characters 6.7 %.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..text.focus import is_dialogue
+from ..text.tokens import estimate_tokens
+from .fusion import rescored
+
+QUESTION_FACTOR = 0.7
+FULL_TOKENS = 50  # about 200 characters of English, 50 of Chinese
+SHORT_EXPONENT = 0.3
+
+def spoken(text: str) -> str:
+    """The turn's words without trailing attachment notes ("[shares a photo of ...]")."""
+    text = text.strip()
+    while text.endswith("]") and (start := text.rfind("[")) >= 0:
+        text = text[:start].rstrip()
+    return text
+
+
+def _asks(words: str) -> bool:
+    return words.rstrip("\"'”’)").endswith(("?", "？"))
+
+
+def ends_with_question(text: str) -> bool:
+    """Whether the turn's last sentence asks (ends with ``?`` or ``？``)."""
+    return _asks(spoken(text))
+
+
+def turn_prior(text: str) -> float:
+    """The factor a conversational turn's score is multiplied by (1.0 for a long statement). A memory that holds a
+    whole exchange ("User: ...\nAI: ...?") is not asking: its last line is only the reply's."""
+    words = spoken(text)
+    factor = QUESTION_FACTOR if _asks(words) and not is_dialogue(words) else 1.0
+    if len(words) < 4 * FULL_TOKENS:  # else it is FULL_TOKENS tokens at least (4 characters a token at most)
+        tokens = estimate_tokens(words)
+        if tokens < FULL_TOKENS:
+            factor *= (max(tokens, 1) / FULL_TOKENS) ** SHORT_EXPONENT
+    return factor
+
+
+def weighed(ranked: Sequence[Any]) -> list[Any]:
+    """`ranked` with every conversational turn's score times its `turn_prior`, re-sorted. Pure."""
+    out = []
+    for h in ranked:
+        if h.source == "memory" and (h.extra or {}).get("session"):
+            prior = turn_prior(h.text or "")
+            if prior != 1.0:
+                h = rescored(h, score=h.score * prior, extra={**h.extra, "turn_prior": round(prior, 4)})
+        out.append(h)
+    return sorted(out, key=lambda h: (-h.score, h.source, h.id))
