@@ -86,3 +86,27 @@ def test_hybrid_search_embeds_the_question_without_the_named_speaker(pool, fake_
     assert score[own] / score[other] > base[own] / base[other]
     # The keyword channel still reads the question as written.
     assert search(pool, spy, "alice", query, mode="keyword", limit=5).hits
+
+
+def test_only_the_memory_source_is_searched_again_without_the_name(pool, fake_embedder):
+    from memory_pipelines.index.keywords import index_all
+    from memory_pipelines.index.vectors import embed_all
+    from tests.factories import add_task
+
+    for text, speaker in (("I play chess online every evening.", "Nate"), ("Nate, do you play chess?", "Joanna")):
+        ingest_memory(pool, fake_embedder, None, "alice", content=text, content_type="insight", speaker=speaker,
+                      session="s1", ts=1_700_000_000, project_name="chat", conflict_threshold=0.999)
+    with pool.connection() as conn:
+        task = add_task(conn, "alice", "Chess club sign-up for Nate", "book a table for the chess evening")
+    embed_all(pool, fake_embedder)
+    index_all(pool)
+    query = "Which games does Nate play?"
+    spy = SpyEmbedder(fake_embedder)
+    hits = search(pool, spy, "alice", query, limit=10).hits
+    assert spy.queries == [query, "Which games does play?"]
+    # The task has no speaker: it keeps its semantic score from the question as written.
+    by_id = {h.id: h for h in hits}
+    plain = {h.id: h for h in search(pool, fake_embedder, "alice", query, limit=10, speakers=False).hits}
+    assert task in by_id and by_id[task].semantic == pytest.approx(plain[task].semantic)
+    memory = [h for h in hits if h.source == "memory"]
+    assert memory and all(h.semantic != pytest.approx(plain[h.id].semantic) for h in memory if h.id in plain)

@@ -482,20 +482,24 @@ def _without_named_speaker(
     pool: ConnectionPool, embedder: Embedder, owner: str, query: str, f: SearchFilters, depth: int,
     qvec: np.ndarray, sem: list[Hit], kw: list[Hit],
 ) -> tuple[str | None, np.ndarray, list[Hit]]:
-    """(named speaker, query vector, semantic hits): when the question names one of the candidates' speakers,
-    the semantic channel again on the question embedded without the name (retrieval/speakers.py); else, or
-    when that embedding fails, the channel as it ran."""
+    """(named speaker, memory query vector, semantic hits): when the question names one of the candidates'
+    speakers, the semantic channel of the memory source (the one with speakers) again on the question embedded
+    without the name (retrieval/speakers.py); the other sources keep their hits from the question as written.
+    Else, or when that embedding fails, the question's own vector and the channel as it ran."""
     speaker = named_speaker(query, {h.extra.get("speaker") for h in sem + kw if h.source == "memory"})
     stripped = without_speaker(query, speaker) if speaker else query
-    if stripped == query:
+    if stripped == query or "memory" not in f.sources:
         return speaker, qvec, sem
     try:
-        qvec = embedder.embed_query(focus(stripped).embed_text)
+        memory_qvec = embedder.embed_query(focus(stripped).embed_text)
     except EmbeddingError:  # a provider outage must not break search: keep the question's own vector
         log.warning("embedding the question without the speaker's name failed", exc_info=True)
         return speaker, qvec, sem
     with pool.connection() as conn:
-        return speaker, qvec, semantic_hits(conn, owner, qvec, embedder.model_name, f, depth)
+        memories = semantic_hits(conn, owner, memory_qvec, embedder.model_name, replace(f, sources=("memory",)),
+                                 depth)
+    others = [h for h in sem if h.source != "memory"]
+    return speaker, memory_qvec, sorted(others + memories, key=lambda h: h.score, reverse=True)
 
 
 def search(
@@ -538,19 +542,19 @@ def search(
             kw = keyword_hits(conn, owner, query, f, depth) if want_kw else []
     if kw_future is not None:
         kw = kw_future.result()  # the keyword channel ran on its own connection, beside the semantic one
-    speaker = None
+    speaker, memory_qvec = None, qvec
     if mode == "hybrid" and speakers and qvec is not None:
-        speaker, qvec, sem = _without_named_speaker(pool, embedder, owner, query, f, depth, qvec, sem, kw)
+        speaker, memory_qvec, sem = _without_named_speaker(pool, embedder, owner, query, f, depth, qvec, sem, kw)
     if mode == "semantic" and qvec is not None:
         ranked = sem  # raw cosine similarity, as the progressive-search and advanced-search specs report it
     elif mode == "keyword" or qvec is None:
         ranked = calibrate_keyword(kw)
     else:
         if fusion == "evidence":
-            sem = sem + _vector_scored(sem, kw, qvec)
+            sem = sem + _vector_scored(sem, kw, qvec, memory_qvec)
         ranked = FUSIONS[fusion](calibrate_semantic(sem, embedder, query), calibrate_keyword(kw))
         if neighbours and "memory" in f.sources:
-            ranked = _lift_neighbours(pool, embedder, owner, query, qvec, f, ranked)
+            ranked = _lift_neighbours(pool, embedder, owner, query, memory_qvec, f, ranked)
         if turn_priors:
             ranked = weighed(ranked)
         if speaker:
@@ -564,14 +568,14 @@ def search(
     )
 
 
-def _vector_scored(sem: list[Hit], kw: list[Hit], qvec: np.ndarray) -> list[Hit]:
-    """The keyword hits the semantic channel did not return, scored by their own vector (cosine similarity):
-    so fusion sees both channels' view of every candidate."""
+def _vector_scored(sem: list[Hit], kw: list[Hit], qvec: np.ndarray, memory_qvec: np.ndarray) -> list[Hit]:
+    """The keyword hits the semantic channel did not return, scored by their own vector (cosine similarity)
+    against the vector their source was searched with: so fusion sees both channels' view of every candidate."""
     seen = {(h.source, h.id) for h in sem}
     out = []
     for h in kw:
         if (h.source, h.id) not in seen and h.embedding is not None:
-            similarity = float(np.dot(h.embedding, qvec))
+            similarity = float(np.dot(h.embedding, memory_qvec if h.source == "memory" else qvec))
             out.append(rescored(h, score=similarity, semantic=similarity, keyword=None, keyword_evidence=None))
     return out
 

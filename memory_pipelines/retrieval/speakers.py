@@ -4,7 +4,8 @@
 vector towards every turn that mentions Nate, most of them the other party's ("Wow Nate, congrats!"), and
 away from Nate's own turns, which rarely say his name. So when the question names exactly one speaker of the
 candidates (and they have more than one), hybrid search embeds it without the name (`without_speaker`) and
-runs the semantic channel on that vector; the keyword channel keeps the question as written. After fusion and
+runs the memory source's semantic channel on that vector (tasks, learnings and the rest have no speaker and keep
+their hits from the question as written); the keyword channel keeps the question as written. After fusion and
 the neighbour lift, the named speaker's turns score SPEAKER_BOOST more (× 1.15): a preference, not a filter.
 It stays mild because a question can name the wrong speaker (LoCoMo's adversarial category): there the
 evidence is the other party's turn, and it usually matches the rest of the question by more than that.
