@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 import threading
 from collections import Counter
 
@@ -181,3 +182,30 @@ def test_jaccard_falls_back_to_character_bigrams() -> None:
     assert jaccard("的了吗", "的了") == pytest.approx(1 / 2)  # {的了, 了吗} vs {的了}
     assert jaccard("", "") == 1.0
     assert jaccard("", "数据库") == 0.0
+
+
+def test_stemming_is_thread_safe() -> None:
+    # One shared Snowball stemmer, switched between threads this often, gives wrong stems and IndexErrors.
+    before = sys.getswitchinterval()
+    words = [f"{stem}{ending}" for stem in ("paint", "walk", "jump", "connect", "deploy", "test")
+             for ending in ("ed", "ing", "s", "er", "ation")]
+    expected = {w: keywords._stemmer().stemWord(w) for w in words}
+    results: list[bool] = []
+
+    def work() -> None:
+        for _ in range(50):
+            try:
+                results.append(all(keywords._normalise_word.__wrapped__(w) == expected[w] for w in words))
+            except Exception:  # a stemmer used by two threads at once raises, IndexError mostly
+                results.append(False)
+
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=work) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(before)
+    assert len(results) == 400 and all(results)

@@ -26,6 +26,7 @@ QUESTION_FACTOR = 0.7
 FULL_TOKENS = 50  # about 200 characters of English, 50 of Chinese
 SHORT_EXPONENT = 0.3
 
+
 def spoken(text: str) -> str:
     """The turn's words without trailing attachment notes ("[shares a photo of ...]")."""
     text = text.strip()

@@ -66,11 +66,18 @@ def _jieba() -> ModuleType:
     return _jieba_module
 
 
-@functools.lru_cache(maxsize=1)
-def _stemmer() -> object:
-    import snowballstemmer
+_stemmers = threading.local()
 
-    return snowballstemmer.stemmer("english")
+
+def _stemmer() -> object:
+    """This thread's English stemmer: a Snowball stemmer keeps the word it works on in its own fields, so one
+    object must not stem in two threads at once."""
+    stemmer = getattr(_stemmers, "english", None)
+    if stemmer is None:
+        import snowballstemmer
+
+        stemmer = _stemmers.english = snowballstemmer.stemmer("english")
+    return stemmer
 
 
 def _plural(word: str) -> str:
