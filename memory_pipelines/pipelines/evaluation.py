@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from psycopg.conninfo import make_conninfo
 from psycopg_pool import ConnectionPool
@@ -48,20 +48,31 @@ from .eval_stats import recall_at as recall_at
 
 METHODS = ("keyword", "semantic", "hybrid", "hybrid_no_lift", "hybrid_no_speaker", "hybrid_no_prior",
            "hybrid_weighted", "hybrid_rrf", "context", "hybrid_matched")
-# How each search method runs: (search mode, fusion, neighbour lift, named speaker, turn priors). `hybrid` is the
-# default hybrid search; the others are ablations of it: without the neighbour lift, without the named-speaker
-# handling (retrieval/speakers.py), without the turn priors (retrieval/turns.py), with the advanced-search spec's
-# weighted fusion (the default before issue 12) and with naive reciprocal-rank fusion, both without the lift, the
-# speaker handling and the priors.
+
+
+class Method(NamedTuple):
+    """How one search method runs: search mode, fusion, and which hybrid steps are on."""
+
+    mode: str
+    fusion: str = "evidence"
+    lift: bool = False
+    speakers: bool = False
+    priors: bool = False
+
+
+# `hybrid` is the default hybrid search; the others are ablations of it: without the neighbour lift, without the
+# named-speaker handling (retrieval/speakers.py), without the turn priors (retrieval/turns.py), with the
+# advanced-search spec's weighted fusion (the default before issue 12) and with naive reciprocal-rank fusion, both
+# without the lift, the speaker handling and the priors.
 SEARCH_METHODS = {
-    "keyword": ("keyword", "evidence", False, False, False),
-    "semantic": ("semantic", "evidence", False, False, False),
-    "hybrid": ("hybrid", "evidence", True, True, True),
-    "hybrid_no_lift": ("hybrid", "evidence", False, True, True),
-    "hybrid_no_speaker": ("hybrid", "evidence", True, False, True),
-    "hybrid_no_prior": ("hybrid", "evidence", True, True, False),
-    "hybrid_weighted": ("hybrid", "weighted", False, False, False),
-    "hybrid_rrf": ("hybrid", "rrf", False, False, False),
+    "keyword": Method("keyword"),
+    "semantic": Method("semantic"),
+    "hybrid": Method("hybrid", lift=True, speakers=True, priors=True),
+    "hybrid_no_lift": Method("hybrid", speakers=True, priors=True),
+    "hybrid_no_speaker": Method("hybrid", lift=True, priors=True),
+    "hybrid_no_prior": Method("hybrid", lift=True, speakers=True),
+    "hybrid_weighted": Method("hybrid", fusion="weighted"),
+    "hybrid_rrf": Method("hybrid", fusion="rrf"),
 }
 KS = (5, 10)
 EVAL_BUDGET = MAX_BUDGET  # no budget cut unless asked
@@ -176,10 +187,10 @@ def rankings(
     qvec = embedder.embed_query(focus(q.query).embed_text)  # a long query by its last turns, as search does
     f = SearchFilters(sources=("memory",), as_of=q.asked_at)
     out: dict[str, list[str]] = {}
-    for method, (search_mode, fusion, lift, speakers, priors) in SEARCH_METHODS.items():
+    for method, m in SEARCH_METHODS.items():
         hits = search(
-            pool, embedder, q.owner, q.query, mode=search_mode, filters=f, limit=10, fusion=fusion,
-            query_vector=qvec, neighbours=lift, speakers=speakers, turn_priors=priors,
+            pool, embedder, q.owner, q.query, mode=m.mode, filters=f, limit=10, fusion=m.fusion,
+            query_vector=qvec, neighbours=m.lift, speakers=m.speakers, turn_priors=m.priors,
         ).hits
         out[method] = [h.id for h in hits]
     ctx = build_memory_context(

@@ -488,7 +488,7 @@ def _without_named_speaker(
     Else, or when that embedding fails, the question's own vector and the channel as it ran."""
     speaker = named_speaker(query, {h.extra.get("speaker") for h in sem + kw if h.source == "memory"})
     stripped = without_speaker(query, speaker) if speaker else query
-    if stripped == query or "memory" not in f.sources:
+    if stripped == query:  # also when no memory was a candidate: only memories have speakers
         return speaker, qvec, sem
     try:
         memory_qvec = embedder.embed_query(focus(stripped).embed_text)

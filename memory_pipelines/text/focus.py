@@ -81,10 +81,19 @@ class Focused:
     long: bool
 
 
+def _prefixed_lines(lines: list[str]) -> bool:
+    """Whether two or more of `lines` start with a speaker prefix."""
+    return sum(1 for line in lines if _SPEAKER.match(line)) >= 2
+
+
+def _inline_roles(text: str) -> bool:
+    """Whether `text` holds two or more role labels written on one line ("... AI: ...")."""
+    return len(_INLINE_ROLE.findall(text)) >= 2
+
+
 def is_dialogue(text: str) -> bool:
     """Whether `text` holds two or more speakers' lines ("User: ...\nAI: ...", or one line with two role labels)."""
-    lines = text.split("\n")
-    return sum(1 for line in lines if _SPEAKER.match(line)) >= 2 or len(_INLINE_ROLE.findall(text)) >= 2
+    return _prefixed_lines(text.split("\n")) or _inline_roles(text)
 
 
 def split_turns(query: str) -> list[str]:
@@ -108,7 +117,7 @@ def _split(query: str) -> tuple[list[str], bool]:
 
 def _dialogue_turns(text: str) -> list[str]:
     lines = text.split("\n")
-    if sum(1 for line in lines if _SPEAKER.match(line)) >= 2:
+    if _prefixed_lines(lines):
         turns: list[str] = []
         for line in lines:
             if _SPEAKER.match(line) or not turns:
@@ -121,7 +130,7 @@ def _dialogue_turns(text: str) -> list[str]:
         return blocks
     if len(_clean(lines)) > 1:
         return _clean(lines)
-    if len(_INLINE_ROLE.findall(text)) >= 2:
+    if _inline_roles(text):
         return _clean(_INLINE_ROLE.split(text))
     return [text]
 
