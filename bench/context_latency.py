@@ -127,7 +127,7 @@ class Probe:
     def _wrap(self) -> None:
         s, r = search_module, retrieve_module
         rows, expand, foc, unnamed = s.neighbour_rows, s.expand_terms, s.focus, s.without_speaker
-        semantic, keyword, search = s.semantic_hits, s._keyword_channel, r.search
+        semantic, keyword, search = s._semantic_channel, s._keyword_channel, r.search
         sem_source, kw_source, plan = s._semantic_source, s._keyword_source, s._plan_vector_scan
 
         def timed(name, fn, *args):
@@ -158,9 +158,9 @@ class Probe:
             self.add("speaker_named")
             return unnamed(query, name)
 
-        def semantic_hits(conn, owner, qvec, model, f, k):
+        def semantic_channel(pool, owner, qvec, model, f, k):
             name = "semantic" if "memory" in f.sources else "events_semantic"
-            return timed(name, semantic, conn, owner, qvec, model, f, k)
+            return timed(name, semantic, pool, owner, qvec, model, f, k)
 
         def keyword_channel(pool, owner, query, f, k):
             name = "keyword" if "memory" in f.sources else "events_keyword"
@@ -188,7 +188,7 @@ class Probe:
 
         s.neighbour_rows, s.expand_terms, s.focus = neighbour_rows, expand_terms, focus_
         s.without_speaker = without_speaker
-        s.semantic_hits, s._keyword_channel, r.search = semantic_hits, keyword_channel, search_
+        s._semantic_channel, s._keyword_channel, r.search = semantic_channel, keyword_channel, search_
         s._semantic_source, s._keyword_source, s._plan_vector_scan = semantic_source, keyword_source, plan_vector_scan
 
     def build(self) -> None:

@@ -10,7 +10,7 @@ from memory_pipelines.index.keywords import STORED_DF_MIN, index_rows, index_sou
 from memory_pipelines.index.vectors import embed_all
 from memory_pipelines.retrieval import search as search_module
 from memory_pipelines.retrieval.search import SearchFilters, search
-from tests.factories import add_task
+from tests.factories import add_learning, add_task
 
 
 def _scores(pool, embedder, owner, query, limit=10, filters=None):
@@ -150,3 +150,60 @@ def test_the_hnsw_candidate_list_grows_with_the_graph_and_with_the_filter():
     assert ef(10, 0.5, 100_000) == 400
     assert ef(10, 0.1, 1_000_000) == 1000
     assert ef(10, 0.0, 10) == 1000
+
+
+def test_an_owner_counted_over_the_cap_who_shrinks_below_it_still_gets_exactly_her_rows(
+    pool, fake_embedder, monkeypatch
+):
+    """The count that chooses between an exact and an index scan is remembered for an owner over the cap. When
+    she drops below the cap within that window, the index scan comes back short and is answered exactly; once
+    the window has passed, she is counted again and scanned exactly from the start."""
+    monkeypatch.setattr(search_module, "EXACT_SCAN_MAX_ROWS", 20)
+    monkeypatch.setattr(search_module, "_over_cap", {})
+    with pool.connection() as conn:
+        for i in range(60):
+            add_task(conn, "alice", f"note {i} about topic {i % 7}", f"details {i * 7 % 13}")
+    embed_all(pool, fake_embedder)
+    qvec = fake_embedder.embed_query("note about topic 3")
+    only_tasks = SearchFilters(sources=("task",))
+
+    def semantic(limit: int) -> list[str]:
+        return [h.id for h in search(pool, fake_embedder, "alice", "q", mode="semantic", limit=limit,
+                                     query_vector=qvec, filters=only_tasks).hits]
+
+    before = dict(search_module.PLANS)
+    assert len(semantic(10)) == 10
+    assert len(search_module._over_cap) == 1  # alice over the cap in tasks, remembered
+    with pool.connection() as conn:
+        conn.execute("UPDATE tasks SET owner_id = 'carol' WHERE id IN (SELECT id FROM tasks ORDER BY id OFFSET 12)")
+        kept = {r[0] for r in conn.execute("SELECT id::text FROM tasks WHERE owner_id = 'alice'").fetchall()}
+    assert len(kept) == 12
+    fallbacks = search_module.PLANS["exact-fallback"]
+    assert set(semantic(25)) == kept  # all 12 of hers, none of carol's
+    assert search_module.PLANS["exact-fallback"] == fallbacks + 1  # the remembered count sent it to the index
+    exact = search_module.PLANS["exact"]
+    monkeypatch.setattr(search_module, "OVER_CAP_SECONDS", 0.0)
+    search_module._over_cap.clear()
+    assert set(semantic(25)) == kept
+    assert search_module.PLANS["exact"] == exact + 1  # counted again: under the cap, an exact scan
+    assert search_module.PLANS["exact-fallback"] == fallbacks + 1
+    assert dict(search_module.PLANS) != before
+
+
+def test_the_semantic_channel_scans_its_sources_at_once_with_the_same_answer(pool, fake_embedder):
+    """Each source's index scan runs on its own pooled connection; the merged hits are those of the sources
+    scanned one after another on one connection."""
+    with pool.connection() as conn:
+        for i in range(30):
+            add_task(conn, "alice", f"deploy note {i}", f"rollout {i % 5}")
+            add_learning(conn, "alice", f"learned deploy lesson {i}")
+    embed_all(pool, fake_embedder)
+    qvec = fake_embedder.embed_query("deploy rollout")
+    f = SearchFilters().validated()
+    together = search_module._semantic_channel(pool, "alice", qvec, fake_embedder.model_name, f, 20)
+    with pool.connection() as conn:
+        in_turn = search_module.semantic_hits(conn, "alice", qvec, fake_embedder.model_name, f, 20)
+    assert {h.source for h in together} >= {"task", "learning"}
+    assert [(h.source, h.id, round(h.score, 6)) for h in together] == [
+        (h.source, h.id, round(h.score, 6)) for h in in_turn
+    ]
