@@ -24,13 +24,6 @@ def test_shared_buffers_are_a_quarter_of_memory_between_128_mb_and_8_gb():
     assert embedded_config(GIB)["jit"] == "off"
 
 
-def test_index_builds_run_a_worker_per_core_beside_their_leader():
-    assert embedded_config(GIB, cores=1)["max_parallel_maintenance_workers"] == "0"
-    assert embedded_config(GIB, cores=2)["max_parallel_maintenance_workers"] == "1"
-    assert embedded_config(GIB, cores=4)["max_parallel_maintenance_workers"] == "3"
-    assert embedded_config(GIB, cores=64)["max_parallel_maintenance_workers"] == "6"
-
-
 def test_config_is_included_once_and_rewritten_only_when_it_changes(tmp_path):
     assert write_embedded_config(tmp_path) is False  # no cluster yet: pgserver's initdb comes first
     conf = tmp_path / "postgresql.conf"
@@ -48,8 +41,6 @@ def test_the_embedded_test_server_runs_with_them(server_url):
         mb = conn.execute("SELECT setting::bigint * 8 / 1024 FROM pg_settings WHERE name = 'shared_buffers'")
         assert f"{mb.fetchone()[0]}MB" == embedded_config()["shared_buffers"]
         assert conn.execute("SHOW jit").fetchone()[0] == "off"
-        workers = conn.execute("SHOW max_parallel_maintenance_workers").fetchone()[0]
-        assert workers == embedded_config()["max_parallel_maintenance_workers"]
 
 
 def test_pooled_sessions_plan_every_execution_and_skip_jit(pool):

@@ -78,27 +78,17 @@ def embedded_url(settings: Settings) -> str:
 EMBEDDED_CONFIG_FILE = "memory_pipelines.conf"
 
 
-MAX_INDEX_BUILD_WORKERS = 6  # within PostgreSQL's default max_worker_processes (8) and max_parallel_workers (8)
-
-
-def embedded_config(total_memory: int | None = None, cores: int | None = None) -> dict[str, str]:
+def embedded_config(total_memory: int | None = None) -> dict[str, str]:
     """Settings of the embedded server: shared_buffers a quarter of the machine's memory (PostgreSQL's own
     starting advice), from 128 MB up to 8 GB, and JIT off (compiling a plan costs more than it saves on
     queries of a few milliseconds). A context build reads thousands of index pages (HNSW graphs, keyword
     postings); at 1M memories they are 4+ GB, and a page outside shared_buffers comes from the OS cache,
     or from disk where the OS keeps little cache (as on the machine the benches ran on). Buffers take
-    memory as they are used, not at start.
-
-    An index build runs one worker per core beside its leader, which builds too: PostgreSQL's default of
-    2 workers puts three processes on a 2-core machine, and a 100k-vector HNSW build took 28.5 s there
-    against 25 s with one worker; a larger machine gets more (up to MAX_INDEX_BUILD_WORKERS)."""
+    memory as they are used, not at start."""
     if total_memory is None:
         total_memory = psutil.virtual_memory().total
-    if cores is None:
-        cores = psutil.cpu_count() or 1
     mb = max(128, min(8192, total_memory // (4 << 20)))
-    workers = max(0, min(MAX_INDEX_BUILD_WORKERS, cores - 1))
-    return {"shared_buffers": f"{mb}MB", "jit": "off", "max_parallel_maintenance_workers": str(workers)}
+    return {"shared_buffers": f"{mb}MB", "jit": "off"}
 
 
 def write_embedded_config(pgdata: Path) -> bool:
@@ -144,9 +134,6 @@ def start_embedded_server(pgdata: Path, attempts: int = 3):
         if _shared_buffers_mb(server) != wanted and _sole_user(pgdata):
             _leave(pgdata, server)  # stops it: this process is its only user
             server = _join(pgdata, attempts)
-        else:  # the other settings apply on a reload
-            with psycopg.connect(server.get_uri(), autocommit=True, connect_timeout=10) as conn:
-                conn.execute("SELECT pg_reload_conf()")
     return server
 
 
