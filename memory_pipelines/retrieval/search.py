@@ -167,7 +167,7 @@ def _owner_rows_capped(conn: psycopg.Connection, table: str, params: dict, cap: 
     if rows > cap:
         now = time.monotonic()
         if len(_over_cap) >= 10_000:  # many owners: forget those whose window has passed
-            for stale in [k for k, until in _over_cap.items() if until <= now]:
+            for stale in [k for k, until in list(_over_cap.items()) if until <= now]:  # a copy: threads add
                 _over_cap.pop(stale, None)
         _over_cap[key] = now + OVER_CAP_SECONDS
     return rows
