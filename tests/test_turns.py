@@ -8,7 +8,7 @@ import pytest
 
 from memory_pipelines.retrieval import turns
 from memory_pipelines.retrieval.search import search
-from memory_pipelines.retrieval.turns import ends_with_question, spoken, turn_prior, weighed
+from memory_pipelines.retrieval.turns import asks, spoken, turn_prior, weighed
 from memory_pipelines.store.ingest import ingest_memory
 
 LONG = ("I signed up for a pottery class yesterday and it felt like therapy, letting me express myself and get "
@@ -21,7 +21,7 @@ def test_spoken_drops_trailing_attachment_notes_only():
     assert spoken("  [shares a photo]  ") == ""
 
 
-@pytest.mark.parametrize(("text", "asks"), [
+@pytest.mark.parametrize(("text", "asking"), [
     ("Wow, what a fun moment! What's the band?", True),
     ("Did you see it? [shares a photo of a band]", True),
     ("He asked \u201cwhy?\u201d", True),
@@ -29,8 +29,8 @@ def test_spoken_drops_trailing_attachment_notes_only():
     ("What did you think? I loved it.", False),
     ("Yes! It took three weekends.", False),
 ])
-def test_ends_with_question(text, asks):
-    assert ends_with_question(text) is asks
+def test_a_turn_asks_when_its_spoken_words_end_with_a_question_mark(text, asking):
+    assert asks(spoken(text)) is asking
 
 
 def test_turn_prior_of_questions_short_turns_and_exchanges():

@@ -542,9 +542,7 @@ def _without_named_speaker(
     except EmbeddingError:  # a provider outage must not break search: keep the question's own vector
         log.warning("embedding the question without the speaker's name failed", exc_info=True)
         return speaker, qvec, sem
-    with pool.connection() as conn:
-        memories = semantic_hits(conn, owner, memory_qvec, embedder.model_name, replace(f, sources=("memory",)),
-                                 depth)
+    memories = _semantic_channel(pool, owner, memory_qvec, embedder.model_name, replace(f, sources=("memory",)), depth)
     others = [h for h in sem if h.source != "memory"]
     return speaker, memory_qvec, sorted(others + memories, key=lambda h: h.score, reverse=True)
 
@@ -584,11 +582,10 @@ def search(
     want_sem, want_kw = qvec is not None, mode != "semantic" or qvec is None
     kw_future = _channels.submit(_keyword_channel, pool, owner, query, f, depth) if want_sem and want_kw else None
     sem = _semantic_channel(pool, owner, qvec, embedder.model_name, f, depth) if want_sem else []
-    if kw_future is None:
-        with pool.connection() as conn:
-            kw = keyword_hits(conn, owner, query, f, depth) if want_kw else []
     if kw_future is not None:
         kw = kw_future.result()  # the keyword channel ran on its own connection, beside the semantic one
+    else:
+        kw = _keyword_channel(pool, owner, query, f, depth) if want_kw else []
     speaker, memory_qvec = None, qvec
     if mode == "hybrid" and speakers and qvec is not None:
         speaker, memory_qvec, sem = _without_named_speaker(pool, embedder, owner, query, f, depth, qvec, sem, kw)

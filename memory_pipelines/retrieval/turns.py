@@ -35,20 +35,16 @@ def spoken(text: str) -> str:
     return text
 
 
-def _asks(words: str) -> bool:
+def asks(words: str) -> bool:
+    """Whether spoken words (`spoken`) end by asking (``?`` or ``？``, before closing quotes or brackets)."""
     return words.rstrip("\"'”’)").endswith(("?", "？"))
-
-
-def ends_with_question(text: str) -> bool:
-    """Whether the turn's last sentence asks (ends with ``?`` or ``？``)."""
-    return _asks(spoken(text))
 
 
 def turn_prior(text: str) -> float:
     """The factor a conversational turn's score is multiplied by (1.0 for a long statement). A memory that holds a
     whole exchange ("User: ...\nAI: ...?") is not asking: its last line is only the reply's."""
     words = spoken(text)
-    factor = QUESTION_FACTOR if _asks(words) and not is_dialogue(words) else 1.0
+    factor = QUESTION_FACTOR if asks(words) and not is_dialogue(words) else 1.0
     if len(words) < 4 * FULL_TOKENS:  # else it is FULL_TOKENS tokens at least (4 characters a token at most)
         tokens = estimate_tokens(words)
         if tokens < FULL_TOKENS:
