@@ -10,7 +10,7 @@ from memory_pipelines.index.keywords import STORED_DF_MIN, index_rows, index_sou
 from memory_pipelines.index.vectors import embed_all
 from memory_pipelines.retrieval import search as search_module
 from memory_pipelines.retrieval.search import SearchFilters, search
-from tests.factories import add_learning, add_task
+from tests.factories import add_event, add_learning, add_task
 
 
 def _scores(pool, embedder, owner, query, limit=10, filters=None):
@@ -159,7 +159,7 @@ def test_an_owner_counted_over_the_cap_who_shrinks_below_it_still_gets_exactly_h
     she drops below the cap within that window, the index scan comes back short and is answered exactly; once
     the window has passed, she is counted again and scanned exactly from the start."""
     monkeypatch.setattr(search_module, "EXACT_SCAN_MAX_ROWS", 20)
-    monkeypatch.setattr(search_module, "_over_cap", {})
+    monkeypatch.setattr(search_module, "_counts", search_module._Memo())
     with pool.connection() as conn:
         for i in range(60):
             add_task(conn, "alice", f"note {i} about topic {i % 7}", f"details {i * 7 % 13}")
@@ -172,10 +172,11 @@ def test_an_owner_counted_over_the_cap_who_shrinks_below_it_still_gets_exactly_h
                                      query_vector=qvec, filters=only_tasks).hits]
 
     before = dict(search_module.PLANS)
-    expired = {("gone", i): 0.0 for i in range(10_000)}  # windows long passed, of 10,000 other owners
-    search_module._over_cap.update(expired)
+    expired = {("gone", i): (21, 0.0) for i in range(10_000)}  # windows long passed, of 10,000 other owners
+    search_module._counts.entries.update(expired)
     assert len(semantic(10)) == 10
-    assert len(search_module._over_cap) == 1  # alice over the cap in tasks, remembered; the expired forgotten
+    assert list(search_module._counts.entries.values())[0][0] == 21  # alice over the cap in tasks, remembered;
+    assert len(search_module._counts.entries) == 1  # the expired forgotten
     with pool.connection() as conn:
         conn.execute("UPDATE tasks SET owner_id = 'carol' WHERE id IN (SELECT id FROM tasks ORDER BY id OFFSET 12)")
         kept = {r[0] for r in conn.execute("SELECT id::text FROM tasks WHERE owner_id = 'alice'").fetchall()}
@@ -185,11 +186,60 @@ def test_an_owner_counted_over_the_cap_who_shrinks_below_it_still_gets_exactly_h
     assert search_module.PLANS["exact-fallback"] == fallbacks + 1  # the remembered count sent it to the index
     exact = search_module.PLANS["exact"]
     monkeypatch.setattr(search_module, "OVER_CAP_SECONDS", 0.0)
-    search_module._over_cap.clear()
+    search_module._counts.clear()
     assert set(semantic(25)) == kept
     assert search_module.PLANS["exact"] == exact + 1  # counted again: under the cap, an exact scan
     assert search_module.PLANS["exact-fallback"] == fallbacks + 1
     assert dict(search_module.PLANS) != before
+
+
+def test_what_chooses_a_plan_is_remembered_only_once_there_is_something_to_find(pool, fake_embedder):
+    """An owner's row count and her keyword index are remembered once she has rows (so searches do not repeat
+    those reads); an owner without any is asked again every time, so her first write is found at once by
+    both channels, and a count remembered under the cap only keeps her scans exact."""
+    with pool.connection() as conn:
+        add_task(conn, "alice", "warm-up note", "")
+    embed_all(pool, fake_embedder)
+    index_source(pool, "task")
+    only_tasks = SearchFilters(sources=("task",))
+
+    def found(mode: str, query: str) -> list[str]:
+        return [h.title for h in search(pool, fake_embedder, "dora", query, mode=mode, filters=only_tasks).hits]
+
+    assert found("semantic", "kiln firing schedule") == [] and found("keyword", "kiln") == []
+    with pool.connection() as conn:
+        add_task(conn, "dora", "kiln firing schedule", "cone 6 glaze")
+    embed_all(pool, fake_embedder)
+    index_source(pool, "task")
+    assert found("semantic", "kiln firing schedule") == ["kiln firing schedule"]
+    assert found("keyword", "kiln") == ["kiln firing schedule"]
+    remembered = {k[-2:]: v[0] for k, v in search_module._counts.entries.items() if k[-2] == "dora"}
+    assert remembered == {("dora", search_module.EXACT_SCAN_MAX_ROWS): 1}
+    assert any(k[-2:] == ("dora", "task") for k in search_module._indexed.entries)
+    with pool.connection() as conn:
+        add_task(conn, "dora", "kiln shelf wash", "")
+    embed_all(pool, fake_embedder)
+    index_source(pool, "task")
+    assert sorted(found("semantic", "kiln")) == ["kiln firing schedule", "kiln shelf wash"]  # the count said 1
+    assert sorted(found("keyword", "kiln")) == ["kiln firing schedule", "kiln shelf wash"]
+
+
+def test_the_build_log_does_not_count_towards_an_owners_events(pool, fake_embedder, monkeypatch):
+    """Every context build logs a memory_retrieval event, which is never ranked: however many there are, an
+    owner's few ranked events are scanned exactly, not through the index."""
+    monkeypatch.setattr(search_module, "EXACT_SCAN_MAX_ROWS", 20)
+    with pool.connection() as conn:
+        for i in range(60):
+            add_event(conn, "alice", "memory_retrieval", {"query": f"build {i}"})
+        for i in range(5):
+            add_event(conn, "alice", "task_failed", {"error": f"timeout in stage {i}"})
+    embed_all(pool, fake_embedder)
+    before = search_module.PLANS["exact"], search_module.PLANS["hnsw-iterative"] + search_module.PLANS["hnsw"]
+    hits = search(pool, fake_embedder, "alice", "timeout in stage", mode="semantic", limit=10,
+                  filters=SearchFilters(sources=("event",))).hits
+    assert len(hits) == 5 and {h.extra["type"] for h in hits} == {"task_failed"}
+    after = search_module.PLANS["exact"], search_module.PLANS["hnsw-iterative"] + search_module.PLANS["hnsw"]
+    assert after == (before[0] + 1, before[1])
 
 
 def test_the_semantic_channel_scans_its_sources_at_once_with_the_same_answer(pool, fake_embedder):

@@ -151,25 +151,57 @@ def _count_capped(conn: psycopg.Connection, table: str, clauses: list[str], para
     return int(conn.execute(sql, params).fetchone()[0])
 
 
-# An owner counted over the exact-scan cap is taken to stay over it this long, so the count (an index read
-# of cap + 1 entries, ~1.5 ms) is not repeated by every search. Should the owner shrink below the cap
-# meanwhile, the index scan still answers, and exactly if it comes back short.
-OVER_CAP_SECONDS = 60.0
-_over_cap: dict[tuple[Any, ...], float] = {}
+class _Memo:
+    """Values remembered per key for a while (one process, all threads); bounded: once it holds
+    MAX_ENTRIES, the expired ones are forgotten."""
 
+    MAX_ENTRIES = 10_000
 
-def _owner_rows_capped(conn: psycopg.Connection, table: str, params: dict, cap: int) -> int:
-    """`_count_capped` of the owner's rows in `table`, remembered for OVER_CAP_SECONDS once over the cap."""
-    key = (conn.info.host, conn.info.port, conn.info.dbname, table, params["owner"], cap)
-    if _over_cap.get(key, 0.0) > time.monotonic():
-        return cap + 1
-    rows = _count_capped(conn, table, ["owner_id = %(owner)s"], params, cap)
-    if rows > cap:
+    def __init__(self) -> None:
+        self.entries: dict[tuple[Any, ...], tuple[Any, float]] = {}
+
+    def get(self, key: tuple[Any, ...]) -> Any:
+        value, until = self.entries.get(key, (None, 0.0))
+        return value if until > time.monotonic() else None
+
+    def put(self, key: tuple[Any, ...], value: Any, seconds: float) -> None:
         now = time.monotonic()
-        if len(_over_cap) >= 10_000:  # many owners: forget those whose window has passed
-            for stale in [k for k, until in list(_over_cap.items()) if until <= now]:  # a copy: threads add
-                _over_cap.pop(stale, None)
-        _over_cap[key] = now + OVER_CAP_SECONDS
+        if len(self.entries) >= self.MAX_ENTRIES:
+            for stale in [k for k, (_, until) in list(self.entries.items()) if until <= now]:  # a copy: threads add
+                self.entries.pop(stale, None)
+        self.entries[key] = (value, now + seconds)
+
+    def clear(self) -> None:
+        self.entries.clear()
+
+
+# What chooses a search's plan is remembered for a while, so every search of an owner does not repeat it: her
+# row count (an index read of up to cap + 1 entries, 1.5-3 ms), and for an unfiltered index scan its
+# candidate list (the planner's estimate and the table's size). An owner over the exact-scan cap is taken to
+# stay over it OVER_CAP_SECONDS: should she shrink below it meanwhile, the index scan comes back short and is
+# answered exactly. One under it, with rows, UNDER_CAP_SECONDS: should she grow past it meanwhile, her scans
+# stay exact (slower, never wrong). An owner without rows is counted every time, so her first write is found
+# at once. Whether an owner has a keyword index for a source is remembered the same way, once she has.
+OVER_CAP_SECONDS = 60.0
+UNDER_CAP_SECONDS = 10.0
+_counts = _Memo()
+_index_lists = _Memo()
+_indexed = _Memo()
+
+
+def _server(conn: psycopg.Connection) -> tuple[Any, ...]:
+    return conn.info.host, conn.info.port, conn.info.dbname
+
+
+def _owner_rows_capped(conn: psycopg.Connection, table: str, counted: str | None, params: dict, cap: int) -> int:
+    """`_count_capped` of the owner's rows in `table` (those passing `counted` too, if given), remembered while
+    it is not 0 (see `_Memo` above)."""
+    key = (*_server(conn), table, counted, params["owner"], cap)
+    rows = _counts.get(key)
+    if rows is None:
+        rows = _count_capped(conn, f"{table} t", ["t.owner_id = %(owner)s", counted or "true"], params, cap)
+        if rows:
+            _counts.put(key, rows, OVER_CAP_SECONDS if rows > cap else UNDER_CAP_SECONDS)
     return rows
 
 
@@ -208,7 +240,7 @@ def _plan_vector_scan(
     chunked = SOURCES[source].chunked
     table = "fragments" if chunked else SOURCES[source].table
     cap = EXACT_SCAN_MAX_ROWS
-    filtered = _owner_rows_capped(conn, table, params, cap)
+    filtered = _owner_rows_capped(conn, table, None if chunked else SOURCES[source].counted_sql, params, cap)
     joined = (
         f"fragments f JOIN {_from(source)} ON t.id = f.memory_id" if chunked else _from(source)
     )
@@ -219,15 +251,21 @@ def _plan_vector_scan(
     if filtered <= cap:
         conn.execute("SET LOCAL enable_indexscan = off")
         return "exact"
-    estimate = max(float(cap + 1), _estimate_rows(conn, joined, clauses, params))
-    total = conn.execute("SELECT greatest(reltuples, 1) FROM pg_class WHERE relname = %s", (table,)).fetchone()
-    rows = float(total[0]) if total else estimate
-    ef = hnsw_ef(k, min(1.0, estimate / max(rows, 1.0)), rows)
-    conn.execute(f"SET LOCAL hnsw.ef_search = {ef}")
-    if pgvector_version(conn) >= (0, 8):
-        conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-        return f"hnsw-iterative(ef={ef})"
-    return f"hnsw(ef={ef})"
+    key = (*_server(conn), table, params["owner"], cap, k)
+    ef = None if _has_extra_filters(f) else _index_lists.get(key)
+    if ef is None:
+        estimate = max(float(cap + 1), _estimate_rows(conn, joined, clauses, params))
+        total = conn.execute("SELECT greatest(reltuples, 1) FROM pg_class WHERE relname = %s", (table,)).fetchone()
+        rows = float(total[0]) if total else estimate
+        ef = hnsw_ef(k, min(1.0, estimate / max(rows, 1.0)), rows)
+        if not _has_extra_filters(f):
+            _index_lists.put(key, ef, OVER_CAP_SECONDS)
+    iterative = pgvector_version(conn) >= (0, 8)
+    settings = "set_config('hnsw.ef_search', %s, true)"
+    if iterative:
+        settings += ", set_config('hnsw.iterative_scan', 'relaxed_order', true)"
+    conn.execute(f"SELECT {settings}", (str(ef),))  # one round trip for both (transaction-local, as SET LOCAL)
+    return f"hnsw-iterative(ef={ef})" if iterative else f"hnsw(ef={ef})"
 
 
 def _semantic_source(
@@ -362,8 +400,11 @@ def _keyword_source(
     }
     clauses = _where(source, owner, f, params)
     params["ksource"] = SOURCES[source].indexed_as
-    if not conn.execute(_INDEXED, params).fetchone()[0]:
-        return []
+    indexed_key = (*_server(conn), owner, params["ksource"])
+    if not _indexed.get(indexed_key):
+        if not conn.execute(_INDEXED, params).fetchone()[0]:
+            return []
+        _indexed.put(indexed_key, True, OVER_CAP_SECONDS)
     if _has_extra_filters(f):
         return _keyword_query(conn, source, clauses, params, _EXACT_DOC)[0]
     top = _PRUNED_DOC + " ORDER BY bm25 DESC, item_id LIMIT %(over)s"  # ties by id: the same cut every run
