@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import gc
 import os
+import time
 
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 
-from memory_pipelines.infra.db import EMBEDDED_CONFIG_FILE, embedded_config, write_embedded_config
+from memory_pipelines.infra.db import EMBEDDED_CONFIG_FILE, embedded_config, get_pool, write_embedded_config
 from memory_pipelines.runtime import warm_up
 from memory_pipelines.text import keywords
 
@@ -58,3 +60,21 @@ def test_warm_up_loads_the_segmenter_and_freezes_what_is_loaded():
         assert gc.get_freeze_count() > 10_000  # the segmenter's tables among them
     finally:
         gc.unfreeze()
+
+
+def test_a_pooled_connection_the_server_ended_is_replaced_not_lent(db_url):
+    """Lending an idle connection costs no round trip, yet one whose session the server ended (a restart, a
+    terminated backend) is noticed by its socket and replaced: the caller gets a working connection."""
+    pool = get_pool(make_conninfo(db_url, application_name="lend-check"), min_size=1, max_size=1)
+    with pool.connection() as conn:
+        pid = conn.info.backend_pid
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    with psycopg.connect(db_url, autocommit=True) as admin:
+        assert admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)
+        for _ in range(100):  # until the backend is gone
+            if not admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
+                break
+            time.sleep(0.05)
+    with pool.connection() as conn:
+        assert conn.info.backend_pid != pid
+        assert conn.execute("SELECT 2").fetchone() == (2,)
