@@ -42,7 +42,7 @@ def warm_up() -> None:
     from .text.tokens import count_tokens
 
     terms("预热分词器 warm up")
-    maps()  # the CC-CEDICT keyword expansions (~2 s to parse)
+    maps()  # the CC-CEDICT keyword expansions (parsed once per machine and version, then read from a cache)
     count_tokens("warm up")
     gc.collect()
     gc.freeze()

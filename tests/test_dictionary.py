@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -135,3 +137,49 @@ def test_keyword_search_finds_the_other_language_by_dictionary(pool, fake_embedd
     result = search(pool, fake_embedder, "alice", "piano concert", mode="keyword", limit=5)
     assert result.hits and result.hits[0].id == chinese
     assert result.hits[0].extra.get("matched_by") != "jaccard"
+
+
+SMALL = dictionary.Maps({"图书馆": ("library",), "学习": ("study", "learn")}, {"library": ("图书馆",)}, 0.0, 2)
+
+
+def test_parsed_maps_are_kept_and_read_back_instead_of_parsing_again(tmp_path, monkeypatch) -> None:
+    """A process parses the data file once and keeps the maps; the next process reads them and parses nothing."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    data = tmp_path / "cc-cedict.txt"
+    data.write_text("# a stand-in data file\n", encoding="utf-8")
+    monkeypatch.setattr(dictionary, "_parse", lambda path: SMALL)
+    first = dictionary._load(data)
+    assert (first.zh_en, first.en_zh, first.entries) == (SMALL.zh_en, SMALL.en_zh, 2)
+    kept = dictionary.cache_path(data)
+    assert kept.is_file() and kept.parent == tmp_path / "cache" / "memory_pipelines"
+
+    def no_parse(path):
+        raise AssertionError("parsed again")
+
+    monkeypatch.setattr(dictionary, "_parse", no_parse)
+    again = dictionary._load(data)
+    assert (again.zh_en, again.en_zh, again.entries) == (SMALL.zh_en, SMALL.en_zh, 2)
+    assert all(type(v) is tuple for v in (*again.zh_en.values(), *again.en_zh.values()))
+
+    os.utime(data, ns=(0, 0))  # another data file (or package version, or parsing code): another key
+    assert dictionary.cache_path(data) != kept
+
+
+def test_a_broken_or_unwritable_cache_only_means_parsing_again(tmp_path, monkeypatch) -> None:
+    data = tmp_path / "cc-cedict.txt"
+    data.write_text("# a stand-in data file\n", encoding="utf-8")
+    parses: list[Path] = []
+    monkeypatch.setattr(dictionary, "_parse", lambda path: parses.append(path) or SMALL)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    kept = dictionary.cache_path(data)
+    for broken in ("{not json", '{"zh_en": {"图书馆": [1]}, "en_zh": {}, "entries": 1}', "[]"):
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        kept.write_text(broken, encoding="utf-8")
+        assert dictionary._load(data).zh_en == SMALL.zh_en
+        assert dictionary._read_cache(kept).zh_en == SMALL.zh_en  # rewritten whole
+    assert len(parses) == 3
+    blocked = tmp_path / "a-file"
+    blocked.write_text("", encoding="utf-8")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))  # its memory_pipelines folder cannot be made
+    assert dictionary._load(data).en_zh == SMALL.en_zh
+    assert len(parses) == 4

