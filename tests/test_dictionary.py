@@ -183,3 +183,16 @@ def test_a_broken_or_unwritable_cache_only_means_parsing_again(tmp_path, monkeyp
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))  # its memory_pipelines folder cannot be made
     assert dictionary._load(data).en_zh == SMALL.en_zh
     assert len(parses) == 4
+
+
+def test_no_home_folder_means_no_cache_not_an_error(tmp_path, monkeypatch) -> None:
+    data = tmp_path / "cc-cedict.txt"
+    data.write_text("# a stand-in data file\n", encoding="utf-8")
+    monkeypatch.setattr(dictionary, "_parse", lambda path: SMALL)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(dictionary.Path, "home", staticmethod(no_home))
+    assert dictionary._load(data).zh_en == SMALL.zh_en

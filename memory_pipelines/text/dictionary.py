@@ -254,7 +254,7 @@ def _load(path: Path) -> Maps:
     """The maps of the data file `path`: from the cache when it holds them, else parsed (and then kept)."""
     try:
         cache = cache_path(path)
-    except OSError:  # no home folder, an unreadable source file: parse without a cache
+    except (OSError, RuntimeError):  # no home folder (Path.home raises), an unreadable file: no cache
         return _parse(path)
     cached = _read_cache(cache)
     if cached is not None:
