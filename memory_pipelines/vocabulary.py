@@ -159,10 +159,10 @@ class Source:
     """The full record by id and owner: id, title, body, status, metadata, created_at, vector."""
     active_sql: str = "t.is_active"
     """Which rows of the table are live (ranked and indexed)."""
-    counted_sql: str | None = None
-    """A filter on `table t` that the count choosing a vector scan's plan applies besides the owner (an index
-    answers it): for events their type, since the build log's memory_retrieval events, never ranked, grow
-    with every context build. None: the owner's rows are counted."""
+    active_counted: bool = False
+    """Whether the count that chooses a vector scan's plan reads only live rows (`active_sql`, which an index
+    answers): for events, whose build-log memory_retrieval events, never ranked, grow with every context
+    build. Else the owner's rows are counted (an index-only read; few are inactive)."""
 
 
 EVENT_TYPES: tuple[str, ...] = ("task_failed", "task_completed", "alert", "layer2_health", "escalation")
@@ -258,7 +258,7 @@ SOURCES: dict[str, Source] = {
         "event", "events", "uuid", 1, {"plan": 0.5, "execute": 0.8, "debug": 1.5, "chat": 0.3},
         indexed_as="event", from_sql="events t", title_sql="'[' || t.type || ']'",
         body_sql="left(mp_event_values(t.payload), 200)", extra_sql="jsonb_build_object('type', t.type)",
-        active_sql=EVENT_ACTIVE_SQL, counted_sql=EVENT_ACTIVE_SQL,
+        active_sql=EVENT_ACTIVE_SQL, active_counted=True,
     ),
     "okr": Source("okr", "goals", "uuid", None, {"plan": 1.5, "execute": 0.5, "debug": 0.3, "chat": 1.0},
                   title_sql="t.title"),

@@ -589,9 +589,14 @@ def transaction(pool: ConnectionPool) -> Iterator[psycopg.Connection]:
 _versions: dict[tuple, tuple[int, ...]] = {}
 
 
+def server_key(conn: psycopg.Connection) -> tuple[str, int, str]:
+    """Which database `conn` reaches (host, port, name): the key of what a process remembers per database."""
+    return conn.info.host, conn.info.port, conn.info.dbname
+
+
 def pgvector_version(conn: psycopg.Connection) -> tuple[int, ...]:
     """The installed pgvector version as a tuple, e.g. (0, 6, 2); asked once per database and process."""
-    key = (conn.info.host, conn.info.port, conn.info.dbname)
+    key = server_key(conn)
     if key not in _versions:
         row = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
         if row is None:

@@ -23,7 +23,7 @@ from psycopg_pool import ConnectionPool
 
 from ..embeddings import Embedder, EmbeddingError
 from ..embeddings.base import to_array
-from ..infra.db import pgvector_version
+from ..infra.db import pgvector_version, server_key
 from ..infra.errors import ValidationError, check_storable
 from ..text.dictionary import expand_terms
 from ..text.focus import focus
@@ -189,14 +189,10 @@ _index_lists = _Memo()
 _indexed = _Memo()
 
 
-def _server(conn: psycopg.Connection) -> tuple[Any, ...]:
-    return conn.info.host, conn.info.port, conn.info.dbname
-
-
 def _owner_rows_capped(conn: psycopg.Connection, table: str, counted: str | None, params: dict, cap: int) -> int:
     """`_count_capped` of the owner's rows in `table` (those passing `counted` too, if given), remembered while
     it is not 0 (see `_Memo` above)."""
-    key = (*_server(conn), table, counted, params["owner"], cap)
+    key = (*server_key(conn), table, counted, params["owner"], cap)
     rows = _counts.get(key)
     if rows is None:
         rows = _count_capped(conn, f"{table} t", ["t.owner_id = %(owner)s", counted or "true"], params, cap)
@@ -237,28 +233,29 @@ def _plan_vector_scan(
     exceeded). Should the estimate be too high and the index scan come back short, the caller re-runs
     the query as an exact scan (`_semantic_source`).
     """
-    chunked = SOURCES[source].chunked
-    table = "fragments" if chunked else SOURCES[source].table
+    src = SOURCES[source]
+    table = "fragments" if src.chunked else src.table
     cap = EXACT_SCAN_MAX_ROWS
-    filtered = _owner_rows_capped(conn, table, None if chunked else SOURCES[source].counted_sql, params, cap)
+    filtered = _owner_rows_capped(conn, table, src.active_sql if src.active_counted else None, params, cap)
     joined = (
-        f"fragments f JOIN {_from(source)} ON t.id = f.memory_id" if chunked else _from(source)
+        f"fragments f JOIN {_from(source)} ON t.id = f.memory_id" if src.chunked else _from(source)
     )
-    if filtered > cap and _has_extra_filters(f):
+    filters_beyond_owner = _has_extra_filters(f)
+    if filtered > cap and filters_beyond_owner:
         filtered = _count_capped(conn, joined, clauses, params, cap)
     if filtered == 0:
         return "empty"
     if filtered <= cap:
         conn.execute("SET LOCAL enable_indexscan = off")
         return "exact"
-    key = (*_server(conn), table, params["owner"], cap, k)
-    ef = None if _has_extra_filters(f) else _index_lists.get(key)
+    key = (*server_key(conn), table, params["owner"], cap, k)
+    ef = None if filters_beyond_owner else _index_lists.get(key)
     if ef is None:
         estimate = max(float(cap + 1), _estimate_rows(conn, joined, clauses, params))
         total = conn.execute("SELECT greatest(reltuples, 1) FROM pg_class WHERE relname = %s", (table,)).fetchone()
         rows = float(total[0]) if total else estimate
         ef = hnsw_ef(k, min(1.0, estimate / max(rows, 1.0)), rows)
-        if not _has_extra_filters(f):
+        if not filters_beyond_owner:
             _index_lists.put(key, ef, OVER_CAP_SECONDS)
     iterative = pgvector_version(conn) >= (0, 8)
     settings = "set_config('hnsw.ef_search', %s, true)"
@@ -400,7 +397,7 @@ def _keyword_source(
     }
     clauses = _where(source, owner, f, params)
     params["ksource"] = SOURCES[source].indexed_as
-    indexed_key = (*_server(conn), owner, params["ksource"])
+    indexed_key = (*server_key(conn), owner, params["ksource"])
     if not _indexed.get(indexed_key):
         if not conn.execute(_INDEXED, params).fetchone()[0]:
             return []
