@@ -259,3 +259,30 @@ def test_the_semantic_channel_scans_its_sources_at_once_with_the_same_answer(poo
     assert [(h.source, h.id, round(h.score, 6)) for h in together] == [
         (h.source, h.id, round(h.score, 6)) for h in in_turn
     ]
+
+
+def test_the_keyword_channel_answers_the_same_under_generic_plans(pool, fake_embedder, many_tasks):
+    """The BM25 queries of the keyword channel run under a generic plan (made once per prepared statement);
+    their hits equal those of custom plans, for an owner with documents and one without, and the setting
+    ends with the channel's transaction."""
+    f = SearchFilters().validated()
+    for owner, query in (("alice", "deploy canary rollout"), ("bob", "deploy service"), ("carol", "deploy")):
+        with pool.connection() as conn:
+            custom = search_module.keyword_hits(conn, owner, query, f, 20)
+            conn.commit()  # as from the pool: the channel's transaction is the connection's own
+            for _ in range(7):  # psycopg prepares a statement on its fifth run; the generic plan serves from then
+                with conn.transaction():
+                    generic = search_module._bm25_hits(conn, owner, query, f, 20, generic_plans=True)
+                assert conn.execute("SHOW plan_cache_mode").fetchone()[0] == "force_custom_plan"
+                conn.commit()
+            prepared = "SELECT coalesce(sum(generic_plans), 0) FROM pg_prepared_statements"
+            generic_plans = conn.execute(prepared).fetchone()[0]
+            conn.commit()
+        assert [(h.source, h.id, round(h.score, 9)) for h in sorted(generic, key=lambda h: -h.score)] == [
+            (h.source, h.id, round(h.score, 9)) for h in custom
+        ]
+        assert generic_plans > 0 or not custom, owner  # carol has no documents: no BM25 query runs for her
+    assert search_module._keyword_channel(pool, "carol", "deploy", f, 20) == []
+    assert [h.id for h in search_module._keyword_channel(pool, "alice", "deploy canary rollout", f, 20)] == [
+        h.id for h in search(pool, fake_embedder, "alice", "deploy canary rollout", mode="keyword", limit=20).hits
+    ]
