@@ -7,6 +7,7 @@ import gc
 import os
 import time
 
+import numpy as np
 import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
@@ -50,6 +51,26 @@ def test_pooled_sessions_plan_every_execution_and_skip_jit(pool):
     with pool.connection() as conn:
         assert conn.execute("SHOW plan_cache_mode").fetchone()[0] == "force_custom_plan"
         assert conn.execute("SHOW jit").fetchone()[0] == "off"
+
+
+def test_pooled_sessions_read_vectors_as_float32_arrays_and_json_as_utf8(pool):
+    """Binary vectors come back as float32 arrays of the stored values (any dimension, the NULL as None), text
+    ones as pgvector's `Vector`; json and jsonb keep non-ASCII text."""
+    from pgvector import Vector
+
+    with pool.connection() as conn:
+        row = conn.execute(
+            "SELECT '[1, 2.5, -3e-5]'::vector, NULL::vector, '[0.25]'::vector, '{\"a\": \"é字\", \"b\": [1]}'::jsonb,"
+            " '{\"c\": null}'::json",
+            binary=True,
+        ).fetchone()
+        text_row = conn.execute("SELECT '[1, 2]'::vector, '{\"a\": \"é\"}'::jsonb").fetchone()
+    assert isinstance(row[0], np.ndarray) and row[0].dtype == np.float32
+    assert row[0].tolist() == np.array([1, 2.5, -3e-5], dtype=np.float32).tolist()
+    assert row[1] is None and row[2].tolist() == [0.25]
+    assert row[3] == {"a": "é字", "b": [1]} and row[4] == {"c": None}
+    assert isinstance(text_row[0], Vector) and text_row[0].to_list() == [1.0, 2.0]
+    assert text_row[1] == {"a": "é"}
 
 
 def test_warm_up_loads_the_segmenter_and_freezes_what_is_loaded():

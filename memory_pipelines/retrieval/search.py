@@ -309,7 +309,10 @@ def _semantic_source(
     return [_hit(source, r[:7], semantic=float(r[4])) for r in rows]
 
 
-def _hit(source: str, row: tuple, *, semantic: float | None = None, keyword: float | None = None) -> Hit:
+def _hit(
+    source: str, row: tuple, *, semantic: float | None = None, keyword: float | None = None,
+    keyword_evidence: float | None = None,
+) -> Hit:
     item_id, title, body, created_at, score, extra, emb = row
     text = body if SOURCES[source].chunked else f"{title}\n{body}"
     return Hit(
@@ -321,6 +324,7 @@ def _hit(source: str, row: tuple, *, semantic: float | None = None, keyword: flo
         created_at=created_at,
         semantic=semantic,
         keyword=keyword,
+        keyword_evidence=keyword_evidence,
         text=text,
         extra=extra or {},
         embedding=to_array(emb),
@@ -442,8 +446,7 @@ def _keyword_query(
         f" FROM scored s JOIN {_from(source)} ON t.id = s.item_id ORDER BY s.bm25 DESC, s.item_id"
     )
     rows = conn.execute(sql, params, binary=True).fetchall()
-    hits = [rescored(_hit(source, r[:7], keyword=float(r[4])), keyword_evidence=float(r[4]) / max(r[8], 1e-9))
-            for r in rows]
+    hits = [_hit(source, r[:7], keyword=float(r[4]), keyword_evidence=float(r[4]) / max(r[8], 1e-9)) for r in rows]
     return hits, int(rows[0][7]) if rows else 0
 
 

@@ -106,8 +106,10 @@ def word_forms(words: str) -> frozenset[str]:
     return frozenset(out | {_normalise_word(w) for w in out if w.isascii()})
 
 
-def _word_terms(run: str, stem: bool = True) -> Iterable[str]:
-    """Terms from a non-CJK word run (already lower-cased): stems, or words without a plural ``s``."""
+@functools.lru_cache(maxsize=100_000)
+def _word_terms(run: str, stem: bool = True) -> tuple[str, ...]:
+    """Terms from a non-CJK word run (already lower-cased): stems, or words without a plural ``s``. Cached:
+    a vocabulary repeats, and a text's words each cost ~0.6 µs here (stem cached) against ~0.17 µs for a cached one."""
     word = run.strip("_")
     if len(word) < 2 or word in STOP_WORDS:
         return ()
