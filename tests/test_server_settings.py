@@ -3,6 +3,7 @@ warm-up of long-running servers."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import time
@@ -12,7 +13,13 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from memory_pipelines.infra.db import EMBEDDED_CONFIG_FILE, embedded_config, get_pool, write_embedded_config
+from memory_pipelines.infra.db import (
+    EMBEDDED_CONFIG_FILE,
+    embedded_config,
+    get_pool,
+    reading,
+    write_embedded_config,
+)
 from memory_pipelines.runtime import warm_up
 from memory_pipelines.text import keywords
 
@@ -71,6 +78,22 @@ def test_pooled_sessions_read_vectors_as_float32_arrays_and_json_as_utf8(pool):
     assert row[3] == {"a": "é字", "b": [1]} and row[4] == {"c": None}
     assert isinstance(text_row[0], Vector) and text_row[0].to_list() == [1.0, 2.0]
     assert text_row[1] == {"a": "é"}
+
+
+def test_a_reading_connection_runs_without_a_transaction_and_goes_back_as_it_came(pool):
+    """`reading` lends a pooled connection in autocommit mode (no transaction around its statement) and
+    restores the flag, also after a failed statement, so the next borrower's writes are transactional again."""
+    with reading(pool) as conn:
+        assert conn.autocommit
+        conn.execute("SELECT 1")
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE  # no BEGIN was sent
+    with pytest.raises(psycopg.errors.DivisionByZero), reading(pool) as conn:
+        conn.execute("SELECT 1 / 0")
+    with contextlib.ExitStack() as stack:  # every connection the pool holds, at once
+        for conn in [stack.enter_context(pool.connection()) for _ in range(pool.max_size)]:
+            assert not conn.autocommit
+            conn.execute("SELECT 1")
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
 
 
 def test_warm_up_loads_the_segmenter_and_freezes_what_is_loaded():

@@ -7,13 +7,14 @@ from typing import Any
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
+from ..infra.db import reading
 from ..infra.errors import NotFoundError
 from .scoring import ScoringConfig
 
 
 def active_config(pool: ConnectionPool) -> ScoringConfig:
     """The active scoring config (the spec's defaults if none is active)."""
-    with pool.connection() as conn:
+    with reading(pool) as conn:
         row = conn.execute(
             "SELECT version, half_lives, mode_weights, params FROM scoring_configs WHERE is_active"
         ).fetchone()

@@ -10,6 +10,7 @@ import numpy as np
 from psycopg_pool import ConnectionPool
 
 from ..embeddings import Embedder
+from ..infra.db import reading
 from ..retrieval.search import Hit, SearchFilters, calibrated_similarity, language, search
 from ..vocabulary import EVENT_WINDOW_HOURS, SEARCH_SOURCES
 from .features import candidate_features
@@ -127,7 +128,7 @@ def load_profile(pool: ConnectionPool, owner: str, mode: str, limit: int = 3) ->
     """Active goals (in progress or pending) by priority then progress; none in chat mode."""
     if mode == "chat":
         return Profile("", [])
-    with pool.connection() as conn:
+    with reading(pool) as conn:
         rows = conn.execute(
             "SELECT id::text, title, status, progress, created_at FROM goals"
             " WHERE owner_id = %s AND status IN ('in_progress', 'pending')"

@@ -619,6 +619,22 @@ def transaction(pool: ConnectionPool) -> Iterator[psycopg.Connection]:
         yield conn
 
 
+@contextmanager
+def reading(pool: ConnectionPool) -> Iterator[psycopg.Connection]:
+    """A pooled connection in autocommit mode, for reads that are one statement each: without the BEGIN and
+    COMMIT round trips a pooled connection otherwise pays (~0.3 ms, half of it Python CPU). It goes back to
+    the pool as it came (or closed, hence replaced, should the flag not be restorable)."""
+    with pool.connection() as conn:
+        conn.autocommit = True
+        try:
+            yield conn
+        finally:
+            try:
+                conn.autocommit = False
+            except psycopg.Error:
+                conn.close()
+
+
 _versions: dict[tuple, tuple[int, ...]] = {}
 
 

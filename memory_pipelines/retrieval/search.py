@@ -23,7 +23,7 @@ from psycopg_pool import ConnectionPool
 
 from ..embeddings import Embedder, EmbeddingError
 from ..embeddings.base import to_array
-from ..infra.db import pgvector_version, server_key
+from ..infra.db import pgvector_version, reading, server_key
 from ..infra.errors import ValidationError, check_storable
 from ..text.dictionary import expand_terms
 from ..text.focus import focus
@@ -706,7 +706,7 @@ def _lift_neighbours(
         return ranked
     params: dict[str, Any] = {}
     clauses = _where("memory", owner, f, params)
-    with pool.connection() as conn:
+    with reading(pool) as conn:
         rows = neighbour_rows(conn, top, clauses, params)
     speakers = {h.id: h.extra.get("speaker") for h in ranked if h.source == "memory"}
     adjacent: dict[str, list[Hit]] = {}
