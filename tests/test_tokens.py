@@ -6,7 +6,13 @@ import statistics
 
 from memory_pipelines.pipelines.demo import read_demo
 from memory_pipelines.text.keywords import has_cjk
-from memory_pipelines.text.tokens import count_tokens, estimate_tokens, tokenizer_name, truncate_to_tokens
+from memory_pipelines.text.tokens import (
+    count_tokens,
+    estimate_tokens,
+    fit_tokens,
+    tokenizer_name,
+    truncate_to_tokens,
+)
 
 
 def test_real_tokenizer_is_used_offline():
@@ -31,3 +37,13 @@ def test_estimate_error_on_the_demo_corpus_is_small_and_the_seeds_is_not():
         assert abs(ours) < 0.15
         assert abs(seed) > 2 * abs(ours)
     assert statistics.fmean(_relative_errors(lambda t: len(t) / 2.5, True)) < -0.3  # undercounts Chinese
+
+
+def test_fit_tokens_is_the_truncation_with_its_count():
+    """`fit_tokens` gives what truncate_to_tokens and count_tokens give, for texts that fit and that do not."""
+    corpus = read_demo()
+    texts = [m["content"] for m in corpus["memories"]][:40] + ["认证失败：令牌过期导致 Stripe 返回 401" * 20, "", "a"]
+    for text in texts:
+        for limit in (1, 7, 160):
+            line = truncate_to_tokens(text, limit)
+            assert fit_tokens(text, limit) == (line, count_tokens(line))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..text.tokens import count_tokens, truncate_to_tokens
+from ..text.tokens import count_tokens, fit_tokens, truncate_to_tokens
 
 HEADER = "## 相关历史上下文 (relevant memory)"
 MAX_ITEM_TOKENS = 160
@@ -43,8 +43,7 @@ def fit_to_budget(profile: str, lines: Sequence[str], budget: int) -> Fitted:
     header_cost = count_tokens(("\n\n" if snippet else "") + HEADER)
     kept: list[tuple[int, str, int]] = []  # (index, line, its tokens)
     for i, raw in enumerate(lines):
-        line = truncate_to_tokens(raw, MAX_ITEM_TOKENS)
-        tokens = count_tokens(line)
+        line, tokens = fit_tokens(raw, MAX_ITEM_TOKENS)
         cost = tokens + 1 + (0 if kept else header_cost)  # + the newline before it
         if used + cost <= budget:
             kept.append((i, line, tokens))

@@ -98,6 +98,16 @@ def truncate_to_tokens(text: str, max_tokens: int) -> str:
     return text[:lo]
 
 
+def fit_tokens(text: str, max_tokens: int) -> tuple[str, int]:
+    """(`truncate_to_tokens(text, max_tokens)`, its token count), the text encoded once when it fits."""
+    if _encoding() is not None:
+        ids = _encode(text, max_tokens)
+        if len(ids) <= max_tokens:
+            return text, len(ids)
+    line = truncate_to_tokens(text, max_tokens)
+    return line, count_tokens(line)
+
+
 def tokenizer_name() -> str:
     """Which counter is in use."""
     return "cl100k_base" if _encoding() is not None else "estimate"
