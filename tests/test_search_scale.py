@@ -263,8 +263,8 @@ def test_the_semantic_channel_scans_its_sources_at_once_with_the_same_answer(poo
 
 def test_the_keyword_channel_answers_the_same_under_generic_plans(pool, fake_embedder, many_tasks):
     """The BM25 queries of the keyword channel run under a generic plan (made once per prepared statement);
-    their hits equal those of custom plans, for an owner with documents and one without, and the setting
-    ends with the channel's transaction."""
+    their hits equal those of custom plans (up to tied scores), for owners with many documents, one and none,
+    and the setting ends with the channel's transaction."""
     f = SearchFilters().validated()
     for owner, query in (("alice", "deploy canary rollout"), ("bob", "deploy service"), ("carol", "deploy")):
         with pool.connection() as conn:
@@ -278,11 +278,19 @@ def test_the_keyword_channel_answers_the_same_under_generic_plans(pool, fake_emb
             prepared = "SELECT coalesce(sum(generic_plans), 0) FROM pg_prepared_statements"
             generic_plans = conn.execute(prepared).fetchone()[0]
             conn.commit()
-        assert [(h.source, h.id, round(h.score, 9)) for h in sorted(generic, key=lambda h: -h.score)] == [
-            (h.source, h.id, round(h.score, 9)) for h in custom
-        ]
+        _same_hits(generic, custom)
         assert generic_plans > 0 or not custom, owner  # carol has no documents: no BM25 query runs for her
     assert search_module._keyword_channel(pool, "carol", "deploy", f, 20) == []
-    assert [h.id for h in search_module._keyword_channel(pool, "alice", "deploy canary rollout", f, 20)] == [
-        h.id for h in search(pool, fake_embedder, "alice", "deploy canary rollout", mode="keyword", limit=20).hits
-    ]
+    with pool.connection() as conn:
+        custom = search_module.keyword_hits(conn, "alice", "deploy canary rollout", f, 20)
+    _same_hits(search_module._keyword_channel(pool, "alice", "deploy canary rollout", f, 20), custom)
+
+
+def _same_hits(got_hits, want_hits) -> None:
+    """The same hits up to the order of tied scores: a plan may sum a document's terms in another order, so equal
+    scores can differ in their last bits and swap places (or members at the cut)."""
+    got = sorted(((round(h.score, 9), h.source, h.id) for h in got_hits), reverse=True)
+    want = sorted(((round(h.score, 9), h.source, h.id) for h in want_hits), reverse=True)
+    assert [s for s, _, _ in got] == [s for s, _, _ in want]
+    cut = want[-1][0] if want else 0.0
+    assert {x for x in got if x[0] > cut} == {x for x in want if x[0] > cut}
