@@ -8,6 +8,7 @@ HNSW index with a wider candidate list — or pgvector 0.8's iterative scan — 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -555,9 +556,14 @@ def query_terms(query: str) -> dict[str, float]:
     return weights
 
 
-def keyword_hits(conn: psycopg.Connection, owner: str, query: str, f: SearchFilters, k: int) -> list[Hit]:
-    """Top-k per source by BM25 (Jaccard over recent rows if the keyword table has nothing)."""
-    hits = _bm25_hits(conn, owner, query, f, k) or _jaccard_hits(conn, owner, query, f, k)
+def keyword_hits(
+    conn: psycopg.Connection, owner: str, query: str, f: SearchFilters, k: int, *, generic_plans: bool = False
+) -> list[Hit]:
+    """Top-k per source by BM25 (Jaccard over recent rows if the keyword table has nothing). With
+    `generic_plans` (`conn` idle), the BM25 queries run in a transaction of their own under a generic plan."""
+    with conn.transaction() if generic_plans else contextlib.nullcontext():
+        hits = _bm25_hits(conn, owner, query, f, k, generic_plans=generic_plans)
+    hits = hits or _jaccard_hits(conn, owner, query, f, k)
     return sorted(hits, key=lambda h: h.score, reverse=True)
 
 
@@ -591,10 +597,7 @@ def _keyword_channel(pool: ConnectionPool, owner: str, query: str, f: SearchFilt
     of their CTEs (0.5–1.5 ms a query, 3–4 ms a context build). Other queries keep a plan per execution
     (infra/db._configure): a vector scan's plan must follow the owner's rows and `enable_indexscan`."""
     with pool.connection() as conn:
-        with conn.transaction():
-            hits = _bm25_hits(conn, owner, query, f, k, generic_plans=True)
-        hits = hits or _jaccard_hits(conn, owner, query, f, k)
-    return sorted(hits, key=lambda h: h.score, reverse=True)
+        return keyword_hits(conn, owner, query, f, k, generic_plans=True)
 
 
 def _without_named_speaker(
