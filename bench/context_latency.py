@@ -158,23 +158,23 @@ class Probe:
             self.add("speaker_named")
             return unnamed(query, name)
 
-        def semantic_channel(pool, owner, qvec, model, f, k):
+        def semantic_channel(pool, owner, qvec, model, f, k, *answer):
             name = "semantic" if "memory" in f.sources else "events_semantic"
-            return timed(name, semantic, pool, owner, qvec, model, f, k)
+            return timed(name, semantic, pool, owner, qvec, model, f, k, *answer)
 
         def keyword_channel(pool, owner, query, f, k):
             name = "keyword" if "memory" in f.sources else "events_keyword"
             return timed(name, keyword, pool, owner, query, f, k)
 
-        def semantic_source(conn, source, owner, qvec, model, f, k):
-            return timed(f"semantic.{source}", sem_source, conn, source, owner, qvec, model, f, k)
+        def semantic_source(conn, source, owner, qvec, model, f, k, *answer):
+            return timed(f"semantic.{source}", sem_source, conn, source, owner, qvec, model, f, k, *answer)
 
         def keyword_source(conn, source, owner, qterms, f, k):
             self.add("keyword_terms" if "memory" in f.sources else "events_keyword_terms", len(qterms))
             return timed(f"keyword.{source}", kw_source, conn, source, owner, qterms, f, k)
 
-        def plan_vector_scan(conn, source, clauses, params, k, f):
-            out = plan(conn, source, clauses, params, k, f)
+        def plan_vector_scan(conn, source, clauses, params, k, f, *answer):
+            out = plan(conn, source, clauses, params, k, f, *answer)
             with self.lock:
                 self.plans[f"{source}: {out}"] += 1
             return out

@@ -150,6 +150,42 @@ def test_the_hnsw_candidate_list_grows_with_the_graph_and_with_the_filter():
     assert ef(10, 0.5, 100_000) == 400
     assert ef(10, 0.1, 1_000_000) == 1000
     assert ef(10, 0.0, 10) == 1000
+    # A list that is the answer itself (semantic search) grows as rows ** 0.7: 1,000 at 1M, where 400 found
+    # 0.980 of a whole owner's exact top 10 and 1,000 found 0.994.
+    assert ef(10, 1.0, 100_000, answer=True) == 200
+    assert ef(10, 1.0, 1_000_000, answer=True) == 1000
+    assert ef(10, 1.0, 333_333, answer=True) == 464
+    assert ef(400, 1.0, 100_000, answer=True) == 800
+
+
+def test_a_semantic_search_reads_the_longer_answer_list_and_hybrid_search_the_pool_list(
+    pool, fake_embedder, monkeypatch
+):
+    """The candidate list a search sets is the one `hnsw_ef` gives its kind: the steeper floor for a semantic
+    search, whose top k are the answer, the doubling for the deep lists hybrid search fuses. With the base table
+    size lowered to 100 rows, 300 rows are 3 times it: 200 x 3 ** 0.7 = 431 against 200 x 2 ** log10(3) = 278."""
+    monkeypatch.setattr(search_module, "EXACT_SCAN_MAX_ROWS", 20)
+    monkeypatch.setattr(search_module, "HNSW_EF_BASE_ROWS", 100)
+    monkeypatch.setattr(search_module, "_index_lists", search_module._Memo())
+    with pool.connection() as conn:
+        for i in range(300):
+            add_task(conn, "alice", f"note {i} about topic {i % 17}", f"details {i * 7 % 13}")
+    embed_all(pool, fake_embedder)
+    with pool.connection() as conn:
+        conn.execute("ANALYZE tasks")  # every row alice's and embedded: selectivity 1
+    qvec = fake_embedder.embed_query("note about topic 3")
+    only_tasks = SearchFilters(sources=("task",))
+
+    def lists() -> dict[tuple[int, bool], int]:
+        return {key[-2:]: ef for key, (ef, _) in search_module._index_lists.entries.items() if "alice" in key}
+
+    hits = search(pool, fake_embedder, "alice", "q", mode="semantic", limit=10, query_vector=qvec,
+                  filters=only_tasks).hits
+    assert len(hits) == 10
+    assert lists() == {(10, True): 431}
+    search(pool, fake_embedder, "alice", "note about topic 3", mode="hybrid", limit=10, query_vector=qvec,
+           filters=only_tasks)
+    assert lists() == {(10, True): 431, (50, False): 278}
 
 
 def test_an_owner_counted_over_the_cap_who_shrinks_below_it_still_gets_exactly_her_rows(

@@ -58,6 +58,12 @@ EXACT_SCAN_MAX_ROWS = 10_000
 # pgvector's maximum.
 HNSW_MIN_EF, HNSW_MAX_EF = 200, 1000
 HNSW_EF_BASE_ROWS = 100_000
+# A list that is itself the answer (semantic search: its top k are shown as they come) must hold the exact top
+# k, and a larger graph needs a longer list for that than the doubling above gives: a whole owner's top 10 at
+# 1M rows was found 0.980 / 0.989 / 0.994 at ef_search 400 / 700 / 1,000 (bench/filtered_recall.py, 100
+# queries). Its floor grows as rows ** 0.7 instead: 200 at 100k, 1,000 at 1M. Deep lists that fusion re-ranks
+# (hybrid search, the context build) keep the doubling, which their measured quality needs no more than.
+HNSW_ANSWER_EF_EXPONENT = 0.7
 # Candidates read per wanted result, before the division by selectivity: the deep lists of hybrid search (60
 # memories, 180 fragments) need no more than twice their length. 4 made the 1M context build's fragment scan
 # 720 wide for the same top 10 (bench/context_latency.py at 1M: that scan's p50 24 → 18 ms with 2).
@@ -213,17 +219,20 @@ def _estimate_rows(conn: psycopg.Connection, table: str, clauses: list[str], par
     return float(plan.fetchone()[0][0]["Plan"]["Plan Rows"])
 
 
-def hnsw_ef(k: int, selectivity: float, table_rows: float) -> int:
+def hnsw_ef(k: int, selectivity: float, table_rows: float, *, answer: bool = False) -> int:
     """ef_search for `k` results from an HNSW graph of `table_rows` rows under a filter passing `selectivity`
     of them: the unfiltered list (the size-scaled floor, or HNSW_EF_PER_RESULT per result) divided by the
-    selectivity, within pgvector's maximum."""
-    floor = HNSW_MIN_EF * 2 ** max(0.0, math.log10(max(table_rows, 1.0) / HNSW_EF_BASE_ROWS))
+    selectivity, within pgvector's maximum. `answer`: the list is the answer itself, not a pool that fusion
+    re-ranks, and gets the steeper floor (HNSW_ANSWER_EF_EXPONENT)."""
+    growth = max(1.0, max(table_rows, 1.0) / HNSW_EF_BASE_ROWS)
+    floor = HNSW_MIN_EF * (growth**HNSW_ANSWER_EF_EXPONENT if answer else 2 ** math.log10(growth))
     unfiltered = max(floor, HNSW_EF_PER_RESULT * k)
     return int(min(HNSW_MAX_EF, unfiltered / max(selectivity, 1e-9)))
 
 
 def _plan_vector_scan(
-    conn: psycopg.Connection, source: str, clauses: list[str], params: dict, k: int, f: SearchFilters
+    conn: psycopg.Connection, source: str, clauses: list[str], params: dict, k: int, f: SearchFilters,
+    answer: bool = False,
 ) -> str:
     """Choose an exact or an index scan for this filtered set; set the knobs for it (transaction-local).
 
@@ -249,13 +258,13 @@ def _plan_vector_scan(
     if filtered <= cap:
         conn.execute("SET LOCAL enable_indexscan = off")
         return "exact"
-    key = (*server_key(conn), table, params["owner"], cap, k)
+    key = (*server_key(conn), table, params["owner"], cap, k, answer)
     ef = None if filters_beyond_owner else _index_lists.get(key)
     if ef is None:
         estimate = max(float(cap + 1), _estimate_rows(conn, joined, clauses, params))
         total = conn.execute("SELECT greatest(reltuples, 1) FROM pg_class WHERE relname = %s", (table,)).fetchone()
         rows = float(total[0]) if total else estimate
-        ef = hnsw_ef(k, min(1.0, estimate / max(rows, 1.0)), rows)
+        ef = hnsw_ef(k, min(1.0, estimate / max(rows, 1.0)), rows, answer=answer)
         if not filters_beyond_owner:
             _index_lists.put(key, ef, OVER_CAP_SECONDS)
     iterative = pgvector_version(conn) >= (0, 8)
@@ -267,7 +276,8 @@ def _plan_vector_scan(
 
 
 def _semantic_source(
-    conn: psycopg.Connection, source: str, owner: str, qvec: np.ndarray, model: str, f: SearchFilters, k: int
+    conn: psycopg.Connection, source: str, owner: str, qvec: np.ndarray, model: str, f: SearchFilters, k: int,
+    answer: bool = False,
 ) -> list[Hit]:
     params: dict[str, Any] = {"q": qvec, "model": model, "k": k}
     clauses = _where(source, owner, f, params)
@@ -295,7 +305,7 @@ def _semantic_source(
             " ORDER BY t.embedding <=> %(q)s LIMIT %(k)s"
         )
     with conn.transaction():
-        plan = _plan_vector_scan(conn, source, vclauses, params, wanted, f)
+        plan = _plan_vector_scan(conn, source, vclauses, params, wanted, f, answer)
         if plan == "empty":
             return []
         rows = conn.execute(sql, params, binary=True).fetchall()
@@ -500,10 +510,11 @@ def embed_query(embedder: Embedder, query: str) -> tuple[np.ndarray | None, str 
 
 
 def semantic_hits(
-    conn: psycopg.Connection, owner: str, qvec: np.ndarray, model: str, f: SearchFilters, k: int
+    conn: psycopg.Connection, owner: str, qvec: np.ndarray, model: str, f: SearchFilters, k: int,
+    answer: bool = False,
 ) -> list[Hit]:
-    """Top-k per source by cosine similarity, merged and sorted."""
-    hits = [h for s in f.sources for h in _semantic_source(conn, s, owner, qvec, model, f, k)]
+    """Top-k per source by cosine similarity, merged and sorted (`answer`: see `hnsw_ef`)."""
+    hits = [h for s in f.sources for h in _semantic_source(conn, s, owner, qvec, model, f, k, answer)]
     return sorted(hits, key=lambda h: h.score, reverse=True)
 
 
@@ -511,22 +522,24 @@ _vector_scans = ThreadPoolExecutor(max_workers=8, thread_name_prefix="vector-sca
 
 
 def _pooled_source(
-    pool: ConnectionPool, source: str, owner: str, qvec: np.ndarray, model: str, f: SearchFilters, k: int
+    pool: ConnectionPool, source: str, owner: str, qvec: np.ndarray, model: str, f: SearchFilters, k: int,
+    answer: bool = False,
 ) -> list[Hit]:
     with pool.connection() as conn:
-        return _semantic_source(conn, source, owner, qvec, model, f, k)
+        return _semantic_source(conn, source, owner, qvec, model, f, k, answer)
 
 
 def _semantic_channel(
-    pool: ConnectionPool, owner: str, qvec: np.ndarray, model: str, f: SearchFilters, k: int
+    pool: ConnectionPool, owner: str, qvec: np.ndarray, model: str, f: SearchFilters, k: int,
+    answer: bool = False,
 ) -> list[Hit]:
     """`semantic_hits` with each source's index scan on its own pooled connection, all at once: the scans
     wait on their round trips and on each other's locks apart, so the channel takes about its slowest scan,
     not their sum."""
     if len(f.sources) == 1:
         with pool.connection() as conn:
-            return semantic_hits(conn, owner, qvec, model, f, k)
-    scans = [_vector_scans.submit(_pooled_source, pool, s, owner, qvec, model, f, k) for s in f.sources]
+            return semantic_hits(conn, owner, qvec, model, f, k, answer)
+    scans = [_vector_scans.submit(_pooled_source, pool, s, owner, qvec, model, f, k, answer) for s in f.sources]
     hits = [h for scan in scans for h in scan.result()]
     return sorted(hits, key=lambda h: h.score, reverse=True)
 
@@ -656,7 +669,7 @@ def search(
     depth = min(HYBRID_MAX_DEPTH, max(HYBRID_MIN_DEPTH, limit * 3)) if mode == "hybrid" else limit
     want_sem, want_kw = qvec is not None, mode != "semantic" or qvec is None
     kw_future = _channels.submit(_keyword_channel, pool, owner, query, f, depth) if want_sem and want_kw else None
-    sem = _semantic_channel(pool, owner, qvec, embedder.model_name, f, depth) if want_sem else []
+    sem = _semantic_channel(pool, owner, qvec, embedder.model_name, f, depth, mode == "semantic") if want_sem else []
     if kw_future is not None:
         kw = kw_future.result()  # the keyword channel ran on its own connection, beside the semantic one
     else:
