@@ -25,6 +25,7 @@ import json
 import dagster as dg
 import psycopg
 
+from memory_pipelines.index.owner_indexes import sync_owner_indexes
 from memory_pipelines.index.vectors import BackfillResult, embed_buckets, ensure_vector_indexes, finish_memories
 from memory_pipelines.infra.errors import UserError
 from memory_pipelines.infra.migrate import stored_dimension
@@ -203,20 +204,32 @@ def memory_vectors(context: dg.AssetExecutionContext, memory: MemoryResource) ->
     group_name="embeddings",
     kinds={"postgres", "pgvector"},
     pool=DB_WRITE_POOL,
-    description="Every HNSW index exists (a load that deferred one and was killed is healed here).",
+    description="Every HNSW index exists (a load that deferred one and was killed is healed here), and every "
+                "owner holding more than 10,000 rows and at most half of a table has an index of her own there "
+                "(index/owner_indexes.py).",
 )
 def vector_indexes(context: dg.AssetExecutionContext, memory: MemoryResource) -> dg.MaterializeResult:
     rt = memory.runtime
     with rt.pool.connection() as conn:
         before = vector_index_names(conn)
         ensure_vector_indexes(conn)
-        conn.commit()
         after = vector_index_names(conn)
+        conn.commit()
+        conn.autocommit = True
+        try:
+            owners = sync_owner_indexes(conn, rt.embedder.dimension)
+        finally:
+            conn.autocommit = False
     built = sorted(after - before)
     if built:
         context.log.warning(f"rebuilt missing HNSW indexes: {built}")
+    if owners.built or owners.dropped:
+        context.log.info(f"owner indexes: built {owners.built}, dropped {owners.dropped}")
     return dg.MaterializeResult(metadata={"indexes": dg.MetadataValue.json(sorted(after)),
-                                          "built_now": dg.MetadataValue.json(built)})
+                                          "built_now": dg.MetadataValue.json(built),
+                                          "owner_indexes_built": dg.MetadataValue.json(owners.built),
+                                          "owner_indexes_dropped": dg.MetadataValue.json(owners.dropped),
+                                          "owner_indexes_kept": owners.kept})
 
 
 # ---------------------------------------------------------------- checks

@@ -177,7 +177,7 @@ def test_a_semantic_search_reads_the_longer_answer_list_and_hybrid_search_the_po
     only_tasks = SearchFilters(sources=("task",))
 
     def lists() -> dict[tuple[int, bool], int]:
-        return {key[-2:]: ef for key, (ef, _) in search_module._index_lists.entries.items() if "alice" in key}
+        return {key[-3:-1]: ef for key, (ef, _) in search_module._index_lists.entries.items() if "alice" in key}
 
     hits = search(pool, fake_embedder, "alice", "q", mode="semantic", limit=10, query_vector=qvec,
                   filters=only_tasks).hits

@@ -20,6 +20,7 @@ from psycopg_pool import ConnectionPool
 from ..embeddings import Embedder, EmbeddingAuthError, EmbeddingError
 from ..infra.migrate import restore_vector_index
 from ..vocabulary import BUCKETS, INDEXED, INDEXED_NAMES, LOCK_INDEX, VECTOR_COLUMNS, IndexedText, bucket_sql
+from .owner_indexes import drop_owner_indexes, sync_owner_indexes
 
 log = logging.getLogger(__name__)
 
@@ -256,10 +257,18 @@ def _loader_lock(pool: ConnectionPool, source: IndexedText) -> Iterator[psycopg.
             conn.commit()
 
 
-def _rebuild_if_last(pool: ConnectionPool, source: IndexedText) -> bool:
-    """Build a missing index unless another loader still holds its shared lock (then that one builds it)."""
+def _rebuild_if_last(pool: ConnectionPool, source: IndexedText, dimension: int) -> bool:
+    """Build a missing index unless another loader still holds its shared lock (then that one builds it); once
+    built, the owners' own indexes the load dropped too."""
     with pool.connection() as conn:
-        return restore_vector_index(conn, _lock_id(source))
+        rebuilt = restore_vector_index(conn, _lock_id(source))
+        if rebuilt:
+            conn.autocommit = True
+            try:
+                sync_owner_indexes(conn, dimension)
+            finally:
+                conn.autocommit = False
+        return rebuilt
 
 
 def embed_buckets(
@@ -303,6 +312,7 @@ def embed_buckets(
         if defer_index and index and pending:
             with pool.connection() as conn:
                 conn.execute(f"DROP INDEX IF EXISTS {index}")
+                drop_owner_indexes(conn, source.table)
             log.info("%s: HNSW index %s dropped for the load (%s of %s rows pending)",
                      source_name, index, pending_table, total_table)
         # A whole table loads in LOADERS parallel keyset passes (each over one hash part: one embeds while
@@ -321,7 +331,7 @@ def embed_buckets(
             result.failed += part.failed
             result.batches += part.batches
             result.errors.extend(part.errors)
-    result.index_rebuilt = _rebuild_if_last(pool, source)
+    result.index_rebuilt = _rebuild_if_last(pool, source, embedder.dimension)
     with pool.connection() as conn:
         if whole:
             result.pending_after = count_pending(conn, source_name, model)[0]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..index.owner_indexes import existing_owner_indexes, owner_index_tables
 from ..index.vectors import count_pending
 from ..infra.db import describe_url, pgvector_version
 from ..infra.migrate import missing_vector_indexes, stored_dimension
@@ -38,6 +39,7 @@ def collect_status(rt: Runtime) -> dict[str, Any]:
             "database_dimension": stored[0] if stored else None,
             "migrations": [r[0] for r in conn.execute("SELECT name FROM schema_migrations ORDER BY version")],
             "missing_indexes": missing_vector_indexes(conn),
+            "owner_indexes": {},
             "embedded_sources": {},
             "tables": {},
         }
@@ -48,6 +50,10 @@ def collect_status(rt: Runtime) -> dict[str, Any]:
                 "embedded": active - pending,
                 "pending": pending,
             }
+        for table, _column in owner_index_tables():
+            if found := existing_owner_indexes(conn, table):
+                valid = sum(found.values())
+                info["owner_indexes"][table] = {"valid": valid, "invalid": len(found) - valid}
         for table in _PLAIN_TABLES:
             info["tables"][table] = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
     return info
@@ -65,9 +71,13 @@ def format_status(info: dict[str, Any]) -> str:
     ]
     problems = [f"HNSW index {name} is missing (search scans exactly, slowly). Fix: memory-pipelines migrate"
                 f" (or embed)" for name in info["missing_indexes"]]
+    problems += [f"{c['invalid']} owner HNSW index(es) on {table} are invalid (a build was interrupted). Fix: "
+                 "memory-pipelines migrate" for table, c in info["owner_indexes"].items() if c["invalid"]]
     lines[3:3] = [f"PROBLEM    {p}" for p in problems]
     for table, c in info["embedded_sources"].items():
         lines.append(f"{table:<22}{c['active']:>8}{c['embedded']:>10}{c['pending']:>9}")
     for table, n in info["tables"].items():
         lines.append(f"{table:<22}{n:>8}")
+    for table, c in info["owner_indexes"].items():
+        lines.append(f"owner indexes on {table}: {c['valid']}")
     return "\n".join(lines)

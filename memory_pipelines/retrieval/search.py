@@ -24,6 +24,7 @@ from psycopg_pool import ConnectionPool
 
 from ..embeddings import Embedder, EmbeddingError
 from ..embeddings.base import to_array
+from ..index.owner_indexes import owner_index_name
 from ..infra.db import pgvector_version, reading, server_key
 from ..infra.errors import ValidationError, check_storable
 from ..text.dictionary import expand_terms
@@ -194,6 +195,22 @@ UNDER_CAP_SECONDS = 10.0
 _counts = _Memo()
 _index_lists = _Memo()
 _indexed = _Memo()
+_owner_indexes = _Memo()
+
+
+def _has_owner_index(conn: psycopg.Connection, table: str, owner: str) -> bool:
+    """Whether `owner` has a valid HNSW index of her own on `table` (index/owner_indexes.py), remembered
+    OVER_CAP_SECONDS: an index built or dropped meanwhile is seen that much later (either way the answer is
+    right; only the candidate list is sized for the other graph)."""
+    key = (*server_key(conn), table, owner)
+    known = _owner_indexes.get(key)
+    if known is None:
+        known = bool(conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid"
+            " WHERE c.relname = %s AND i.indisvalid)", (owner_index_name(table, owner),)
+        ).fetchone()[0])
+        _owner_indexes.put(key, known, OVER_CAP_SECONDS)
+    return known
 
 
 def _owner_rows_capped(conn: psycopg.Connection, table: str, counted: str | None, params: dict, cap: int) -> int:
@@ -258,12 +275,18 @@ def _plan_vector_scan(
     if filtered <= cap:
         conn.execute("SET LOCAL enable_indexscan = off")
         return "exact"
-    key = (*server_key(conn), table, params["owner"], cap, k, answer)
+    own = _has_owner_index(conn, table, params["owner"])
+    key = (*server_key(conn), table, params["owner"], cap, k, answer, own)
     ef = None if filters_beyond_owner else _index_lists.get(key)
     if ef is None:
         estimate = max(float(cap + 1), _estimate_rows(conn, joined, clauses, params))
-        total = conn.execute("SELECT greatest(reltuples, 1) FROM pg_class WHERE relname = %s", (table,)).fetchone()
-        rows = float(total[0]) if total else estimate
+        if own:  # her own graph: her rows, of which the filters pass some
+            rows = estimate
+            if filters_beyond_owner:
+                rows = max(estimate, _estimate_rows(conn, f"{table} t", ["t.owner_id = %(owner)s"], params))
+        else:
+            total = conn.execute("SELECT greatest(reltuples, 1) FROM pg_class WHERE relname = %s", (table,))
+            rows = float(total.fetchone()[0])
         ef = hnsw_ef(k, min(1.0, estimate / max(rows, 1.0)), rows, answer=answer)
         if not filters_beyond_owner:
             _index_lists.put(key, ef, OVER_CAP_SECONDS)
@@ -272,7 +295,8 @@ def _plan_vector_scan(
     if iterative:
         settings += ", set_config('hnsw.iterative_scan', 'relaxed_order', true)"
     conn.execute(f"SELECT {settings}", (str(ef),))  # one round trip for both (transaction-local, as SET LOCAL)
-    return f"hnsw-iterative(ef={ef})" if iterative else f"hnsw(ef={ef})"
+    kind = "hnsw-owner" if own else "hnsw-iterative" if iterative else "hnsw"
+    return f"{kind}(ef={ef})"
 
 
 def _semantic_source(
@@ -284,7 +308,8 @@ def _semantic_source(
     src = SOURCES[source]
     title, body, extra = src.title_sql, src.body_sql, src.extra_sql
     if src.chunked:
-        vclauses = [*clauses, "f.embedding IS NOT NULL", "f.embedding_model = %(model)s"]
+        # f.owner_id as well as t.owner_id: the planner can then use the owner's own fragment index
+        vclauses = [*clauses, "f.owner_id = %(owner)s", "f.embedding IS NOT NULL", "f.embedding_model = %(model)s"]
         wanted = k * 3  # fragments read, rolled up to their memories
         sql = (
             "WITH frag AS (SELECT f.memory_id, f.embedding <=> %(q)s AS dist FROM fragments f"

@@ -54,7 +54,8 @@ def _bar(total: int, desc: str):
 @command("migrate")
 def cmd_migrate(args: argparse.Namespace) -> int:
     from ...embeddings import make_embedder
-    from ...infra.db import database_url, describe_url
+    from ...index.owner_indexes import sync_owner_indexes
+    from ...infra.db import connect, database_url, describe_url
     from ...infra.migrate import migrate, reembed
     from ...infra.settings import get_settings
 
@@ -71,6 +72,10 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         )
         return 0
     applied = migrate(url, embedder.dimension, embedder.model_name, restore_indexes=True)
+    with connect(url, vector=False, autocommit=True) as conn:  # owners' own indexes, as the asset keeps them
+        owners = sync_owner_indexes(conn, embedder.dimension)
+    applied += [f"built owner index {name}" for name in owners.built]
+    applied += [f"dropped owner index {name}" for name in owners.dropped]
     print(f"database {describe_url(url)}: " + (f"applied {', '.join(applied)}" if applied else "up to date"))
     return 0
 
