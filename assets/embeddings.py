@@ -214,12 +214,7 @@ def vector_indexes(context: dg.AssetExecutionContext, memory: MemoryResource) ->
         before = vector_index_names(conn)
         ensure_vector_indexes(conn)
         after = vector_index_names(conn)
-        conn.commit()
-        conn.autocommit = True
-        try:
-            owners = sync_owner_indexes(conn, rt.embedder.dimension)
-        finally:
-            conn.autocommit = False
+        owners = sync_owner_indexes(conn, rt.embedder.dimension)
     built = sorted(after - before)
     if built:
         context.log.warning(f"rebuilt missing HNSW indexes: {built}")

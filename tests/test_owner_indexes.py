@@ -19,7 +19,7 @@ ALICE = owner_index_name("tasks", "alice")
 
 def _small_caps(monkeypatch) -> None:
     """20 rows instead of 10,000 for the exact-scan cap; fresh plan memos."""
-    monkeypatch.setattr(owner_indexes, "OWNER_INDEX_MIN_ROWS", 20)
+    monkeypatch.setattr(owner_indexes, "EXACT_SCAN_MAX_ROWS", 20)
     monkeypatch.setattr(search_module, "EXACT_SCAN_MAX_ROWS", 20)
     for memo in ("_owner_indexes", "_index_lists", "_counts"):
         monkeypatch.setattr(search_module, memo, search_module._Memo())

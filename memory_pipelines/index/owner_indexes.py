@@ -23,12 +23,10 @@ import psycopg
 from psycopg import sql
 
 from ..infra.migrate import index_build_memory_mb
-from ..vocabulary import INDEXED
+from ..vocabulary import EXACT_SCAN_MAX_ROWS, INDEXED
 
 log = logging.getLogger(__name__)
 
-OWNER_INDEX_MIN_ROWS = 10_000
-"""Above this many embedded rows an owner is searched through an index (retrieval.search.EXACT_SCAN_MAX_ROWS)."""
 OWNER_INDEX_MAX_SHARE = 0.5
 """Above this share of a table an owner's filtered search in the table's graph loses little."""
 
@@ -50,9 +48,17 @@ def wanted_owners(conn: psycopg.Connection, table: str, column: str) -> dict[str
             "WITH o AS (SELECT owner_id, count(*) AS n FROM {t} WHERE {c} IS NOT NULL GROUP BY owner_id)"
             " SELECT owner_id, n FROM o WHERE n > %s AND n <= %s * (SELECT sum(n) FROM o)"
         ).format(t=sql.Identifier(table), c=sql.Identifier(column)),
-        (OWNER_INDEX_MIN_ROWS, OWNER_INDEX_MAX_SHARE),
+        (EXACT_SCAN_MAX_ROWS, OWNER_INDEX_MAX_SHARE),
     ).fetchall()
     return {owner: int(n) for owner, n in rows}
+
+
+def has_owner_index(conn: psycopg.Connection, table: str, owner: str) -> bool:
+    """Whether `owner` has a valid index of her own on `table`."""
+    return bool(conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid"
+        " WHERE c.relname = %s AND i.indisvalid)", (owner_index_name(table, owner),)
+    ).fetchone()[0])
 
 
 def existing_owner_indexes(conn: psycopg.Connection, table: str) -> dict[str, bool]:
@@ -76,9 +82,20 @@ class OwnerIndexSync:
 
 def sync_owner_indexes(conn: psycopg.Connection, dimension: int) -> OwnerIndexSync:
     """Build the owner indexes that qualify and are missing (or invalid); drop those that no longer qualify.
-    `conn` must be in autocommit mode (CREATE INDEX CONCURRENTLY runs outside a transaction)."""
-    if not conn.autocommit:
-        raise ValueError("sync_owner_indexes needs an autocommit connection")
+    CREATE INDEX CONCURRENTLY runs outside a transaction: an open one of `conn` is committed first, and `conn`
+    is in autocommit mode meanwhile."""
+    restore = not conn.autocommit
+    if restore:
+        conn.commit()
+        conn.autocommit = True
+    try:
+        return _sync(conn, dimension)
+    finally:
+        if restore:
+            conn.autocommit = False
+
+
+def _sync(conn: psycopg.Connection, dimension: int) -> OwnerIndexSync:
     done = OwnerIndexSync()
     for table, column in owner_index_tables():
         wanted = {owner_index_name(table, owner): (owner, n) for owner, n in wanted_owners(conn, table, column).items()}

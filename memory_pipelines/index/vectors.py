@@ -263,11 +263,7 @@ def _rebuild_if_last(pool: ConnectionPool, source: IndexedText, dimension: int) 
     with pool.connection() as conn:
         rebuilt = restore_vector_index(conn, _lock_id(source))
         if rebuilt:
-            conn.autocommit = True
-            try:
-                sync_owner_indexes(conn, dimension)
-            finally:
-                conn.autocommit = False
+            sync_owner_indexes(conn, dimension)
         return rebuilt
 
 

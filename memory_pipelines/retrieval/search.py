@@ -24,14 +24,14 @@ from psycopg_pool import ConnectionPool
 
 from ..embeddings import Embedder, EmbeddingError
 from ..embeddings.base import to_array
-from ..index.owner_indexes import owner_index_name
+from ..index.owner_indexes import has_owner_index
 from ..infra.db import pgvector_version, reading, server_key
 from ..infra.errors import ValidationError, check_storable
 from ..text.dictionary import expand_terms
 from ..text.focus import focus
 from ..text.glossary import expand
 from ..text.keywords import has_cjk, jaccard
-from ..vocabulary import CONTENT_TYPES, RANKED_SOURCES, SEARCH_MODES, SEARCH_SOURCES, SOURCES
+from ..vocabulary import CONTENT_TYPES, EXACT_SCAN_MAX_ROWS, RANKED_SOURCES, SEARCH_MODES, SEARCH_SOURCES, SOURCES
 from .fusion import FUSIONS, SEMANTIC_WEIGHT, rescored
 from .neighbours import NEIGHBOUR_TOP, lifted, neighbour_rows, other_party
 from .speakers import boosted, named_speaker, without_speaker
@@ -47,11 +47,6 @@ report how often an index scan came back short and was answered exactly."""
 # [0, 1] before fusion. Chosen on the LoCoMo dev folder (README, "Retrieval quality: what each step did").
 HYBRID_MIN_DEPTH, HYBRID_MAX_DEPTH = 50, 200
 KEYWORD_SATURATION = 10.0
-# At or below this many filtered rows, scan exactly. Measured on PostgreSQL 18 with the rows in shared
-# buffers, an exact scan costs ~2 µs a row (a 10,000-row owner in a 1M-row table: 17 ms), while an index
-# scan that must find 10 of that owner's rows in the whole graph needs the largest candidate list and took
-# 28-38 ms there for recall@10 0.91 (bench/filtered_recall.py, README "Filtered search at one million").
-EXACT_SCAN_MAX_ROWS = 10_000
 # HNSW candidate list (ef_search) for an unfiltered search: pgvector's default (40) found 95 % of the exact
 # top 10 at 100k rows; 200 found 99.2 %. A larger graph needs more for the same recall (1M rows: 0.97 at 200,
 # 0.993 at 400), so the floor doubles for every tenfold of the table above 100k rows. A filter passing a
@@ -199,16 +194,12 @@ _owner_indexes = _Memo()
 
 
 def _has_owner_index(conn: psycopg.Connection, table: str, owner: str) -> bool:
-    """Whether `owner` has a valid HNSW index of her own on `table` (index/owner_indexes.py), remembered
-    OVER_CAP_SECONDS: an index built or dropped meanwhile is seen that much later (either way the answer is
-    right; only the candidate list is sized for the other graph)."""
+    """`has_owner_index`, remembered OVER_CAP_SECONDS: an index built or dropped meanwhile is seen that much
+    later (either way the answer is right; only the candidate list is sized for the other graph)."""
     key = (*server_key(conn), table, owner)
     known = _owner_indexes.get(key)
     if known is None:
-        known = bool(conn.execute(
-            "SELECT EXISTS (SELECT 1 FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid"
-            " WHERE c.relname = %s AND i.indisvalid)", (owner_index_name(table, owner),)
-        ).fetchone()[0])
+        known = has_owner_index(conn, table, owner)
         _owner_indexes.put(key, known, OVER_CAP_SECONDS)
     return known
 
@@ -241,7 +232,7 @@ def hnsw_ef(k: int, selectivity: float, table_rows: float, *, answer: bool = Fal
     of them: the unfiltered list (the size-scaled floor, or HNSW_EF_PER_RESULT per result) divided by the
     selectivity, within pgvector's maximum. `answer`: the list is the answer itself, not a pool that fusion
     re-ranks, and gets the steeper floor (HNSW_ANSWER_EF_EXPONENT)."""
-    growth = max(1.0, max(table_rows, 1.0) / HNSW_EF_BASE_ROWS)
+    growth = max(1.0, table_rows / HNSW_EF_BASE_ROWS)
     floor = HNSW_MIN_EF * (growth**HNSW_ANSWER_EF_EXPONENT if answer else 2 ** math.log10(growth))
     unfiltered = max(floor, HNSW_EF_PER_RESULT * k)
     return int(min(HNSW_MAX_EF, unfiltered / max(selectivity, 1e-9)))
