@@ -322,6 +322,46 @@ def test_the_keyword_channel_answers_the_same_under_generic_plans(pool, fake_emb
     _same_hits(search_module._keyword_channel(pool, "alice", "deploy canary rollout", f, 20), custom)
 
 
+_DIALOGUE = (  # over text.focus.SHORT_TOKENS: a long query, focused
+    "User: we deploy the canary service to the staging cluster today, after the morning checks\n"
+    "AI: the rollout went fine, with no errors in the logs and the latency graphs flat\n"
+    "User: good. Before the next one, what did we learn about a deploy rollback last time?"
+)
+
+
+def test_a_long_query_reads_its_keyword_sources_at_once_with_the_same_hits(pool, many_tasks, monkeypatch):
+    """A long query's keyword sources run on their own pooled connections at once; the hits equal those read
+    one source after the other, and with no BM25 hit anywhere the Jaccard fallback answers as before."""
+    with pool.connection() as conn:
+        for i in range(5):
+            add_learning(conn, "alice", f"deploy rollback lesson {i}", "roll back the canary first" * (1 + i % 2))
+        add_task(conn, "dave", "deploy the canary service", "not keyword-indexed yet")
+    index_source(pool, "learning")
+    assert search_module.focus(_DIALOGUE).long
+    scanned: list[tuple[str, ...]] = []
+    pooled = search_module._pooled_bm25
+
+    def spied(p, owner, query, f, k):  # records each scan, then runs it
+        scanned.append(f.sources)
+        return pooled(p, owner, query, f, k)
+
+    monkeypatch.setattr(search_module, "_pooled_bm25", spied)
+    f = SearchFilters().validated()
+    for owner in ("alice", "dave"):
+        with pool.connection() as conn:
+            serial = search_module.keyword_hits(conn, owner, _DIALOGUE, f, 20)
+        got = search_module._keyword_channel(pool, owner, _DIALOGUE, f, 20)
+        _same_hits(got, serial)
+        assert sorted(scanned) == sorted((s,) for s in f.sources), owner  # one scan per source
+        scanned.clear()
+    assert {h.source for h in got} == {"task"} and all(h.extra["matched_by"] == "jaccard" for h in got)
+    with pool.connection() as conn:
+        alice = search_module.keyword_hits(conn, "alice", _DIALOGUE, f, 20)
+    assert {h.source for h in alice} == {"task", "learning"}
+    short = search_module._keyword_channel(pool, "alice", "deploy rollback", f, 20)
+    assert short and scanned == []  # a short query reads its sources on one connection
+
+
 def _same_hits(got_hits, want_hits) -> None:
     """The same hits up to the order of tied scores: a plan may sum a document's terms in another order, so equal
     scores can differ in their last bits and swap places (or members at the cut)."""

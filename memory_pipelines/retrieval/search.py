@@ -617,6 +617,7 @@ def _jaccard_hits(conn: psycopg.Connection, owner: str, query: str, f: SearchFil
 
 
 _channels = ThreadPoolExecutor(max_workers=4, thread_name_prefix="keyword-channel")
+_keyword_scans = ThreadPoolExecutor(max_workers=8, thread_name_prefix="keyword-scan")
 
 
 def _keyword_channel(pool: ConnectionPool, owner: str, query: str, f: SearchFilters, k: int) -> list[Hit]:
@@ -624,9 +625,28 @@ def _keyword_channel(pool: ConnectionPool, owner: str, query: str, f: SearchFilt
     is an index lookup by owner, source and term, bounded per term or by the documents ranked, so the plan does
     not depend on how many rows an owner holds: made once per statement and connection, it saves the planning
     of their CTEs (0.5–1.5 ms a query, 3–4 ms a context build). Other queries keep a plan per execution
-    (infra/db._configure): a vector scan's plan must follow the owner's rows and `enable_indexscan`."""
+    (infra/db._configure): a vector scan's plan must follow the owner's rows and `enable_indexscan`.
+
+    A long query (text.focus: a dialogue, a long prompt) brings tens of terms to every source, and its sources'
+    queries outlast the semantic channel beside them: they run at once, each on its own pooled connection, so
+    the channel takes about its slowest source. The same hits either way; the Jaccard fallback, as ever, only
+    when no source has a BM25 hit."""
+    if len(f.sources) > 1 and focus(query).long:
+        scans = [_keyword_scans.submit(_pooled_bm25, pool, owner, query, replace(f, sources=(s,)), k)
+                 for s in f.sources]
+        hits = [h for scan in scans for h in scan.result()]
+        if not hits:
+            with pool.connection() as conn:
+                hits = _jaccard_hits(conn, owner, query, f, k)
+        return sorted(hits, key=lambda h: h.score, reverse=True)
     with pool.connection() as conn:
         return keyword_hits(conn, owner, query, f, k, generic_plans=True)
+
+
+def _pooled_bm25(pool: ConnectionPool, owner: str, query: str, f: SearchFilters, k: int) -> list[Hit]:
+    """`_bm25_hits` on a pooled connection, under a generic plan (`_keyword_channel`)."""
+    with pool.connection() as conn, conn.transaction():
+        return _bm25_hits(conn, owner, query, f, k, generic_plans=True)
 
 
 def _without_named_speaker(
