@@ -110,3 +110,41 @@ def test_only_the_memory_source_is_searched_again_without_the_name(pool, fake_em
     assert task in by_id and by_id[task].semantic == pytest.approx(plain[task].semantic)
     memory = [h for h in hits if h.source == "memory"]
     assert memory and all(h.semantic != pytest.approx(plain[h.id].semantic) for h in memory if h.id in plain)
+
+
+def test_a_speaker_seen_before_starts_the_rerun_early_with_the_same_hits(pool, fake_embedder, monkeypatch):
+    """Once an owner's candidates have shown her speakers, a question naming one of them starts its re-run without
+    the name beside the channels; the hits are those of the re-run after them, and a name the candidates do not
+    bear leaves the early run unused."""
+    from memory_pipelines.retrieval import search as search_module
+
+    for text, speaker in (("I play chess online every evening.", "Nate"), ("Nate, do you play chess?", "Joanna"),
+                          ("Joanna paints landscapes on weekends.", "Joanna")):
+        ingest_memory(pool, fake_embedder, None, "alice", content=text, content_type="insight", speaker=speaker,
+                      session="s1", ts=1_700_000_000, project_name="chat", conflict_threshold=0.999)
+    search_module._speakers_seen.clear()
+    started: list[str | None] = []
+    start = search_module._start_rerun
+
+    def spied(*args):  # records which speaker each search started early, then starts it
+        early = start(*args)
+        started.append(early.speaker if early else None)
+        return early
+
+    monkeypatch.setattr(search_module, "_start_rerun", spied)
+    query = "Which games does Nate play?"
+    spy = SpyEmbedder(fake_embedder)
+    after = [(h.id, h.score) for h in search(pool, spy, "alice", query, limit=5).hits]  # no speakers seen yet
+    assert started == [None] and spy.queries == [query, "Which games does play?"]
+    spy.queries.clear()
+    early = [(h.id, h.score) for h in search(pool, spy, "alice", query, limit=5).hits]
+    assert started[-1] == "Nate" and spy.queries == [query, "Which games does play?"]
+    assert early == after
+    # Seen before, but not among this owner's candidates now: the early run is left unused.
+    search_module._speakers_seen.put((pool.conninfo, "alice"), frozenset({"Nate", "Joanna", "Zed"}), 60)
+    spy.queries.clear()
+    plain = [(h.id, h.score) for h in search(pool, spy, "alice", "What does Zed paint?", limit=5).hits]
+    assert started[-1] == "Zed" and "What does paint?" in spy.queries
+    search_module._speakers_seen.clear()
+    fresh = search(pool, fake_embedder, "alice", "What does Zed paint?", limit=5).hits
+    assert plain == [(h.id, h.score) for h in fresh]

@@ -13,7 +13,7 @@ import logging
 import math
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -649,24 +649,78 @@ def _pooled_bm25(pool: ConnectionPool, owner: str, query: str, f: SearchFilters,
         return _bm25_hits(conn, owner, query, f, k, generic_plans=True)
 
 
-def _without_named_speaker(
-    pool: ConnectionPool, embedder: Embedder, owner: str, query: str, f: SearchFilters, depth: int,
-    qvec: np.ndarray, sem: list[Hit], kw: list[Hit],
-) -> tuple[str | None, np.ndarray, list[Hit]]:
-    """(named speaker, memory query vector, semantic hits): when the question names one of the candidates'
-    speakers, the semantic channel of the memory source (the one with speakers) again on the question embedded
-    without the name (retrieval/speakers.py); the other sources keep their hits from the question as written.
-    Else, or when that embedding fails, the question's own vector and the channel as it ran."""
-    speaker = named_speaker(query, {h.extra.get("speaker") for h in sem + kw if h.source == "memory"})
-    stripped = without_speaker(query, speaker) if speaker else query
-    if stripped == query:  # also when no memory was a candidate: only memories have speakers
-        return speaker, qvec, sem
+# The speakers seen among an owner's memory candidates, by pool and owner: a question naming one of them starts
+# its re-run without the name (`_without_named_speaker`) beside the channels instead of after them.
+SPEAKERS_SEEN_SECONDS, SPEAKERS_SEEN_MAX = 600.0, 64
+_speakers_seen = _Memo()
+
+
+@dataclass
+class _EarlyRerun:
+    """The memory source's semantic channel on the question without `speaker`'s name, started early."""
+
+    speaker: str
+    future: Future[tuple[np.ndarray, list[Hit]] | None]
+
+
+def _start_rerun(
+    pool: ConnectionPool, embedder: Embedder, owner: str, query: str, f: SearchFilters, depth: int
+) -> _EarlyRerun | None:
+    """When the question names one of the speakers seen among this owner's earlier candidates, the re-run
+    without the name, started now on its own thread; used only if the candidates of this search name the same
+    speaker (`_without_named_speaker`), so the hits are those of the re-run after the channels."""
+    if "memory" not in f.sources:
+        return None
+    speaker = named_speaker(query, _speakers_seen.get((pool.conninfo, owner)) or ())
+    if speaker is None or without_speaker(query, speaker) == query:
+        return None
+    stripped = without_speaker(query, speaker)
+    return _EarlyRerun(speaker, _channels.submit(_memories_without_name, pool, embedder, owner, stripped, f, depth))
+
+
+def _memories_without_name(
+    pool: ConnectionPool, embedder: Embedder, owner: str, stripped: str, f: SearchFilters, depth: int
+) -> tuple[np.ndarray, list[Hit]] | None:
+    """(vector, hits) of the memory source's semantic channel on `stripped`; None when embedding it fails."""
     try:
         memory_qvec = embedder.embed_query(focus(stripped).embed_text)
     except EmbeddingError:  # a provider outage must not break search: keep the question's own vector
         log.warning("embedding the question without the speaker's name failed", exc_info=True)
-        return speaker, qvec, sem
+        return None
     memories = _semantic_channel(pool, owner, memory_qvec, embedder.model_name, replace(f, sources=("memory",)), depth)
+    return memory_qvec, memories
+
+
+def _remember_speakers(pool: ConnectionPool, owner: str, speakers: set[str | None]) -> None:
+    key = (pool.conninfo, owner)
+    seen = set(_speakers_seen.get(key) or ()) | {s for s in speakers if s and s.strip()}
+    if len(seen) > SPEAKERS_SEEN_MAX:
+        seen = {s for s in speakers if s and s.strip()}
+    _speakers_seen.put(key, frozenset(seen), SPEAKERS_SEEN_SECONDS)
+
+
+def _without_named_speaker(
+    pool: ConnectionPool, embedder: Embedder, owner: str, query: str, f: SearchFilters, depth: int,
+    qvec: np.ndarray, sem: list[Hit], kw: list[Hit], early: _EarlyRerun | None = None,
+) -> tuple[str | None, np.ndarray, list[Hit]]:
+    """(named speaker, memory query vector, semantic hits): when the question names one of the candidates'
+    speakers, the semantic channel of the memory source (the one with speakers) again on the question embedded
+    without the name (retrieval/speakers.py); the other sources keep their hits from the question as written.
+    Else, or when that embedding fails, the question's own vector and the channel as it ran. `early`: that
+    re-run, if `_start_rerun` began it for this speaker."""
+    candidates = {h.extra.get("speaker") for h in sem + kw if h.source == "memory"}
+    _remember_speakers(pool, owner, candidates)
+    speaker = named_speaker(query, candidates)
+    stripped = without_speaker(query, speaker) if speaker else query
+    if stripped == query:  # also when no memory was a candidate: only memories have speakers
+        return speaker, qvec, sem
+    if early is not None and early.speaker == speaker:
+        rerun = early.future.result()
+    else:
+        rerun = _memories_without_name(pool, embedder, owner, stripped, f, depth)
+    if rerun is None:
+        return speaker, qvec, sem
+    memory_qvec, memories = rerun
     others = [h for h in sem if h.source != "memory"]
     return speaker, memory_qvec, sorted(others + memories, key=lambda h: h.score, reverse=True)
 
@@ -705,6 +759,7 @@ def search(
     depth = min(HYBRID_MAX_DEPTH, max(HYBRID_MIN_DEPTH, limit * 3)) if mode == "hybrid" else limit
     want_sem, want_kw = qvec is not None, mode != "semantic" or qvec is None
     kw_future = _channels.submit(_keyword_channel, pool, owner, query, f, depth) if want_sem and want_kw else None
+    early = _start_rerun(pool, embedder, owner, query, f, depth) if mode == "hybrid" and speakers and want_sem else None
     sem = _semantic_channel(pool, owner, qvec, embedder.model_name, f, depth, mode == "semantic") if want_sem else []
     if kw_future is not None:
         kw = kw_future.result()  # the keyword channel ran on its own connection, beside the semantic one
@@ -712,7 +767,9 @@ def search(
         kw = _keyword_channel(pool, owner, query, f, depth) if want_kw else []
     speaker, memory_qvec = None, qvec
     if mode == "hybrid" and speakers and qvec is not None:
-        speaker, memory_qvec, sem = _without_named_speaker(pool, embedder, owner, query, f, depth, qvec, sem, kw)
+        speaker, memory_qvec, sem = _without_named_speaker(
+            pool, embedder, owner, query, f, depth, qvec, sem, kw, early
+        )
     if mode == "semantic" and qvec is not None:
         ranked = sem  # raw cosine similarity, as the progressive-search and advanced-search specs report it
     elif mode == "keyword" or qvec is None:
