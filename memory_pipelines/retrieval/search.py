@@ -672,9 +672,9 @@ def _start_rerun(
     if "memory" not in f.sources:
         return None
     speaker = named_speaker(query, _speakers_seen.get((pool.conninfo, owner)) or ())
-    if speaker is None or without_speaker(query, speaker) == query:
+    stripped = without_speaker(query, speaker) if speaker else query
+    if speaker is None or stripped == query:
         return None
-    stripped = without_speaker(query, speaker)
     return _EarlyRerun(speaker, _channels.submit(_memories_without_name, pool, embedder, owner, stripped, f, depth))
 
 
@@ -692,6 +692,7 @@ def _memories_without_name(
 
 
 def _remember_speakers(pool: ConnectionPool, owner: str, speakers: set[str | None]) -> None:
+    """Add this search's candidate speakers to the owner's (started afresh past SPEAKERS_SEEN_MAX names)."""
     key = (pool.conninfo, owner)
     seen = set(_speakers_seen.get(key) or ()) | {s for s in speakers if s and s.strip()}
     if len(seen) > SPEAKERS_SEEN_MAX:
