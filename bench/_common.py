@@ -453,3 +453,23 @@ def percentiles(samples_ms: list[float]) -> dict[str, float]:
 def emit(result: dict) -> None:
     """The benchmark's figures as one JSON object on the last line of stdout."""
     print(json.dumps(result, ensure_ascii=False))
+
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (files, no display), or None when matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
+def save_plot(fig, ax, path: Path) -> None:
+    """Legend, grid and layout as every bench plot has them, then the PNG."""
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)

@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from _common import emit, loaded_facts, log, machine, scratch
+from _common import emit, loaded_facts, log, machine, pyplot, save_plot, scratch
 from context_latency import make_queries
 
 from memory_pipelines.infra.db import get_pool
@@ -106,12 +106,8 @@ def measure(conn, queries: list[str], per_terms: list[int]) -> dict:
 
 
 def plot(result: dict, path: Path) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return False
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for kind, marker in (("short", "o-"), ("long", "s--")):
@@ -125,10 +121,7 @@ def plot(result: dict, path: Path) -> bool:
     ax.set_ylabel("recall@10 against exact BM25 (ties counted)")
     ax.set_title(f"keyword channel at {result['size']:,} rows: postings read per term (labels)")
     ax.set_ylim(0, 1.02)
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_plot(fig, ax, path)
     return True
 
 

@@ -54,7 +54,7 @@ from typing import Any
 import httpx
 import numpy as np
 import psutil
-from _common import emit, log
+from _common import emit, log, pyplot, save_plot
 
 from memory_pipelines.pipelines.demo import read_demo
 from memory_pipelines.vocabulary import CONTENT_TYPES, CONTEXT_MODES
@@ -498,12 +498,8 @@ def cpu_breakdown(home: Path, queries: list[str], http_build: dict[str, Any], wh
 
 # -- plot -----------------------------------------------------------------------------------------------------------
 def plot(result: dict, path: Path) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return False
     fig, ax = plt.subplots(figsize=(7, 4.2))
     steps = result["closed_loop"]["steps"]
@@ -520,10 +516,7 @@ def plot(result: dict, path: Path) -> bool:
     ax.set_ylabel("latency (ms)")
     ax.set_yscale("log")
     ax.set_title(f"memory-pipelines serve, mix {result['mix']}, 2 cores, local model")
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_plot(fig, ax, path)
     return True
 
 
