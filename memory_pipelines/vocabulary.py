@@ -83,18 +83,21 @@ LOCK_MIGRATE = 7_245_001
 """pg_advisory_lock(LOCK_MIGRATE): one process applies migrations at a time."""
 LOCK_PROJECT = 7_245_002
 """pg_advisory_xact_lock(LOCK_PROJECT, hashtext(project_id)): one ingest per project at a time."""
-EXACT_SCAN_MAX_ROWS = 10_000
-"""At or below this many filtered rows, vector search scans exactly; above it an owner may get an HNSW index of
-her own (index/owner_indexes.py). Measured on PostgreSQL 18 with the rows in shared buffers, an exact scan
-costs ~2 µs a row (a 10,000-row owner in a 1M-row table: 17 ms), while an index scan that must find 10 of that
-owner's rows in the whole graph needs the largest candidate list and took 28-38 ms there for recall@10 0.91
-(bench/filtered_recall.py, README "Filtered search at one million")."""
 LOCK_INDEX = 7_245_003
 """pg_advisory_lock(LOCK_INDEX, n): bulk loaders of the n-th vector column share, the index builder excludes."""
 LOCK_DEMO_LOG = 7_245_004
 """pg_advisory_lock(LOCK_DEMO_LOG): one loader of the demo corpus's simulated agent sessions at a time."""
 LOCK_DAGSTER = 7_245_005
 """pg_advisory_lock(LOCK_DAGSTER): one process creates Dagster's postgres storage tables at a time."""
+
+# -- vector search ------------------------------------------------------------------------------------------------
+
+EXACT_SCAN_MAX_ROWS = 10_000
+"""At or below this many filtered rows, vector search scans exactly; above it an owner may get an HNSW index of
+her own (index/owner_indexes.py). Measured on PostgreSQL 18 with the rows in shared buffers, an exact scan
+costs ~2 µs a row (a 10,000-row owner in a 1M-row table: 17 ms), while an index scan that must find 10 of that
+owner's rows in the whole graph needs the largest candidate list and took 28-38 ms there for recall@10 0.91
+(bench/filtered_recall.py, README "Filtered search at one million")."""
 
 # -- partitions ---------------------------------------------------------------------------------------------------
 

@@ -158,22 +158,28 @@ def test_the_hnsw_candidate_list_grows_with_the_graph_and_with_the_filter():
     assert ef(400, 1.0, 100_000, answer=True) == 800
 
 
+def _over_a_cap_of_20(pool, embedder, monkeypatch, *, rows: int, topics: int):
+    """With the exact-scan cap lowered to 20, `rows` embedded tasks of alice over `topics` topics; the vector of a
+    query about topic 3."""
+    monkeypatch.setattr(search_module, "EXACT_SCAN_MAX_ROWS", 20)
+    with pool.connection() as conn:
+        for i in range(rows):
+            add_task(conn, "alice", f"note {i} about topic {i % topics}", f"details {i * 7 % 13}")
+    embed_all(pool, embedder)
+    return embedder.embed_query("note about topic 3")
+
+
 def test_a_semantic_search_reads_the_longer_answer_list_and_hybrid_search_the_pool_list(
     pool, fake_embedder, monkeypatch
 ):
     """The candidate list a search sets is the one `hnsw_ef` gives its kind: the steeper floor for a semantic
     search, whose top k are the answer, the doubling for the deep lists hybrid search fuses. With the base table
     size lowered to 100 rows, 300 rows are 3 times it: 200 x 3 ** 0.7 = 431 against 200 x 2 ** log10(3) = 278."""
-    monkeypatch.setattr(search_module, "EXACT_SCAN_MAX_ROWS", 20)
     monkeypatch.setattr(search_module, "HNSW_EF_BASE_ROWS", 100)
     monkeypatch.setattr(search_module, "_index_lists", search_module._Memo())
-    with pool.connection() as conn:
-        for i in range(300):
-            add_task(conn, "alice", f"note {i} about topic {i % 17}", f"details {i * 7 % 13}")
-    embed_all(pool, fake_embedder)
+    qvec = _over_a_cap_of_20(pool, fake_embedder, monkeypatch, rows=300, topics=17)
     with pool.connection() as conn:
         conn.execute("ANALYZE tasks")  # every row alice's and embedded: selectivity 1
-    qvec = fake_embedder.embed_query("note about topic 3")
     only_tasks = SearchFilters(sources=("task",))
 
     def lists() -> dict[tuple[int, bool], int]:
@@ -194,13 +200,8 @@ def test_an_owner_counted_over_the_cap_who_shrinks_below_it_still_gets_exactly_h
     """The count that chooses between an exact and an index scan is remembered for an owner over the cap. When
     she drops below the cap within that window, the index scan comes back short and is answered exactly; once
     the window has passed, she is counted again and scanned exactly from the start."""
-    monkeypatch.setattr(search_module, "EXACT_SCAN_MAX_ROWS", 20)
     monkeypatch.setattr(search_module, "_counts", search_module._Memo())
-    with pool.connection() as conn:
-        for i in range(60):
-            add_task(conn, "alice", f"note {i} about topic {i % 7}", f"details {i * 7 % 13}")
-    embed_all(pool, fake_embedder)
-    qvec = fake_embedder.embed_query("note about topic 3")
+    qvec = _over_a_cap_of_20(pool, fake_embedder, monkeypatch, rows=60, topics=7)
     only_tasks = SearchFilters(sources=("task",))
 
     def semantic(limit: int) -> list[str]:

@@ -694,10 +694,9 @@ def _memories_without_name(
 def _remember_speakers(pool: ConnectionPool, owner: str, speakers: set[str | None]) -> None:
     """Add this search's candidate speakers to the owner's (started afresh past SPEAKERS_SEEN_MAX names)."""
     key = (pool.conninfo, owner)
-    seen = set(_speakers_seen.get(key) or ()) | {s for s in speakers if s and s.strip()}
-    if len(seen) > SPEAKERS_SEEN_MAX:
-        seen = {s for s in speakers if s and s.strip()}
-    _speakers_seen.put(key, frozenset(seen), SPEAKERS_SEEN_SECONDS)
+    named = {s for s in speakers if s and s.strip()}
+    seen = set(_speakers_seen.get(key) or ()) | named
+    _speakers_seen.put(key, frozenset(seen if len(seen) <= SPEAKERS_SEEN_MAX else named), SPEAKERS_SEEN_SECONDS)
 
 
 def _without_named_speaker(
@@ -760,14 +759,15 @@ def search(
     depth = min(HYBRID_MAX_DEPTH, max(HYBRID_MIN_DEPTH, limit * 3)) if mode == "hybrid" else limit
     want_sem, want_kw = qvec is not None, mode != "semantic" or qvec is None
     kw_future = _channels.submit(_keyword_channel, pool, owner, query, f, depth) if want_sem and want_kw else None
-    early = _start_rerun(pool, embedder, owner, query, f, depth) if mode == "hybrid" and speakers and want_sem else None
+    by_speaker = mode == "hybrid" and speakers and want_sem  # a named speaker's turns: `_without_named_speaker`
+    early = _start_rerun(pool, embedder, owner, query, f, depth) if by_speaker else None
     sem = _semantic_channel(pool, owner, qvec, embedder.model_name, f, depth, mode == "semantic") if want_sem else []
     if kw_future is not None:
         kw = kw_future.result()  # the keyword channel ran on its own connection, beside the semantic one
     else:
         kw = _keyword_channel(pool, owner, query, f, depth) if want_kw else []
     speaker, memory_qvec = None, qvec
-    if mode == "hybrid" and speakers and qvec is not None:
+    if by_speaker:
         speaker, memory_qvec, sem = _without_named_speaker(
             pool, embedder, owner, query, f, depth, qvec, sem, kw, early
         )
