@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import random
+from datetime import UTC, datetime
 
 import pytest
 
 from memory_pipelines.context.builder import build_memory_context
 from memory_pipelines.context.config import activate, add_config
-from memory_pipelines.context.log import record_feedback
+from memory_pipelines.context.log import record_feedback, write_log
 from memory_pipelines.context.scoring import ScoringConfig
 from memory_pipelines.embeddings import FakeEmbedder
 from memory_pipelines.index.keywords import index_all
@@ -161,6 +162,28 @@ def test_retrieval_log_and_feedback(pool, fake_embedder, team):
         record_feedback(pool, "bob", result.retrieval_id, used)
     with pytest.raises(NotFoundError):
         record_feedback(pool, "alice", "00000000-0000-0000-0000-000000000000", used)
+
+
+def test_the_log_commits_without_waiting_for_its_flush_and_only_the_log(pool):
+    """write_log turns synchronous commit off for its own transaction: the row is visible to another session
+    at once, and the connection is back to synchronous commits after it."""
+    with pool.connection() as conn:
+        conn.execute("SET synchronous_commit = on")
+        conn.commit()  # so that the block below is a transaction of its own, not a savepoint
+        try:
+            with conn.transaction():
+                retrieval_id = write_log(
+                    conn, owner="alice", query="q", mode="execute", budget=800, tokens_used=0, config_version=1,
+                    degraded=None, as_of=datetime.now(UTC), ranked=[], injected={}, injected_sources=[],
+                )
+                assert conn.execute("SHOW synchronous_commit").fetchone()[0] == "off"
+            assert conn.execute("SHOW synchronous_commit").fetchone()[0] == "on"
+        finally:
+            conn.execute("RESET synchronous_commit")
+            conn.commit()
+    with pool.connection() as other:
+        row = other.execute("SELECT owner_id FROM retrievals WHERE id = %s", (retrieval_id,)).fetchone()
+    assert row == ("alice",)
 
 
 def test_provider_outage_degrades_never_errors(pool, team):

@@ -46,7 +46,13 @@ def write_log(
     the agent was shown (what implicit feedback compares its output with). Each candidate's `features`
     (`features.candidate_features`: channel scores and ranks, neighbour gain, language pair, source, age) go
     into the same COPY, for the tuner's learned ranker.
+
+    The caller's transaction commits without waiting for its WAL flush (`synchronous_commit` off, for this
+    transaction only): the log is the build's own record, not a write anyone made, and the agent should not
+    wait for a disk flush to read its context. It is visible to feedback at once; a server crash can lose
+    the builds of its last moments (at most three `wal_writer_delay`s, 0.6 s by default), never a memory.
     """
+    conn.execute("SET LOCAL synchronous_commit = off")
     lines = lines or {}
     sources = injected_sources
     candidates_count = sum(1 for c in ranked if c.source != "okr")
