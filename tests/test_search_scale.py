@@ -309,7 +309,9 @@ def test_the_keyword_channel_answers_the_same_under_generic_plans(pool, fake_emb
             conn.commit()  # as from the pool: the channel's transaction is the connection's own
             for _ in range(7):  # psycopg prepares a statement on its fifth run; the generic plan serves from then
                 with conn.transaction():
-                    generic = search_module._bm25_hits(conn, owner, query, f, 20, generic_plans=True)
+                    generic = search_module._bm25_hits(
+                        conn, owner, search_module.query_terms(query), f, 20, generic_plans=True
+                    )
                 assert conn.execute("SHOW plan_cache_mode").fetchone()[0] == "force_custom_plan"
                 conn.commit()
             prepared = "SELECT coalesce(sum(generic_plans), 0) FROM pg_prepared_statements"
@@ -330,9 +332,10 @@ _DIALOGUE = (  # over text.focus.SHORT_TOKENS: a long query, focused
 )
 
 
-def test_a_long_query_reads_its_keyword_sources_at_once_with_the_same_hits(pool, many_tasks, monkeypatch):
-    """A long query's keyword sources run on their own pooled connections at once; the hits equal those read
-    one source after the other, and with no BM25 hit anywhere the Jaccard fallback answers as before."""
+def test_a_query_of_many_terms_reads_its_keyword_sources_at_once_with_the_same_hits(pool, many_tasks, monkeypatch):
+    """The keyword sources of a query bringing many terms (a dialogue; a one-turn question of many words) run on
+    their own pooled connections at once; the hits equal those read one source after the other, and with no
+    BM25 hit anywhere the Jaccard fallback answers as before. A question of few terms keeps one connection."""
     with pool.connection() as conn:
         for i in range(5):
             add_learning(conn, "alice", f"deploy rollback lesson {i}", "roll back the canary first" * (1 + i % 2))
@@ -342,9 +345,9 @@ def test_a_long_query_reads_its_keyword_sources_at_once_with_the_same_hits(pool,
     scanned: list[tuple[str, ...]] = []
     pooled = search_module._pooled_bm25
 
-    def spied(p, owner, query, f, k):  # records each scan, then runs it
+    def spied(p, owner, qterms, f, k):  # records each scan, then runs it
         scanned.append(f.sources)
-        return pooled(p, owner, query, f, k)
+        return pooled(p, owner, qterms, f, k)
 
     monkeypatch.setattr(search_module, "_pooled_bm25", spied)
     f = SearchFilters().validated()
@@ -360,7 +363,16 @@ def test_a_long_query_reads_its_keyword_sources_at_once_with_the_same_hits(pool,
         alice = search_module.keyword_hits(conn, "alice", _DIALOGUE, f, 20)
     assert {h.source for h in alice} == {"task", "learning"}
     short = search_module._keyword_channel(pool, "alice", "deploy rollback", f, 20)
-    assert short and scanned == []  # a short query reads its sources on one connection
+    assert short and scanned == []  # a question of few terms reads its sources on one connection
+    wordy = " ".join(["deploy rollback canary lesson service"] + [f"word{i}x" for i in range(25)])
+    assert not search_module.focus(wordy).long
+    assert len(search_module.query_terms(wordy)) >= search_module.KEYWORD_FANOUT_TERMS
+    with pool.connection() as conn:
+        serial = search_module.keyword_hits(conn, "alice", wordy, f, 20)
+    got = search_module._keyword_channel(pool, "alice", wordy, f, 20)
+    _same_hits(got, serial)
+    assert {h.source for h in got} == {"task", "learning"}
+    assert sorted(scanned) == sorted((s,) for s in f.sources)  # one turn, but many terms: at once
 
 
 def _same_hits(got_hits, want_hits) -> None:

@@ -586,23 +586,27 @@ def query_terms(query: str) -> dict[str, float]:
 
 
 def keyword_hits(
-    conn: psycopg.Connection, owner: str, query: str, f: SearchFilters, k: int, *, generic_plans: bool = False
+    conn: psycopg.Connection, owner: str, query: str, f: SearchFilters, k: int, *, generic_plans: bool = False,
+    qterms: dict[str, float] | None = None,
 ) -> list[Hit]:
     """Top-k per source by BM25 (Jaccard over recent rows if the keyword table has nothing). With
-    `generic_plans` (`conn` idle), the BM25 queries run in a transaction of their own under a generic plan."""
+    `generic_plans` (`conn` idle), the BM25 queries run in a transaction of their own under a generic plan.
+    `qterms`: the query's `query_terms`, when the caller has them already."""
+    qterms = query_terms(query) if qterms is None else qterms
     with conn.transaction() if generic_plans else contextlib.nullcontext():
-        hits = _bm25_hits(conn, owner, query, f, k, generic_plans=generic_plans)
+        hits = _bm25_hits(conn, owner, qterms, f, k, generic_plans=generic_plans)
     hits = hits or _jaccard_hits(conn, owner, query, f, k)
     return sorted(hits, key=lambda h: h.score, reverse=True)
 
 
 def _bm25_hits(
-    conn: psycopg.Connection, owner: str, query: str, f: SearchFilters, k: int, *, generic_plans: bool = False
+    conn: psycopg.Connection, owner: str, qterms: dict[str, float], f: SearchFilters, k: int, *,
+    generic_plans: bool = False,
 ) -> list[Hit]:
-    """BM25 hits of the sources the owner has keyword-indexed; with `generic_plans` (in a transaction), their
-    queries run under a generic plan (`_keyword_channel`). Only after the checks of which sources are indexed:
-    a generic plan of that check cannot tell an owner with no documents, and scans the table to find none."""
-    qterms = query_terms(query)
+    """BM25 hits for the query terms `qterms` in the sources the owner has keyword-indexed; with
+    `generic_plans` (in a transaction), their queries run under a generic plan (`_keyword_channel`). Only after
+    the checks of which sources are indexed: a generic plan of that check cannot tell an owner with no
+    documents, and scans the table to find none."""
     sources = [s for s in f.sources if qterms and _keyword_indexed(conn, s, owner)]
     if generic_plans and sources:
         conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
@@ -616,6 +620,12 @@ def _jaccard_hits(conn: psycopg.Connection, owner: str, query: str, f: SearchFil
     return hits
 
 
+# From this many query terms (translations included) the keyword channel reads its sources at once. A typical
+# question brings 11–27 (10th to 90th percentile of the context bench's, 14 mean); a dialogue 43–86. A/B at 1M
+# (blocks of 25 alternating, 300 builds each) on one-turn questions of 26 terms or more: mean 72.1 → 67.9 ms,
+# p90 121.6 → 103.4; on every query, all at once against one connection: mean 77.5 → 75.8 (100k: 68.3 → 67.0),
+# so the threshold only spares the pool two connections per build where they buy nothing.
+KEYWORD_FANOUT_TERMS = 24
 _channels = ThreadPoolExecutor(max_workers=4, thread_name_prefix="keyword-channel")
 _keyword_scans = ThreadPoolExecutor(max_workers=8, thread_name_prefix="keyword-scan")
 
@@ -627,12 +637,14 @@ def _keyword_channel(pool: ConnectionPool, owner: str, query: str, f: SearchFilt
     of their CTEs (0.5–1.5 ms a query, 3–4 ms a context build). Other queries keep a plan per execution
     (infra/db._configure): a vector scan's plan must follow the owner's rows and `enable_indexscan`.
 
-    A long query (text.focus: a dialogue, a long prompt) brings tens of terms to every source, and its sources'
-    queries outlast the semantic channel beside them: they run at once, each on its own pooled connection, so
-    the channel takes about its slowest source. The same hits either way; the Jaccard fallback, as ever, only
-    when no source has a BM25 hit."""
-    if len(f.sources) > 1 and focus(query).long:
-        scans = [_keyword_scans.submit(_pooled_bm25, pool, owner, query, replace(f, sources=(s,)), k)
+    A query bringing many terms (`KEYWORD_FANOUT_TERMS`: a dialogue, a long prompt, a question whose words
+    have several translations) makes every source's query long, and its sources one after the other outlast
+    the semantic channel beside them: they run at once, each on its own pooled connection, so the channel takes
+    about its slowest source. The same hits either way; the Jaccard fallback, as ever, only when no source has
+    a BM25 hit."""
+    qterms = query_terms(query)
+    if len(f.sources) > 1 and len(qterms) >= KEYWORD_FANOUT_TERMS:
+        scans = [_keyword_scans.submit(_pooled_bm25, pool, owner, qterms, replace(f, sources=(s,)), k)
                  for s in f.sources]
         hits = [h for scan in scans for h in scan.result()]
         if not hits:
@@ -640,13 +652,13 @@ def _keyword_channel(pool: ConnectionPool, owner: str, query: str, f: SearchFilt
                 hits = _jaccard_hits(conn, owner, query, f, k)
         return sorted(hits, key=lambda h: h.score, reverse=True)
     with pool.connection() as conn:
-        return keyword_hits(conn, owner, query, f, k, generic_plans=True)
+        return keyword_hits(conn, owner, query, f, k, generic_plans=True, qterms=qterms)
 
 
-def _pooled_bm25(pool: ConnectionPool, owner: str, query: str, f: SearchFilters, k: int) -> list[Hit]:
+def _pooled_bm25(pool: ConnectionPool, owner: str, qterms: dict[str, float], f: SearchFilters, k: int) -> list[Hit]:
     """`_bm25_hits` on a pooled connection, under a generic plan (`_keyword_channel`)."""
     with pool.connection() as conn, conn.transaction():
-        return _bm25_hits(conn, owner, query, f, k, generic_plans=True)
+        return _bm25_hits(conn, owner, qterms, f, k, generic_plans=True)
 
 
 # The speakers seen among an owner's memory candidates, by pool and owner: a question naming one of them starts
