@@ -20,7 +20,7 @@ from memory_pipelines.infra.db import (
     reading,
     write_embedded_config,
 )
-from memory_pipelines.runtime import warm_up
+from memory_pipelines.runtime import FULL_COLLECTION_THRESHOLD, warm_up
 from memory_pipelines.text import keywords
 
 GIB = 1 << 30
@@ -98,12 +98,15 @@ def test_a_reading_connection_runs_without_a_transaction_and_goes_back_as_it_cam
 
 def test_warm_up_loads_the_segmenter_and_freezes_what_is_loaded():
     gc.unfreeze()
+    before = gc.get_threshold()
     try:
         warm_up()
         assert keywords._jieba_module is not None
         assert gc.get_freeze_count() > 10_000  # the segmenter's tables among them
+        assert gc.get_threshold() == (*before[:2], FULL_COLLECTION_THRESHOLD)  # full collections far apart
     finally:
         gc.unfreeze()
+        gc.set_threshold(*before)
 
 
 def test_a_pooled_connection_the_server_ended_is_replaced_not_lent(db_url):
