@@ -59,7 +59,9 @@ import memory_pipelines.retrieval.search as search_module
 from memory_pipelines.context.builder import build_memory_context
 from memory_pipelines.embeddings import FakeEmbedder
 from memory_pipelines.index.keywords import index_source
-from memory_pipelines.infra.db import get_pool
+from memory_pipelines.infra.db import connect, get_pool
+from memory_pipelines.infra.prewarm import prewarm
+from memory_pipelines.infra.settings import get_settings
 from memory_pipelines.runtime import warm_up
 from memory_pipelines.text.focus import focus
 from memory_pipelines.text.keywords import has_cjk, jaccard
@@ -271,7 +273,9 @@ def seed_build(pool, owner: str, qvec, budget: int = 800) -> str:
     return block
 
 
-def run_size(n: int, builds: int, probe: Probe, keep: str | None = None, warmup: int = 10) -> dict:
+def run_size(
+    n: int, builds: int, probe: Probe, keep: str | None = None, warmup: int = 10, warm_cache: bool = True
+) -> dict:
     rng = random.Random(5)
     memories = n // 3
     tasks = (n - memories) // 2
@@ -285,7 +289,7 @@ def run_size(n: int, builds: int, probe: Probe, keep: str | None = None, warmup:
             record_loaded(url, "context_latency", facts)
         else:
             log(f"[{n}] reusing the kept database {keep}_{n}")
-        return _measure(url, n, builds, probe, facts, warmup)
+        return _measure(url, n, builds, probe, facts, warmup, warm_cache)
 
 
 def _load(url: str, n: int, tasks: int, learnings: int, memories: int, rng: random.Random) -> dict:
@@ -327,8 +331,22 @@ def _keyword_index(url: str, n: int) -> float:
     return round(seconds, 1)
 
 
-def _measure(url: str, n: int, builds: int, probe: Probe, facts: dict, warmup: int) -> dict:
+def _prewarm(url: str) -> dict | None:
+    """What `serve` does at start with the embedded server (infra/prewarm.py), here before the builds."""
+    settings = get_settings()
+    if settings.database_url:
+        return None
+    with connect(url, autocommit=True) as conn:
+        done = prewarm(conn, (settings.home / "pgdata").resolve())
+    if done is None:
+        return None
+    log(f"[prewarm] {len(done.relations)} relations, {done.bytes_read / 1e6:.0f} MB in {done.seconds:.1f} s")
+    return {"relations": len(done.relations), "mb": round(done.bytes_read / 1e6), "seconds": round(done.seconds, 1)}
+
+
+def _measure(url: str, n: int, builds: int, probe: Probe, facts: dict, warmup: int, warm_cache: bool = True) -> dict:
     """`builds` context builds against the loaded database, and the seed builder on the same queries."""
+    warmed = _prewarm(url) if warm_cache else None
     pool, embedder = get_pool(url), FakeEmbedder(384)  # the embedder the load used (queries carry vectors)
     queries = make_queries(random.Random(6), builds)  # the same queries whether loaded now or kept
     kinds = {
@@ -361,6 +379,7 @@ def _measure(url: str, n: int, builds: int, probe: Probe, facts: dict, warmup: i
         "queries": {"total": builds, **kinds, "warmup_builds": warmup},
         "loads": facts["loads"],
         "keyword_index_seconds": facts["keyword_index_seconds"],
+        "prewarm": warmed,
         "database_size": database_size(url),
         "machine_before": load_before,
         "machine": machine(),
@@ -398,9 +417,15 @@ def main() -> None:
     parser.add_argument(
         "--keep", metavar="NAME", help="keep the loaded database as NAME_<size> and reuse it on the next run"
     )
+    parser.add_argument(
+        "--no-prewarm", action="store_true", help="skip reading the database's files into the page cache first, "
+        "as `serve` does at start (infra/prewarm.py)"
+    )
     args = parser.parse_args()
     probe = Probe()
-    sizes = {str(n): run_size(n, args.builds, probe, args.keep, args.warmup) for n in args.sizes}
+    sizes = {
+        str(n): run_size(n, args.builds, probe, args.keep, args.warmup, not args.no_prewarm) for n in args.sizes
+    }
     for n, r in sizes.items():
         log(f"{n}: {r}")
     emit(

@@ -89,6 +89,8 @@ LOCK_DEMO_LOG = 7_245_004
 """pg_advisory_lock(LOCK_DEMO_LOG): one loader of the demo corpus's simulated agent sessions at a time."""
 LOCK_DAGSTER = 7_245_005
 """pg_advisory_lock(LOCK_DAGSTER): one process creates Dagster's postgres storage tables at a time."""
+LOCK_PREWARM = 7_245_006
+"""pg_try_advisory_lock(LOCK_PREWARM): one process reads the database's files into the page cache at a time."""
 
 # -- vector search ------------------------------------------------------------------------------------------------
 

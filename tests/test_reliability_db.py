@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import select
 import shutil
 import signal
@@ -335,6 +336,20 @@ def test_sigterm_to_serve_stops_the_postgres_it_started(home, procs):
     assert serve.signal(signal.SIGTERM) == 128 + signal.SIGTERM
     _assert_stopped(pgdata, pid)
     assert registrants(pgdata) == []
+
+
+@pytest.mark.slow
+def test_serve_reads_the_embedded_databases_files_into_the_page_cache_at_start(home, procs):
+    serve, base = _serve(home)
+    procs.append(serve)
+    deadline = time.monotonic() + 60
+    while "prewarmed" not in serve.stderr():
+        assert time.monotonic() < deadline and serve.popen.poll() is None, serve
+        time.sleep(0.2)
+    line = next(x for x in serve.stderr().splitlines() if x.startswith("prewarmed"))
+    assert re.fullmatch(r"prewarmed [1-9]\d* relations of the embedded database into the page cache: "
+                        r"\d+ MB in \d+\.\d s", line), line
+    assert httpx.get(f"{base}/health", timeout=5).json()["database"] == "ok"
 
 
 @pytest.mark.slow

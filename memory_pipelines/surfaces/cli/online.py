@@ -21,11 +21,15 @@ def _memory() -> Any:
 
 def _serving() -> Any:
     """The `Memory` of a long-running server: requests wait at most a couple of seconds for a connection
-    (then a 503 with Retry-After), and the embedded database is watched and started again when it goes."""
+    (then a 503 with Retry-After), and the embedded database is watched and started again when it goes; its
+    most used files are read into the page cache meanwhile (infra/prewarm.py)."""
     from ...infra.db import supervise
+    from ...infra.prewarm import start_prewarm
 
     memory = _memory()
     supervise(memory.settings, memory.pool)
+    if not memory.settings.database_url:
+        start_prewarm(memory.runtime.url, (memory.settings.home / "pgdata").resolve())
     return memory
 
 

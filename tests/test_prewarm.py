@@ -1,0 +1,151 @@
+"""Prewarm (infra/prewarm.py): which relations are read, in which order, and that they land in the page cache."""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import psycopg
+import pytest
+
+from memory_pipelines.infra.db import leave_embedded, start_embedded_server
+from memory_pipelines.infra.prewarm import Relation, prewarm, prewarm_order
+
+
+def _rel(name: str, size: int, vector: bool = False, used: int = 0) -> Relation:
+    return Relation(name, f"base/1/{name}", size, vector, used)
+
+
+def _order(relations: list[Relation], budget: int) -> list[str]:
+    return [r.name for r in prewarm_order(relations, budget)]
+
+
+def test_vector_indexes_come_first_then_the_most_read_per_page_held_within_the_budget():
+    rels = [_rel("big_heap", 1000, used=500), _rel("hot_pkey", 100, used=400), _rel("graph", 600, True, used=10),
+            _rel("unused_graph", 600, True), _rel("cold_heap", 50)]
+    assert _order(rels, 10_000) == ["graph", "hot_pkey", "big_heap"]
+    assert _order(rels, 1_699) == ["graph", "hot_pkey"]  # big_heap would overrun the budget
+    assert _order(rels, 650) == ["graph"]
+    assert _order([*rels, _rel("small", 40, used=1)], 650) == ["graph", "small"]  # skipped ones leave room
+    assert _order(rels, 0) == []
+
+
+def test_without_statistics_every_vector_index_comes_first_then_the_smallest():
+    rels = [_rel("heap", 500), _rel("pkey", 20), _rel("graph_b", 300, True), _rel("graph_a", 300, True)]
+    assert _order(rels, 10_000) == ["graph_a", "graph_b", "pkey", "heap"]
+
+
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    return libc
+
+
+def _resident_share(path: Path) -> float:
+    """The share of the file's pages in the page cache (mincore over a read-only mapping)."""
+    size = path.stat().st_size
+    libc, pages = _libc(), (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        assert addr not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
+        try:
+            vec = (ctypes.c_ubyte * pages)()
+            assert libc.mincore(addr, size, vec) == 0, ctypes.get_errno()
+            return sum(b & 1 for b in vec) / pages
+        finally:
+            libc.munmap(addr, size)
+    finally:
+        os.close(fd)
+
+
+def _evict(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def _data_dir(conn: psycopg.Connection) -> Path:
+    folder = Path(conn.execute("SHOW data_directory").fetchone()[0])
+    if not folder.is_dir():  # DATABASE_URL on another machine: its files are not ours to read
+        pytest.skip("the test server's data folder is not on this machine")
+    return folder
+
+
+def _vector(rng: np.random.Generator) -> str:
+    return "[" + ",".join(f"{x:.4f}" for x in rng.standard_normal(384)) + "]"
+
+
+@pytest.fixture
+def private_server() -> Iterator[Path]:
+    """A server of this test's own, so it can be restarted (its buffers emptied). Outside pytest's basetemp:
+    as root, pgserver runs PostgreSQL as a user that must reach the folder (conftest.server_url)."""
+    home = Path(tempfile.mkdtemp(prefix="mp-test-prewarm-"))
+    home.chmod(0o755)
+    try:
+        yield home / "pgdata"
+    finally:
+        leave_embedded(home / "pgdata")
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def test_prewarm_reads_what_the_server_fetched_since_its_start_into_the_page_cache(private_server):
+    rng = np.random.default_rng(3)
+    url = start_embedded_server(private_server).get_uri()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        conn.execute("CREATE TABLE warm (id int PRIMARY KEY, v vector(384))")
+        conn.execute("CREATE TABLE cold (id int PRIMARY KEY, body text)")
+        with conn.cursor().copy("COPY warm (id, v) FROM STDIN") as copy:
+            for i in range(3000):
+                copy.write_row((i, _vector(rng)))
+        conn.execute("INSERT INTO cold SELECT i, repeat('x', 500) FROM generate_series(1, 3000) i")
+        conn.execute("CREATE INDEX warm_v ON warm USING hnsw (v vector_cosine_ops)")
+    leave_embedded(private_server)  # a restart: PostgreSQL's buffers are empty again
+    url = start_embedded_server(private_server).get_uri()
+    with psycopg.connect(url, autocommit=True) as conn:
+        for name in ("cold", "cold_pkey", "warm", "warm_pkey", "warm_v"):
+            conn.execute("SELECT pg_stat_reset_single_table_counters(%s::regclass)", (name,))
+        for _ in range(5):  # the vector index and its table are read from outside the buffers; `cold` is not
+            conn.execute("SELECT id FROM warm ORDER BY v <=> %s::vector LIMIT 5", (_vector(rng),)).fetchall()
+        conn.execute("SELECT pg_stat_force_next_flush()")
+        folder = _data_dir(conn)
+        files = {name: folder / conn.execute("SELECT pg_relation_filepath(%s)", (name,)).fetchone()[0]
+                 for name in ("warm_v", "warm", "cold")}
+        conn.execute("CHECKPOINT")
+        os.sync()
+        for path in files.values():
+            _evict(path)
+        before = {name: _resident_share(path) for name, path in files.items()}
+        assert before["warm_v"] < 0.5, before  # evicted: the check below can tell
+
+        result = prewarm(conn, folder, budget=1 << 30)
+
+        assert result is not None and result.relations[0] == "warm_v", result
+        assert "warm" in result.relations and not {"cold", "cold_pkey"} & set(result.relations), result
+        sizes = dict(conn.execute(
+            "SELECT relname::text, pg_relation_size(oid) FROM pg_class WHERE relname = ANY(%s)",
+            (result.relations,)).fetchall())
+        assert result.bytes_read == sum(sizes.values())
+        assert _resident_share(files["warm_v"]) == 1.0
+        assert _resident_share(files["warm"]) == 1.0
+        assert _resident_share(files["cold"]) <= before["cold"] + 0.01
+
+
+def test_one_process_prewarms_at_a_time(db_url):
+    with psycopg.connect(db_url, autocommit=True) as holder, psycopg.connect(db_url, autocommit=True) as conn:
+        holder.execute("SELECT pg_advisory_lock(7245006)")
+        assert prewarm(conn, _data_dir(conn), budget=1 << 30) is None
+        holder.execute("SELECT pg_advisory_unlock(7245006)")
+        assert prewarm(conn, _data_dir(conn), budget=1 << 30) is not None
