@@ -340,8 +340,10 @@ def _prewarm(url: str) -> dict | None:
         done = prewarm(conn, (settings.home / "pgdata").resolve())
     if done is None:
         return None
-    log(f"[prewarm] {len(done.relations)} relations, {done.bytes_read / 1e6:.0f} MB in {done.seconds:.1f} s")
-    return {"relations": len(done.relations), "mb": round(done.bytes_read / 1e6), "seconds": round(done.seconds, 1)}
+    log(f"[prewarm] {len(done.relations)} relations, {done.bytes_read / 1e6:.0f} MB read in {done.seconds:.1f} s,"
+        f" {done.bytes_cached / 1e6:.0f} MB cached already")
+    return {"relations": len(done.relations), "mb_read": round(done.bytes_read / 1e6),
+            "mb_cached": round(done.bytes_cached / 1e6), "seconds": round(done.seconds, 1)}
 
 
 def _measure(url: str, n: int, builds: int, probe: Probe, facts: dict, warmup: int, warm_cache: bool = True) -> dict:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
-import mmap
 import os
 import shutil
 import tempfile
@@ -15,6 +13,7 @@ import psycopg
 import pytest
 
 from memory_pipelines.infra.db import leave_embedded, start_embedded_server
+from memory_pipelines.infra.pagecache import missing_ranges, resident_share
 from memory_pipelines.infra.prewarm import Relation, prewarm, prewarm_order
 
 
@@ -41,31 +40,12 @@ def test_without_statistics_every_vector_index_comes_first_then_the_smallest():
     assert _order(rels, 10_000) == ["graph_a", "graph_b", "pkey", "heap"]
 
 
-def _libc() -> ctypes.CDLL:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    return libc
-
-
-def _resident_share(path: Path) -> float:
-    """The share of the file's pages in the page cache (mincore over a read-only mapping)."""
-    size = path.stat().st_size
-    libc, pages = _libc(), (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-        assert addr not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
-        try:
-            vec = (ctypes.c_ubyte * pages)()
-            assert libc.mincore(addr, size, vec) == 0, ctypes.get_errno()
-            return sum(b & 1 for b in vec) / pages
-        finally:
-            libc.munmap(addr, size)
-    finally:
-        os.close(fd)
+def test_missing_pages_are_read_in_runs_merged_across_short_cached_gaps():
+    pages = b"\x01\x00\x00\x01\x00" + b"\x01" * 100 + b"\x00"
+    assert missing_ranges(pages) == [(1, 4), (105, 1)]
+    assert missing_ranges(pages, merge_gap=1) == [(1, 2), (4, 1), (105, 1)]
+    assert missing_ranges(b"\x01" * 10) == []
+    assert missing_ranges(b"") == []
 
 
 def _evict(path: Path) -> None:
@@ -127,7 +107,7 @@ def test_prewarm_reads_what_the_server_fetched_since_its_start_into_the_page_cac
         os.sync()
         for path in files.values():
             _evict(path)
-        before = {name: _resident_share(path) for name, path in files.items()}
+        before = {name: resident_share(path) for name, path in files.items()}
         assert before["warm_v"] < 0.5, before  # evicted: the check below can tell
 
         result = prewarm(conn, folder, budget=1 << 30)
@@ -137,10 +117,14 @@ def test_prewarm_reads_what_the_server_fetched_since_its_start_into_the_page_cac
         sizes = dict(conn.execute(
             "SELECT relname::text, pg_relation_size(oid) FROM pg_class WHERE relname = ANY(%s)",
             (result.relations,)).fetchall())
-        assert result.bytes_read == sum(sizes.values())
-        assert _resident_share(files["warm_v"]) == 1.0
-        assert _resident_share(files["warm"]) == 1.0
-        assert _resident_share(files["cold"]) <= before["cold"] + 0.01
+        assert result.bytes_read + result.bytes_cached == sum(sizes.values())
+        assert result.bytes_read >= sizes["warm_v"]  # evicted above, so read now
+        assert resident_share(files["warm_v"]) == 1.0
+        assert resident_share(files["warm"]) == 1.0
+        assert resident_share(files["cold"]) <= before["cold"] + 0.01
+
+        again = prewarm(conn, folder, budget=1 << 30)  # all cached now: nothing is read twice
+        assert again is not None and again.bytes_read == 0 and again.bytes_cached == sum(sizes.values()), again
 
 
 def test_one_process_prewarms_at_a_time(db_url):
