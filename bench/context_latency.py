@@ -342,8 +342,10 @@ def _prewarm(url: str) -> dict | None:
         return None
     log(f"[prewarm] {len(done.relations)} relations, {done.bytes_read / 1e6:.0f} MB read in {done.seconds:.1f} s,"
         f" {done.bytes_cached / 1e6:.0f} MB cached already")
+    log(f"[prewarm] {done.graphs_walked} vector indexes walked into the buffers in {done.walk_seconds:.1f} s")
     return {"relations": len(done.relations), "mb_read": round(done.bytes_read / 1e6),
-            "mb_cached": round(done.bytes_cached / 1e6), "seconds": round(done.seconds, 1)}
+            "mb_cached": round(done.bytes_cached / 1e6), "seconds": round(done.seconds, 1),
+            "graphs_walked": done.graphs_walked, "walk_seconds": round(done.walk_seconds, 1)}
 
 
 def _measure(url: str, n: int, builds: int, probe: Probe, facts: dict, warmup: int, warm_cache: bool = True) -> dict:

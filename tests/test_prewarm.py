@@ -14,7 +14,7 @@ import pytest
 
 from memory_pipelines.infra.db import leave_embedded, start_embedded_server
 from memory_pipelines.infra.pagecache import missing_ranges, resident_share
-from memory_pipelines.infra.prewarm import Relation, prewarm, prewarm_order
+from memory_pipelines.infra.prewarm import Relation, prewarm, prewarm_order, sample_percent, walks_for
 
 
 def _rel(name: str, size: int, vector: bool = False, used: int = 0) -> Relation:
@@ -46,6 +46,15 @@ def test_missing_pages_are_read_in_runs_merged_across_short_cached_gaps():
     assert missing_ranges(pages, merge_gap=1) == [(1, 2), (4, 1), (105, 1)]
     assert missing_ranges(b"\x01" * 10) == []
     assert missing_ranges(b"") == []
+
+
+def test_a_graph_is_walked_by_one_search_per_800_pages_from_a_sample_of_whole_pages():
+    assert walks_for(1) == 1
+    assert walks_for(8192 * 800 * 2) == 2 and walks_for(8192 * 800 * 2 + 1) == 3
+    assert walks_for(10 << 40) == 400
+    assert sample_percent(1, 3000, 656) == pytest.approx(100 * 8 / 656)  # at least 8 pages
+    assert sample_percent(162, 650_000, 162_000) == pytest.approx(100 * 3 * 162 / 650_000)  # 3x the rows
+    assert sample_percent(400, -1, 0) == 100.0  # never analysed: the whole table, up to the limit
 
 
 def _evict(path: Path) -> None:
@@ -85,11 +94,11 @@ def test_prewarm_reads_what_the_server_fetched_since_its_start_into_the_page_cac
     url = start_embedded_server(private_server).get_uri()
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-        conn.execute("CREATE TABLE warm (id int PRIMARY KEY, v vector(384))")
+        conn.execute("CREATE TABLE warm (id int PRIMARY KEY, v vector(384), body text)")
         conn.execute("CREATE TABLE cold (id int PRIMARY KEY, body text)")
-        with conn.cursor().copy("COPY warm (id, v) FROM STDIN") as copy:
-            for i in range(3000):
-                copy.write_row((i, _vector(rng)))
+        with conn.cursor().copy("COPY warm (id, v, body) FROM STDIN") as copy:
+            for i in range(3000):  # a body too long to stay in the row and too random to compress: TOASTed
+                copy.write_row((i, _vector(rng), rng.bytes(3000).hex() if i % 10 == 0 else "short"))
         conn.execute("INSERT INTO cold SELECT i, repeat('x', 500) FROM generate_series(1, 3000) i")
         conn.execute("CREATE INDEX warm_v ON warm USING hnsw (v vector_cosine_ops)")
     leave_embedded(private_server)  # a restart: PostgreSQL's buffers are empty again
@@ -99,8 +108,10 @@ def test_prewarm_reads_what_the_server_fetched_since_its_start_into_the_page_cac
             conn.execute("SELECT pg_stat_reset_single_table_counters(%s::regclass)", (name,))
         for _ in range(5):  # the vector index and its table are read from outside the buffers; `cold` is not
             conn.execute("SELECT id FROM warm ORDER BY v <=> %s::vector LIMIT 5", (_vector(rng),)).fetchall()
+        conn.execute("SELECT length(body) FROM warm WHERE id % 10 = 0").fetchall()  # from the TOAST table
         conn.execute("SELECT pg_stat_force_next_flush()")
         folder = _data_dir(conn)
+        toast = conn.execute("SELECT reltoastrelid::regclass::text FROM pg_class WHERE relname = 'warm'").fetchone()[0]
         files = {name: folder / conn.execute("SELECT pg_relation_filepath(%s)", (name,)).fetchone()[0]
                  for name in ("warm_v", "warm", "cold")}
         conn.execute("CHECKPOINT")
@@ -113,9 +124,10 @@ def test_prewarm_reads_what_the_server_fetched_since_its_start_into_the_page_cac
         result = prewarm(conn, folder, budget=1 << 30)
 
         assert result is not None and result.relations[0] == "warm_v", result
-        assert "warm" in result.relations and not {"cold", "cold_pkey"} & set(result.relations), result
+        assert {"warm", toast} <= set(result.relations), result
+        assert not {"cold", "cold_pkey"} & set(result.relations), result
         sizes = dict(conn.execute(
-            "SELECT relname::text, pg_relation_size(oid) FROM pg_class WHERE relname = ANY(%s)",
+            "SELECT oid::regclass::text, pg_relation_size(oid) FROM pg_class WHERE oid::regclass::text = ANY(%s)",
             (result.relations,)).fetchall())
         assert result.bytes_read + result.bytes_cached == sum(sizes.values())
         assert result.bytes_read >= sizes["warm_v"]  # evicted above, so read now
@@ -133,3 +145,40 @@ def test_one_process_prewarms_at_a_time(db_url):
         assert prewarm(conn, _data_dir(conn), budget=1 << 30) is None
         holder.execute("SELECT pg_advisory_unlock(7245006)")
         assert prewarm(conn, _data_dir(conn), budget=1 << 30) is not None
+
+
+def _index_reads(conn: psycopg.Connection, name: str) -> int:
+    """Pages of index `name` PostgreSQL has read into its buffers (this session's counts flushed first)."""
+    conn.execute("SELECT pg_stat_force_next_flush()")
+    return conn.execute("SELECT idx_blks_read FROM pg_statio_user_indexes WHERE indexrelname = %s",
+                        (name,)).fetchone()[0]
+
+
+def test_prewarm_searches_the_vector_indexes_into_postgres_buffers(private_server):
+    rng = np.random.default_rng(4)
+    url = start_embedded_server(private_server).get_uri()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        conn.execute("CREATE TABLE warm (id int PRIMARY KEY, v vector(384))")
+        with conn.cursor().copy("COPY warm (id, v) FROM STDIN") as copy:
+            for i in range(3000):
+                copy.write_row((i, _vector(rng)))
+        conn.execute("CREATE INDEX warm_v ON warm USING hnsw (v vector_cosine_ops)")
+        pages = conn.execute("SELECT pg_relation_size('warm_v') / 8192").fetchone()[0]
+    leave_embedded(private_server)
+    url = start_embedded_server(private_server).get_uri()
+    with psycopg.connect(url, autocommit=True) as conn:  # searches after a restart: the statistics show reads
+        for _ in range(3):
+            conn.execute("SELECT id FROM warm ORDER BY v <=> %s::vector LIMIT 5", (_vector(rng),)).fetchall()
+    for walk in (False, True):
+        leave_embedded(private_server)  # a restart: PostgreSQL's buffers are empty again
+        url = start_embedded_server(private_server).get_uri()
+        with psycopg.connect(url, autocommit=True) as conn:
+            before = _index_reads(conn, "warm_v")
+            result = prewarm(conn, _data_dir(conn), budget=1 << 30, walk=walk)
+            read = _index_reads(conn, "warm_v") - before
+        assert result is not None and "warm_v" in result.relations, result
+        if walk:
+            assert result.graphs_walked == 1 and read >= pages // 2, (result, read, pages)
+        else:
+            assert result.graphs_walked == 0 and read == 0, (result, read)

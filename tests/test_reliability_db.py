@@ -348,7 +348,8 @@ def test_serve_reads_the_embedded_databases_files_into_the_page_cache_at_start(h
         time.sleep(0.2)
     line = next(x for x in serve.stderr().splitlines() if x.startswith("prewarmed"))
     assert re.fullmatch(r"prewarmed [1-9]\d* relations of the embedded database into the page cache: "
-                        r"\d+ MB read in \d+\.\d s, \d+ MB there already", line), line
+                        r"\d+ MB read in \d+\.\d s, \d+ MB there already; \d+ vector indexes walked into "
+                        r"PostgreSQL's buffers in \d+\.\d s", line), line
     assert httpx.get(f"{base}/health", timeout=5).json()["database"] == "ok"
 
 
