@@ -144,11 +144,12 @@ PAGES_PER_WALK, MAX_WALKS, WALK_EF = 800, 400, 400
 WALK_BUFFER_SHARE = 0.5
 _OPERATORS = {"vector_cosine_ops": "<=>", "vector_l2_ops": "<->", "vector_ip_ops": "<#>", "vector_l1_ops": "<+>"}
 _GRAPH_SQL = """
-SELECT i.indrelid::regclass::text, a.attname::text, o.opcname::text, t.reltuples, t.relpages
+SELECT n.nspname::text, t.relname::text, a.attname::text, o.opcname::text, t.reltuples, t.relpages
 FROM pg_index i
 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
 JOIN pg_opclass o ON o.oid = i.indclass[0]
 JOIN pg_class t ON t.oid = i.indrelid
+JOIN pg_namespace n ON n.oid = t.relnamespace
 WHERE i.indexrelid = %s::regclass AND i.indpred IS NULL AND i.indexprs IS NULL
 """
 
@@ -173,14 +174,14 @@ def walk_graphs(conn: psycopg.Connection, graphs: list[Relation]) -> int:
     left, walked = int(buffers.fetchone()[0] * WALK_BUFFER_SHARE), 0
     for graph in graphs:
         row = conn.execute(_GRAPH_SQL, (graph.name,)).fetchone()
-        if row is None or row[2] not in _OPERATORS or graph.size > left:
+        if row is None or row[3] not in _OPERATORS or graph.size > left:
             continue
-        table, column, opclass, rows, pages = row
+        schema, table, column, opclass, rows, pages = row
         walks = walks_for(graph.size)
         query = sql.SQL(
             "SELECT count(*) FROM (SELECT {col} AS v FROM {table} TABLESAMPLE SYSTEM (%s) WHERE {col} IS NOT NULL"
             " LIMIT %s) s CROSS JOIN LATERAL (SELECT 1 FROM {table} t ORDER BY t.{col} {op} s.v LIMIT 1) x"
-        ).format(col=sql.Identifier(column), table=sql.Identifier(*table.split(".")), op=sql.SQL(_OPERATORS[opclass]))
+        ).format(col=sql.Identifier(column), table=sql.Identifier(schema, table), op=sql.SQL(_OPERATORS[opclass]))
         with conn.transaction():
             # a small table's search may be planned as a scan (of the table or another index) and a sort,
             # which leaves the graph unread: only the graph's ordered scan is left to the planner
