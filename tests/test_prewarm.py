@@ -89,20 +89,32 @@ def private_server() -> Iterator[Path]:
         shutil.rmtree(home, ignore_errors=True)
 
 
+def _warm_table(conn: psycopg.Connection, rng: np.random.Generator) -> int:
+    """`warm`: 3,000 vectors under an HNSW index, one row in ten with a body too long to stay in the row and too
+    random to compress (TOASTed). Returns the index's pages."""
+    conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    conn.execute("CREATE TABLE warm (id int PRIMARY KEY, v vector(384), body text)")
+    with conn.cursor().copy("COPY warm (id, v, body) FROM STDIN") as copy:
+        for i in range(3000):
+            copy.write_row((i, _vector(rng), rng.bytes(3000).hex() if i % 10 == 0 else "short"))
+    conn.execute("CREATE INDEX warm_v ON warm USING hnsw (v vector_cosine_ops)")
+    return conn.execute("SELECT pg_relation_size('warm_v') / 8192").fetchone()[0]
+
+
+def _restart(pgdata: Path) -> str:
+    """Stop and start the server: PostgreSQL's buffers are empty again."""
+    leave_embedded(pgdata)
+    return start_embedded_server(pgdata).get_uri()
+
+
 def test_prewarm_reads_what_the_server_fetched_since_its_start_into_the_page_cache(private_server):
     rng = np.random.default_rng(3)
     url = start_embedded_server(private_server).get_uri()
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-        conn.execute("CREATE TABLE warm (id int PRIMARY KEY, v vector(384), body text)")
+        _warm_table(conn, rng)
         conn.execute("CREATE TABLE cold (id int PRIMARY KEY, body text)")
-        with conn.cursor().copy("COPY warm (id, v, body) FROM STDIN") as copy:
-            for i in range(3000):  # a body too long to stay in the row and too random to compress: TOASTed
-                copy.write_row((i, _vector(rng), rng.bytes(3000).hex() if i % 10 == 0 else "short"))
         conn.execute("INSERT INTO cold SELECT i, repeat('x', 500) FROM generate_series(1, 3000) i")
-        conn.execute("CREATE INDEX warm_v ON warm USING hnsw (v vector_cosine_ops)")
-    leave_embedded(private_server)  # a restart: PostgreSQL's buffers are empty again
-    url = start_embedded_server(private_server).get_uri()
+    url = _restart(private_server)
     with psycopg.connect(url, autocommit=True) as conn:
         for name in ("cold", "cold_pkey", "warm", "warm_pkey", "warm_v"):
             conn.execute("SELECT pg_stat_reset_single_table_counters(%s::regclass)", (name,))
@@ -158,21 +170,13 @@ def test_prewarm_searches_the_vector_indexes_into_postgres_buffers(private_serve
     rng = np.random.default_rng(4)
     url = start_embedded_server(private_server).get_uri()
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-        conn.execute("CREATE TABLE warm (id int PRIMARY KEY, v vector(384))")
-        with conn.cursor().copy("COPY warm (id, v) FROM STDIN") as copy:
-            for i in range(3000):
-                copy.write_row((i, _vector(rng)))
-        conn.execute("CREATE INDEX warm_v ON warm USING hnsw (v vector_cosine_ops)")
-        pages = conn.execute("SELECT pg_relation_size('warm_v') / 8192").fetchone()[0]
-    leave_embedded(private_server)
-    url = start_embedded_server(private_server).get_uri()
+        pages = _warm_table(conn, rng)
+    url = _restart(private_server)
     with psycopg.connect(url, autocommit=True) as conn:  # searches after a restart: the statistics show reads
         for _ in range(3):
             conn.execute("SELECT id FROM warm ORDER BY v <=> %s::vector LIMIT 5", (_vector(rng),)).fetchall()
     for walk in (False, True):
-        leave_embedded(private_server)  # a restart: PostgreSQL's buffers are empty again
-        url = start_embedded_server(private_server).get_uri()
+        url = _restart(private_server)
         with psycopg.connect(url, autocommit=True) as conn:
             before = _index_reads(conn, "warm_v")
             result = prewarm(conn, _data_dir(conn), budget=1 << 30, walk=walk)
