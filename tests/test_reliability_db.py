@@ -346,6 +346,9 @@ def test_serve_reads_the_embedded_databases_files_into_the_page_cache_at_start(h
     while "prewarmed" not in serve.stderr():
         assert time.monotonic() < deadline and serve.popen.poll() is None, serve
         time.sleep(0.2)
+    first = next(x for x in serve.stderr().splitlines() if x.startswith("prewarming"))
+    assert re.fullmatch(r"prewarming [1-9]\d* relations of the embedded database \(\d+ MB\) in the background",
+                        first), first
     line = next(x for x in serve.stderr().splitlines() if x.startswith("prewarmed"))
     assert re.fullmatch(r"prewarmed [1-9]\d* relations of the embedded database into the page cache: "
                         r"\d+ MB read in \d+\.\d s, \d+ MB there already; \d+ vector indexes walked into "

@@ -24,6 +24,7 @@ import mmap
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -194,10 +195,12 @@ def walk_graphs(conn: psycopg.Connection, graphs: list[Relation]) -> int:
 
 
 def prewarm(
-    conn: psycopg.Connection, pgdata: Path, budget: int | None = None, *, walk: bool = True
+    conn: psycopg.Connection, pgdata: Path, budget: int | None = None, *, walk: bool = True,
+    announce: Callable[[list[Relation]], None] | None = None,
 ) -> Prewarmed | None:
     """Read the relations `prewarm_order` picks into the page cache, then (`walk`) search their vector indexes
-    into PostgreSQL's buffers (`walk_graphs`); None when another process is at it."""
+    into PostgreSQL's buffers (`walk_graphs`); None when another process is at it. `announce` hears the
+    relations before they are read."""
     if budget is None:
         budget = int(psutil.virtual_memory().available * PREWARM_MEMORY_SHARE)
     if not conn.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_PREWARM,)).fetchone()[0]:
@@ -206,6 +209,8 @@ def prewarm(
         chosen = prewarm_order(used_relations(conn), budget)
         if not conn.autocommit:
             conn.commit()
+        if announce is not None:
+            announce(chosen)
         started, read, cached, buffer = time.perf_counter(), 0, 0, bytearray(READ_CHUNK_BYTES)
         for rel in chosen:
             got = read_relation(pgdata, rel, buffer)
@@ -223,10 +228,14 @@ def prewarm(
 def start_prewarm(url: str, pgdata: Path) -> threading.Thread:
     """`prewarm` in a daemon thread on its own connection; logs what it read, or why it could not."""
 
+    def starting(chosen: list[Relation]) -> None:
+        print(f"prewarming {len(chosen)} relations of the embedded database "
+              f"({sum(r.size for r in chosen) / 1e6:.0f} MB) in the background", file=sys.stderr)
+
     def run() -> None:
         try:
             with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
-                result = prewarm(conn, pgdata)
+                result = prewarm(conn, pgdata, announce=starting)
         except (OSError, psycopg.Error) as exc:
             log.warning("prewarm of the embedded database skipped: %s", exc)
             return
