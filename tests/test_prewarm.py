@@ -14,7 +14,7 @@ import pytest
 
 from memory_pipelines.infra.db import leave_embedded, start_embedded_server
 from memory_pipelines.infra.pagecache import missing_ranges, resident_share
-from memory_pipelines.infra.prewarm import Relation, prewarm, prewarm_order, sample_percent, walks_for
+from memory_pipelines.infra.prewarm import Relation, cache_warmth, prewarm, prewarm_order, sample_percent, walks_for
 
 
 def _rel(name: str, size: int, vector: bool = False, used: int = 0) -> Relation:
@@ -132,6 +132,7 @@ def test_prewarm_reads_what_the_server_fetched_since_its_start_into_the_page_cac
             _evict(path)
         before = {name: resident_share(path) for name, path in files.items()}
         assert before["warm_v"] < 0.5, before  # evicted: the check below can tell
+        assert cache_warmth(conn, folder)["resident_share"] < 0.9
 
         result = prewarm(conn, folder, budget=1 << 30)
 
@@ -146,6 +147,7 @@ def test_prewarm_reads_what_the_server_fetched_since_its_start_into_the_page_cac
         assert resident_share(files["warm_v"]) == 1.0
         assert resident_share(files["warm"]) == 1.0
         assert resident_share(files["cold"]) <= before["cold"] + 0.01
+        assert cache_warmth(conn, folder)["resident_share"] == 1.0  # what `status` reports
 
         again = prewarm(conn, folder, budget=1 << 30)  # all cached now: nothing is read twice
         assert again is not None and again.bytes_read == 0 and again.bytes_cached == sum(sizes.values()), again

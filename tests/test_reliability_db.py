@@ -354,6 +354,10 @@ def test_serve_reads_the_embedded_databases_files_into_the_page_cache_at_start(h
                         r"\d+ MB read in \d+\.\d s, \d+ MB there already; \d+ vector indexes walked into "
                         r"PostgreSQL's buffers in \d+\.\d s", line), line
     assert httpx.get(f"{base}/health", timeout=5).json()["database"] == "ok"
+    status = subprocess.run([*CLI, "status"], env=_env(home), capture_output=True, text=True, timeout=120)
+    assert status.returncode == 0, status.stderr
+    assert re.search(r"^page cache \d+% of the [\d,.]+ MB the server reads most \(\d+ relations;", status.stdout,
+                     re.M), status.stdout
 
 
 @pytest.mark.slow

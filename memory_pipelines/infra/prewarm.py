@@ -24,7 +24,7 @@ import mmap
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,13 +110,20 @@ def used_relations(conn: psycopg.Connection) -> list[Relation]:
     return [Relation(*row) for row in conn.execute(RELATIONS_SQL).fetchall()]
 
 
+def segments(pgdata: Path, rel: Relation) -> Iterator[Path]:
+    """The files of `rel` that exist (PostgreSQL splits a relation into 1 GB files: f, f.1, f.2, ...)."""
+    segment = 0
+    while (path := pgdata / (rel.path if segment == 0 else f"{rel.path}.{segment}")).exists():
+        yield path
+        segment += 1
+
+
 def read_relation(pgdata: Path, rel: Relation, buffer: bytearray) -> tuple[int, int]:
-    """Read the pages of every segment file of `rel` (PostgreSQL splits a relation into 1 GB files: f, f.1, ...)
-    that are not in the page cache already (`pagecache.residency`; where the system cannot say, the whole file):
-    a copy of 10 GB already cached costs ~10 s of CPU. Returns (bytes read, bytes found cached)."""
-    read = cached = segment = 0
-    while True:
-        path = pgdata / (rel.path if segment == 0 else f"{rel.path}.{segment}")
+    """Read the pages of `rel`'s files that are not in the page cache already (`pagecache.residency`; where the
+    system cannot say, whole files): a copy of 10 GB already cached costs ~10 s of CPU. Returns (bytes read,
+    bytes found cached)."""
+    read = cached = 0
+    for path in segments(pgdata, rel):
         try:
             size = path.stat().st_size
             pages = residency(path)
@@ -130,9 +137,27 @@ def read_relation(pgdata: Path, rel: Relation, buffer: bytearray) -> tuple[int, 
                     while left > 0 and (n := f.readinto(view[: min(left, len(buffer))])):
                         read, left = read + n, left - n
             cached += max(0, size - sum(length for _, length in ranges))
-        except FileNotFoundError:
-            return read, cached
-        segment += 1
+        except FileNotFoundError:  # dropped or rewritten meanwhile
+            continue
+    return read, cached
+
+
+def cache_warmth(conn: psycopg.Connection, pgdata: Path) -> dict[str, float] | None:
+    """How much of what `prewarm` would read is in the page cache now (`status` reports it); None where the
+    system cannot say."""
+    chosen = prewarm_order(used_relations(conn), int(psutil.virtual_memory().available * PREWARM_MEMORY_SHARE))
+    total = resident = 0
+    for rel in chosen:
+        for path in segments(pgdata, rel):
+            try:
+                pages = residency(path)
+            except FileNotFoundError:
+                continue
+            if pages is None:
+                return None
+            total, resident = total + len(pages), resident + pages.count(1)
+    return {"relations": len(chosen), "megabytes": round(total * mmap.PAGESIZE / 1e6, 1),
+            "resident_share": round(resident / total, 3) if total else 1.0}
 
 
 # Filling PostgreSQL's buffers: the page cache spares the disk, but each page still costs a buffer miss the first

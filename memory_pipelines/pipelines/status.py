@@ -8,6 +8,7 @@ from ..index.owner_indexes import existing_owner_indexes, owner_index_tables
 from ..index.vectors import count_pending
 from ..infra.db import describe_url, pgvector_version
 from ..infra.migrate import missing_vector_indexes, stored_dimension
+from ..infra.prewarm import cache_warmth
 from ..runtime import Runtime
 from ..vocabulary import INDEXED, INDEXED_NAMES
 
@@ -42,6 +43,9 @@ def collect_status(rt: Runtime) -> dict[str, Any]:
             "owner_indexes": {},
             "embedded_sources": {},
             "tables": {},
+            # the embedded server's files are on this machine: how warm they are (infra/prewarm.py)
+            "page_cache": cache_warmth(conn, (rt.settings.home / "pgdata").resolve())
+            if rt.settings.database_url is None else None,
         }
         for name in INDEXED_NAMES:
             pending, active = count_pending(conn, name, rt.embedder.model_name)
@@ -80,4 +84,7 @@ def format_status(info: dict[str, Any]) -> str:
         lines.append(f"{table:<22}{n:>8}")
     for table, c in info["owner_indexes"].items():
         lines.append(f"owner indexes on {table}: {c['valid']}")
+    if warmth := info.get("page_cache"):
+        lines.insert(3, f"page cache {warmth['resident_share']:.0%} of the {warmth['megabytes']:,.1f} MB the server "
+                        f"reads most ({warmth['relations']} relations; `serve` and `mcp` prewarm them at start)")
     return "\n".join(lines)
