@@ -59,7 +59,7 @@ import memory_pipelines.retrieval.search as search_module
 from memory_pipelines.context.builder import build_memory_context
 from memory_pipelines.embeddings import FakeEmbedder
 from memory_pipelines.index.keywords import index_source
-from memory_pipelines.infra.db import connect, get_pool
+from memory_pipelines.infra.db import connect, embedded_pgdata, get_pool
 from memory_pipelines.infra.prewarm import prewarm
 from memory_pipelines.infra.settings import get_settings
 from memory_pipelines.runtime import warm_up
@@ -337,7 +337,7 @@ def _prewarm(url: str) -> dict | None:
     if settings.database_url:
         return None
     with connect(url, autocommit=True) as conn:
-        done = prewarm(conn, (settings.home / "pgdata").resolve())
+        done = prewarm(conn, embedded_pgdata(settings))
     if done is None:
         return None
     log(f"[prewarm] {len(done.relations)} relations, {done.bytes_read / 1e6:.0f} MB read in {done.seconds:.1f} s,"

@@ -13,8 +13,9 @@ import psycopg
 import pytest
 
 from memory_pipelines.infra.db import leave_embedded, start_embedded_server
-from memory_pipelines.infra.pagecache import missing_ranges, resident_share
+from memory_pipelines.infra.pagecache import missing_ranges, residency
 from memory_pipelines.infra.prewarm import Relation, cache_warmth, prewarm, prewarm_order, sample_percent, walks_for
+from memory_pipelines.vocabulary import LOCK_PREWARM
 
 
 def _rel(name: str, size: int, vector: bool = False, used: int = 0) -> Relation:
@@ -55,6 +56,13 @@ def test_a_graph_is_walked_by_one_search_per_800_pages_from_a_sample_of_whole_pa
     assert sample_percent(1, 3000, 656) == pytest.approx(100 * 8 / 656)  # at least 8 pages
     assert sample_percent(162, 650_000, 162_000) == pytest.approx(100 * 3 * 162 / 650_000)  # 3x the rows
     assert sample_percent(400, -1, 0) == 100.0  # never analysed: the whole table, up to the limit
+
+
+def resident_share(path: Path) -> float:
+    """The share of `path`'s pages in the page cache (mincore, through `pagecache.residency`)."""
+    pages = residency(path)
+    assert pages is not None, "mincore is not available here"
+    return pages.count(1) / len(pages) if pages else 1.0
 
 
 def _evict(path: Path) -> None:
@@ -155,9 +163,9 @@ def test_prewarm_reads_what_the_server_fetched_since_its_start_into_the_page_cac
 
 def test_one_process_prewarms_at_a_time(db_url):
     with psycopg.connect(db_url, autocommit=True) as holder, psycopg.connect(db_url, autocommit=True) as conn:
-        holder.execute("SELECT pg_advisory_lock(7245006)")
+        holder.execute("SELECT pg_advisory_lock(%s)", (LOCK_PREWARM,))
         assert prewarm(conn, _data_dir(conn), budget=1 << 30) is None
-        holder.execute("SELECT pg_advisory_unlock(7245006)")
+        holder.execute("SELECT pg_advisory_unlock(%s)", (LOCK_PREWARM,))
         assert prewarm(conn, _data_dir(conn), budget=1 << 30) is not None
 
 

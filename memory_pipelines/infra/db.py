@@ -61,10 +61,15 @@ _supervisors: dict[Path, _Supervisor] = {}
 _exit_hook = False
 
 
+def embedded_pgdata(settings: Settings) -> Path:
+    """The embedded server's data folder under settings.home."""
+    return (settings.home / "pgdata").resolve()
+
+
 def embedded_url(settings: Settings) -> str:
     """Start (or join) the embedded server under settings.home and return its URL; start it again when it
     has gone since (killed, crashed, or stopped by a process that thought it was the last)."""
-    pgdata = (settings.home / "pgdata").resolve()
+    pgdata = embedded_pgdata(settings)
     with _lock:
         server = _servers.get(pgdata)
         if server is None:
@@ -482,7 +487,7 @@ def supervise(settings: Settings, pool: ConnectionPool, *, interval: float = PRO
     pool.timeout = REQUEST_TIMEOUT
     if settings.database_url:
         return
-    pgdata = (settings.home / "pgdata").resolve()
+    pgdata = embedded_pgdata(settings)
     with _lock:
         if pgdata not in _servers:
             return

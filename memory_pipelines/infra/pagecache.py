@@ -49,12 +49,6 @@ def residency(path: Path) -> bytes | None:
         os.close(fd)
 
 
-def resident_share(path: Path) -> float | None:
-    """The share of `path`'s pages in the page cache (1.0 for an empty file); None where unknown."""
-    pages = residency(path)
-    return None if pages is None else (pages.count(1) / len(pages) if pages else 1.0)
-
-
 def missing_ranges(pages: bytes, merge_gap: int = 64) -> list[tuple[int, int]]:
     """(first page, page count) of the runs of pages not in the cache, runs fewer than `merge_gap` cached pages
     apart merged into one: reading a few cached pages again costs less than a disk request more."""

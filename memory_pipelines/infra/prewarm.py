@@ -41,6 +41,11 @@ PREWARM_MEMORY_SHARE = 0.5
 """At most this share of the memory available at start is read: the cache is the machine's, not only ours."""
 READ_CHUNK_BYTES = 8 << 20
 
+
+def default_budget() -> int:
+    """Bytes `prewarm` may read: PREWARM_MEMORY_SHARE of the memory available now."""
+    return int(psutil.virtual_memory().available * PREWARM_MEMORY_SHARE)
+
 # Every table and index of the schema, with the TOAST table and TOAST index of each table (long texts live there:
 # at 1M the memories' TOAST table, 514 MB, had 266k pages fetched, more than the memories' own heap).
 RELATIONS_SQL = """
@@ -145,7 +150,7 @@ def read_relation(pgdata: Path, rel: Relation, buffer: bytearray) -> tuple[int, 
 def cache_warmth(conn: psycopg.Connection, pgdata: Path) -> dict[str, float] | None:
     """How much of what `prewarm` would read is in the page cache now (`status` reports it); None where the
     system cannot say."""
-    chosen = prewarm_order(used_relations(conn), int(psutil.virtual_memory().available * PREWARM_MEMORY_SHARE))
+    chosen = prewarm_order(used_relations(conn), default_budget())
     total = resident = 0
     for rel in chosen:
         for path in segments(pgdata, rel):
@@ -224,16 +229,12 @@ def prewarm(
     announce: Callable[[list[Relation]], None] | None = None,
 ) -> Prewarmed | None:
     """Read the relations `prewarm_order` picks into the page cache, then (`walk`) search their vector indexes
-    into PostgreSQL's buffers (`walk_graphs`); None when another process is at it. `announce` hears the
-    relations before they are read."""
-    if budget is None:
-        budget = int(psutil.virtual_memory().available * PREWARM_MEMORY_SHARE)
+    into PostgreSQL's buffers (`walk_graphs`); None when another process is at it. `conn` is in autocommit
+    (the lock is the session's). `announce` hears the relations before they are read."""
     if not conn.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_PREWARM,)).fetchone()[0]:
         return None
     try:
-        chosen = prewarm_order(used_relations(conn), budget)
-        if not conn.autocommit:
-            conn.commit()
+        chosen = prewarm_order(used_relations(conn), default_budget() if budget is None else budget)
         if announce is not None:
             announce(chosen)
         started, read, cached, buffer = time.perf_counter(), 0, 0, bytearray(READ_CHUNK_BYTES)
@@ -246,8 +247,6 @@ def prewarm(
         return Prewarmed([r.name for r in chosen], read, cached, seconds, walked, time.perf_counter() - started)
     finally:
         conn.execute("SELECT pg_advisory_unlock(%s)", (LOCK_PREWARM,))
-        if not conn.autocommit:
-            conn.commit()
 
 
 def start_prewarm(url: str, pgdata: Path) -> threading.Thread:

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..index.owner_indexes import existing_owner_indexes, owner_index_tables
 from ..index.vectors import count_pending
-from ..infra.db import describe_url, pgvector_version
+from ..infra.db import describe_url, embedded_pgdata, pgvector_version
 from ..infra.migrate import missing_vector_indexes, stored_dimension
 from ..infra.prewarm import cache_warmth
 from ..runtime import Runtime
@@ -44,7 +44,7 @@ def collect_status(rt: Runtime) -> dict[str, Any]:
             "embedded_sources": {},
             "tables": {},
             # the embedded server's files are on this machine: how warm they are (infra/prewarm.py)
-            "page_cache": cache_warmth(conn, (rt.settings.home / "pgdata").resolve())
+            "page_cache": cache_warmth(conn, embedded_pgdata(rt.settings))
             if rt.settings.database_url is None else None,
         }
         for name in INDEXED_NAMES:
