@@ -105,6 +105,7 @@ def result_metadata(result: BackfillResult, dimension: int, buckets: list[int]) 
         "dimension": dimension,
         "buckets": dg.MetadataValue.json(buckets),
         "index_rebuilt": result.index_rebuilt,
+        "indexes_built": dg.MetadataValue.json(result.indexes_built),
         "errors": dg.MetadataValue.json(result.errors[:5]),
     }
 
@@ -204,27 +205,28 @@ def memory_vectors(context: dg.AssetExecutionContext, memory: MemoryResource) ->
     group_name="embeddings",
     kinds={"postgres", "pgvector"},
     pool=DB_WRITE_POOL,
-    description="Every HNSW index exists (a load that deferred one and was killed is healed here), and every "
-                "owner holding more than 10,000 rows and at most half of a table has an index of her own there "
-                "(index/owner_indexes.py).",
+    description="Every owner holding more than 10,000 embedded rows of a table has an HNSW index of her own "
+                "there, and owners who no longer do have none (index/owner_indexes.py); a table-wide index a "
+                "killed load left missing is built again. Embedding loads sync their table's owners themselves.",
 )
 def vector_indexes(context: dg.AssetExecutionContext, memory: MemoryResource) -> dg.MaterializeResult:
     rt = memory.runtime
     with rt.pool.connection() as conn:
-        before = vector_index_names(conn)
-        ensure_vector_indexes(conn)
-        after = vector_index_names(conn)
+        restored = ensure_vector_indexes(conn)
         owners = sync_owner_indexes(conn, rt.embedder.dimension)
-    built = sorted(after - before)
-    if built:
-        context.log.warning(f"rebuilt missing HNSW indexes: {built}")
+        after = vector_index_names(conn)
+    if restored:
+        context.log.warning(f"rebuilt missing HNSW indexes: {restored}")
     if owners.built or owners.dropped:
         context.log.info(f"owner indexes: built {owners.built}, dropped {owners.dropped}")
+    if owners.busy:
+        context.log.info(f"left to the loads in progress: {owners.busy}")
     return dg.MaterializeResult(metadata={"indexes": dg.MetadataValue.json(sorted(after)),
-                                          "built_now": dg.MetadataValue.json(built),
+                                          "built_now": dg.MetadataValue.json(sorted(restored + owners.built)),
                                           "owner_indexes_built": dg.MetadataValue.json(owners.built),
                                           "owner_indexes_dropped": dg.MetadataValue.json(owners.dropped),
-                                          "owner_indexes_kept": owners.kept})
+                                          "owner_indexes_kept": owners.kept,
+                                          "tables_busy": dg.MetadataValue.json(owners.busy)})
 
 
 # ---------------------------------------------------------------- checks

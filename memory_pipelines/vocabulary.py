@@ -95,11 +95,12 @@ LOCK_PREWARM = 7_245_006
 # -- vector search ------------------------------------------------------------------------------------------------
 
 EXACT_SCAN_MAX_ROWS = 10_000
-"""At or below this many filtered rows, vector search scans exactly; above it an owner may get an HNSW index of
-her own (index/owner_indexes.py). Measured on PostgreSQL 18 with the rows in shared buffers, an exact scan
-costs ~2 µs a row (a 10,000-row owner in a 1M-row table: 17 ms), while an index scan that must find 10 of that
-owner's rows in the whole graph needs the largest candidate list and took 28-38 ms there for recall@10 0.91
-(bench/filtered_recall.py, README "Filtered search at one million")."""
+"""At or below this many filtered rows, vector search scans exactly; an owner with more embedded rows of a table
+gets an HNSW index of her own there (index/owner_indexes.py), and is scanned exactly until it is built.
+Measured on PostgreSQL 18 with the rows in shared buffers, an exact scan costs ~2 µs a row (a 10,000-row owner
+in a 1M-row table: 17 ms), while an index scan that must find 10 of that owner's rows in a whole-table graph
+needs the largest candidate list and took 28-38 ms there for recall@10 0.91 (bench/filtered_recall.py, README
+"Filtered search at one million")."""
 
 # -- partitions ---------------------------------------------------------------------------------------------------
 
@@ -134,10 +135,6 @@ class IndexedText:
     text_sql: str
     active_sql: str = "t.is_active"
     vector_column: str = "embedding"
-
-    @property
-    def index_name(self) -> str:
-        return f"{self.table}_{self.vector_column}_hnsw"
 
 
 @dataclass(frozen=True)
@@ -285,11 +282,13 @@ KEYWORD_SOURCE_OF: dict[str, str] = {n: s.indexed_as for n, s in SOURCES.items()
 """Scored source → the keyword-table source that indexes it (memory → fragment)."""
 
 VECTOR_COLUMNS: list[tuple[str, str, str | None]] = [
-    *((i.table, i.vector_column, i.index_name) for i in INDEXED.values()),
+    *((i.table, i.vector_column, None) for i in INDEXED.values()),
     ("memories", "avg_embedding", "memories_avg_embedding_hnsw"),
     ("memory_versions", "avg_embedding", None),
 ]
-"""Every vector column, with its HNSW index (recreated when the dimension changes)."""
+"""Every vector column, with its table-wide HNSW index if it has one (recreated when the dimension changes). The
+searched tables (INDEXED) have none: each owner over EXACT_SCAN_MAX_ROWS has a graph of her own rows there
+(index/owner_indexes.py, sql/012). A column's position n is its loader lock (LOCK_INDEX, n)."""
 
 
 

@@ -451,18 +451,21 @@ def test_executor_choice_is_checked():
         select_executor("threads")
 
 
-def test_bulk_load_defers_the_index_and_the_last_loader_builds_it(db_url, pool):
+def test_bulk_load_defers_the_index_and_the_last_loader_builds_it(db_url, pool, monkeypatch):
     import psycopg
 
     from assets.embeddings import vector_indexes
+    from memory_pipelines.index import owner_indexes
     from memory_pipelines.infra.migrate import index_exists
     from memory_pipelines.vocabulary import LOCK_INDEX
 
+    monkeypatch.setattr(owner_indexes, "EXACT_SCAN_MAX_ROWS", 20)  # alice's 2,100 tasks are over it
+    alice = owner_indexes.owner_index_name("tasks", "alice")
     with pool.connection() as conn:
         conn.execute("INSERT INTO tasks (owner_id, title, description) SELECT 'alice', 'bulk task ' || i,"
                      " 'row ' || i FROM generate_series(1, 2100) AS i")
     res = _resource(db_url)
-    # Another bucket run is still loading (it holds the loaders' shared lock): this run leaves the index
+    # Another bucket run is still loading (it holds the loaders' shared lock): this run leaves alice's graph
     # for that one to build.
     with psycopg.connect(db_url, autocommit=True) as other:
         other.execute("SELECT pg_advisory_lock_shared(%s, 0)", (LOCK_INDEX,))
@@ -470,16 +473,17 @@ def test_bulk_load_defers_the_index_and_the_last_loader_builds_it(db_url, pool):
                                run_config=QUIET)
         assert _one(first, "task_embeddings")["index_rebuilt"] is False
         with pool.connection() as conn:
-            assert not index_exists(conn, "tasks_embedding_hnsw")  # dropped for the bulk load
+            assert not index_exists(conn, alice)
     # The last loader (no other one active) builds it.
     second = dg.materialize([embedding_assets["task"]], partition_key="1", resources={"memory": res},
                             run_config=QUIET)
     assert _one(second, "task_embeddings")["index_rebuilt"] is True
+    assert _one(second, "task_embeddings")["indexes_built"] == [alice]
     with pool.connection() as conn:
-        assert index_exists(conn, "tasks_embedding_hnsw")
-        conn.execute("DROP INDEX tasks_embedding_hnsw")  # as if a loader had been killed
+        assert index_exists(conn, alice)
+        conn.execute(f"DROP INDEX {alice}")  # as if a loader had been killed
     healed = dg.materialize([vector_indexes], resources={"memory": res}, run_config=QUIET)
-    assert _one(healed, "vector_indexes")["built_now"] == ["tasks_embedding_hnsw"]
+    assert _one(healed, "vector_indexes")["built_now"] == [alice]
 
 
 def _cli_env(db_url: str, home, **extra: str) -> dict[str, str]:

@@ -1,5 +1,6 @@
-"""Indexes heal themselves: a bulk embedding load killed after it dropped a table's HNSW index leaves the
-index missing; `status` flags it, and the next `embed` (or `migrate`) builds it again."""
+"""Indexes heal themselves: a bulk embedding load killed after it dropped an owner's HNSW graph leaves it
+missing; `status` flags it, and the next `embed` (or `migrate`) builds it again. The same for the memories'
+table-wide index."""
 
 from __future__ import annotations
 
@@ -12,11 +13,14 @@ import time
 import psycopg
 import pytest
 
+from memory_pipelines.index.owner_indexes import missing_owner_indexes, owner_index_name
 from memory_pipelines.infra.migrate import index_build_memory_mb, index_exists, missing_vector_indexes
+from memory_pipelines.vocabulary import EXACT_SCAN_MAX_ROWS
 
 CLI = [sys.executable, "-m", "memory_pipelines.surfaces.cli"]
-INDEX = "tasks_embedding_hnsw"
-ROWS = 6000
+INDEX = owner_index_name("tasks", "alice")
+ROWS = EXACT_SCAN_MAX_ROWS + 2000  # alice is over the exact-scan cap: she has a graph of her own
+TABLE_INDEX = "memories_avg_embedding_hnsw"
 
 
 def _env(db_url: str, home, fake_openai) -> dict[str, str]:
@@ -37,17 +41,21 @@ def test_a_killed_bulk_load_leaves_the_index_missing_and_the_next_embed_restores
         conn.execute("INSERT INTO tasks (owner_id, title, description) SELECT 'alice', 'bulk task ' || i,"
                      " 'row ' || i FROM generate_series(1, %s) AS i", (ROWS,))
     env = _env(db_url, tmp_path, fake_openai)
-    # Two parallel loaders each take half the rows (about 3,000) in batches of 2,048: their first batches answer
-    # after 0.5 s, every later one after 30 s, time to kill the load once over half of the rows are in (4,096).
-    # A next run then finds too few pending rows to defer the index itself.
+    first = _cli(env, "embed")  # every row embedded, then alice's graph built
+    assert first.returncode == 0, first.stderr
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        assert index_exists(conn, INDEX)
+        conn.execute("UPDATE tasks SET title = title || ' (edited)'")  # all pending again, old vectors kept
+    # Two parallel loaders each take half the rows in batches of 2,048: their first batches answer after 0.5 s,
+    # every later one after 30 s, time to kill the load once both first batches are in (4,096 rows).
     fake_openai.faults.extend([{"delay": 0.5}, {"delay": 0.5}, {"delay": 30.0}, {"delay": 30.0}])
     load = subprocess.Popen([*CLI, "embed"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 120
         with psycopg.connect(db_url, autocommit=True) as conn:
-            # The load drops the index (all 3,000 rows pending), then writes its first batch.
+            # The load drops alice's graph (every row pending), then writes its first batches.
             while index_exists(conn, INDEX) or conn.execute(
-                    "SELECT count(*) FROM tasks WHERE embedding IS NOT NULL").fetchone()[0] <= ROWS // 2:
+                    "SELECT count(*) FROM tasks WHERE embedded_hash = content_hash").fetchone()[0] < 4096:
                 assert load.poll() is None, load.stderr.read().decode()
                 assert time.monotonic() < deadline, "the bulk load never dropped the index"
                 time.sleep(0.05)
@@ -58,35 +66,37 @@ def test_a_killed_bulk_load_leaves_the_index_missing_and_the_next_embed_restores
             load.kill()
     fake_openai.faults.clear()
     with psycopg.connect(db_url, autocommit=True) as conn:
-        assert missing_vector_indexes(conn) == [INDEX]
-        pending = conn.execute("SELECT count(*) FROM tasks WHERE embedding IS NULL").fetchone()[0]
-    assert 0 < pending < ROWS // 2  # killed midway, past half
+        assert list(missing_owner_indexes(conn)) == [INDEX]
+        pending = conn.execute("SELECT count(*) FROM tasks WHERE embedded_hash IS DISTINCT FROM content_hash"
+                               ).fetchone()[0]
+    assert 0 < pending <= ROWS - 4096  # killed midway
 
     status = _cli(env, "status")
     assert status.returncode == 0, status.stderr
-    assert f"PROBLEM    HNSW index {INDEX} is missing" in status.stdout
+    assert f"PROBLEM    HNSW index {INDEX} is missing: owner 'alice' holds {ROWS:,} embedded rows" in status.stdout
     assert INDEX in _cli(env, "status", "--json").stdout
 
     healed = _cli(env, "embed")
     assert healed.returncode == 0, healed.stderr
     with psycopg.connect(db_url, autocommit=True) as conn:
-        assert missing_vector_indexes(conn) == []
-        assert conn.execute("SELECT count(*) FROM tasks WHERE embedding IS NULL").fetchone()[0] == 0
+        assert missing_owner_indexes(conn) == {} and index_exists(conn, INDEX)
+        assert conn.execute("SELECT count(*) FROM tasks WHERE embedded_hash IS DISTINCT FROM content_hash"
+                            ).fetchone()[0] == 0
     assert "PROBLEM" not in _cli(env, "status").stdout
 
 
 def test_migrate_restores_a_missing_index_and_a_surface_start_only_warns(db_url, tmp_path, fake_openai):
     env = _env(db_url, tmp_path, fake_openai)
     with psycopg.connect(db_url, autocommit=True) as conn:
-        conn.execute(f"DROP INDEX {INDEX}")
+        conn.execute(f"DROP INDEX {TABLE_INDEX}")
     started = _cli(env, "search", "anything", "--owner", "alice")
     assert started.returncode == 0, started.stderr
-    assert f"HNSW indexes missing: {INDEX}" in started.stderr
+    assert f"HNSW indexes missing: {TABLE_INDEX}" in started.stderr
     with psycopg.connect(db_url, autocommit=True) as conn:
-        assert missing_vector_indexes(conn) == [INDEX]
+        assert missing_vector_indexes(conn) == [TABLE_INDEX]
     migrated = _cli(env, "migrate")
     assert migrated.returncode == 0, migrated.stderr
-    assert f"restored {INDEX}" in migrated.stdout
+    assert f"restored {TABLE_INDEX}" in migrated.stdout
     with psycopg.connect(db_url, autocommit=True) as conn:
         assert missing_vector_indexes(conn) == []
 

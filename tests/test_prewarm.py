@@ -97,15 +97,18 @@ def private_server() -> Iterator[Path]:
         shutil.rmtree(home, ignore_errors=True)
 
 
-def _warm_table(conn: psycopg.Connection, rng: np.random.Generator) -> int:
+def _warm_table(conn: psycopg.Connection, rng: np.random.Generator, partial: bool = False) -> int:
     """`warm`: 3,000 vectors under an HNSW index, one row in ten with a body too long to stay in the row and too
-    random to compress (TOASTed). Returns the index's pages."""
+    random to compress (TOASTed). `partial`: the index holds owner a's rows only (two in three), as an owner's
+    graph does. Returns the index's pages."""
     conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-    conn.execute("CREATE TABLE warm (id int PRIMARY KEY, v vector(384), body text)")
-    with conn.cursor().copy("COPY warm (id, v, body) FROM STDIN") as copy:
+    conn.execute("CREATE TABLE warm (id int PRIMARY KEY, v vector(384), body text, owner_id text)")
+    with conn.cursor().copy("COPY warm (id, v, body, owner_id) FROM STDIN") as copy:
         for i in range(3000):
-            copy.write_row((i, _vector(rng), rng.bytes(3000).hex() if i % 10 == 0 else "short"))
-    conn.execute("CREATE INDEX warm_v ON warm USING hnsw (v vector_cosine_ops)")
+            copy.write_row((i, _vector(rng), rng.bytes(3000).hex() if i % 10 == 0 else "short",
+                            "b" if i % 3 == 0 else "a"))
+    where = " WHERE owner_id = 'a'" if partial else ""
+    conn.execute(f"CREATE INDEX warm_v ON warm USING hnsw (v vector_cosine_ops){where}")
     return conn.execute("SELECT pg_relation_size('warm_v') / 8192").fetchone()[0]
 
 
@@ -176,15 +179,18 @@ def _index_reads(conn: psycopg.Connection, name: str) -> int:
                         (name,)).fetchone()[0]
 
 
-def test_prewarm_searches_the_vector_indexes_into_postgres_buffers(private_server):
+@pytest.mark.parametrize("partial", [False, True], ids=["whole-table", "owner-graph"])
+def test_prewarm_searches_the_vector_indexes_into_postgres_buffers(private_server, partial):
+    """A whole-table graph and a partial one (an owner's: walked from her rows, with her predicate)."""
     rng = np.random.default_rng(4)
     url = start_embedded_server(private_server).get_uri()
     with psycopg.connect(url, autocommit=True) as conn:
-        pages = _warm_table(conn, rng)
+        pages = _warm_table(conn, rng, partial)
     url = _restart(private_server)
+    where = "WHERE owner_id = 'a'" if partial else ""
     with psycopg.connect(url, autocommit=True) as conn:  # searches after a restart: the statistics show reads
         for _ in range(3):
-            conn.execute("SELECT id FROM warm ORDER BY v <=> %s::vector LIMIT 5", (_vector(rng),)).fetchall()
+            conn.execute(f"SELECT id FROM warm {where} ORDER BY v <=> %s::vector LIMIT 5", (_vector(rng),)).fetchall()
     for walk in (False, True):
         url = _restart(private_server)
         with psycopg.connect(url, autocommit=True) as conn:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from memory_pipelines.index import owner_indexes
 from memory_pipelines.index.keywords import STORED_DF_MIN, index_rows, index_source, stale_stat_owners
 from memory_pipelines.index.vectors import embed_all
 from memory_pipelines.retrieval import search as search_module
@@ -112,11 +113,11 @@ def test_index_scan_falls_back_to_exact_when_statistics_overstate_the_owner(pool
 
     Measured over 25 runs: 25 hits every time, and recall@10 and recall@25 against a brute-force scan of
     the same rows 1.0 every time (ties counted as above; by id alone, tied rows made it as low as 0.6)."""
-    monkeypatch.setattr(search_module, "EXACT_SCAN_MAX_ROWS", 20)
+    _cap_of_20(monkeypatch)
     with pool.connection() as conn:
         for i in range(300):
             add_task(conn, "alice", f"note {i} about topic {i % 17}", f"details {i * 7 % 13}")
-    embed_all(pool, fake_embedder)
+    embed_all(pool, fake_embedder)  # and alice's own graph
     with pool.connection() as conn:
         conn.execute("ANALYZE tasks")
         conn.execute(
@@ -158,10 +159,16 @@ def test_the_hnsw_candidate_list_grows_with_the_graph_and_with_the_filter():
     assert ef(400, 1.0, 100_000, answer=True) == 800
 
 
-def _over_a_cap_of_20(pool, embedder, monkeypatch, *, rows: int, topics: int):
-    """With the exact-scan cap lowered to 20, `rows` embedded tasks of alice over `topics` topics; the vector of a
-    query about topic 3."""
+def _cap_of_20(monkeypatch) -> None:
+    """The exact-scan cap lowered to 20 rows, for search and for the owners' graphs."""
     monkeypatch.setattr(search_module, "EXACT_SCAN_MAX_ROWS", 20)
+    monkeypatch.setattr(owner_indexes, "EXACT_SCAN_MAX_ROWS", 20)
+
+
+def _over_a_cap_of_20(pool, embedder, monkeypatch, *, rows: int, topics: int):
+    """With the exact-scan cap lowered to 20, `rows` embedded tasks of alice over `topics` topics (and her own
+    graph, which the load builds); the vector of a query about topic 3."""
+    _cap_of_20(monkeypatch)
     with pool.connection() as conn:
         for i in range(rows):
             add_task(conn, "alice", f"note {i} about topic {i % topics}", f"details {i * 7 % 13}")
@@ -183,7 +190,7 @@ def test_a_semantic_search_reads_the_longer_answer_list_and_hybrid_search_the_po
     only_tasks = SearchFilters(sources=("task",))
 
     def lists() -> dict[tuple[int, bool], int]:
-        return {key[-3:-1]: ef for key, (ef, _) in search_module._index_lists.entries.items() if "alice" in key}
+        return {key[-2:]: ef for key, (ef, _) in search_module._index_lists.entries.items() if "alice" in key}
 
     hits = search(pool, fake_embedder, "alice", "q", mode="semantic", limit=10, query_vector=qvec,
                   filters=only_tasks).hits
@@ -263,19 +270,19 @@ def test_what_chooses_a_plan_is_remembered_only_once_there_is_something_to_find(
 
 def test_the_build_log_does_not_count_towards_an_owners_events(pool, fake_embedder, monkeypatch):
     """Every context build logs a memory_retrieval event, which is never ranked: however many there are, an
-    owner's few ranked events are scanned exactly, not through the index."""
-    monkeypatch.setattr(search_module, "EXACT_SCAN_MAX_ROWS", 20)
+    owner's few ranked events are scanned exactly, not through an index."""
+    _cap_of_20(monkeypatch)
     with pool.connection() as conn:
         for i in range(60):
             add_event(conn, "alice", "memory_retrieval", {"query": f"build {i}"})
         for i in range(5):
             add_event(conn, "alice", "task_failed", {"error": f"timeout in stage {i}"})
     embed_all(pool, fake_embedder)
-    before = search_module.PLANS["exact"], search_module.PLANS["hnsw-iterative"] + search_module.PLANS["hnsw"]
+    before = search_module.PLANS["exact"], search_module.PLANS["hnsw-owner"] + search_module.PLANS["exact-unindexed"]
     hits = search(pool, fake_embedder, "alice", "timeout in stage", mode="semantic", limit=10,
                   filters=SearchFilters(sources=("event",))).hits
     assert len(hits) == 5 and {h.extra["type"] for h in hits} == {"task_failed"}
-    after = search_module.PLANS["exact"], search_module.PLANS["hnsw-iterative"] + search_module.PLANS["hnsw"]
+    after = search_module.PLANS["exact"], search_module.PLANS["hnsw-owner"] + search_module.PLANS["exact-unindexed"]
     assert after == (before[0] + 1, before[1])
 
 

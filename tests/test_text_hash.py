@@ -242,7 +242,7 @@ def test_migration_keeps_current_embeddings_and_requeues_changed_rows(empty_db_u
                 assert content_hash == md5(text)
         assert all(old[i] != h for i, (_, h) in _texts(conn, "task").items())
         for index in ("tasks_embedding_hnsw", "learnings_embedding_hnsw", "fragments_embedding_hnsw"):
-            assert index_exists(conn, index)
+            assert not index_exists(conn, index)  # rebuilt by 005, then gone in 012: owners' graphs instead
         # 005 kept every unchanged row's keyword entry current; 011 (stems) then sent every entry back to the
         # refresh by prefixing its hash: without the prefix, only the moved task's entry is stale
         stale_kw = {name: conn.execute(

@@ -1,16 +1,24 @@
-"""Per-owner HNSW indexes: a partial index (`WHERE owner_id = '…'`) for every owner who holds more rows of a
-table than an exact scan reads cheaply, but at most half of it.
+"""Per-owner HNSW graphs: a partial index (`WHERE owner_id = '…'`) for every owner who holds more embedded rows
+of a table than an exact scan reads cheaply. They are the only vector indexes of the owner-scoped tables.
 
-Such an owner's search in the table's whole graph is a filtered one: at 1M rows, an owner holding 10 % of them
-found 0.980 of her exact top 10 with pgvector's longest candidate list (1,000), in 23 ms. In a graph of her own
-rows alone the same search is unfiltered: 0.994 at `ef_search` 200 in 5 ms, 0.998 at 400 in 9 ms
-(bench/filtered_recall.py). pgvector's README advises the same for filters on a few values. Owners under the
-exact-scan cap are scanned exactly; an owner holding more than half of a table searches its graph nearly
-unfiltered. Owners' rows are disjoint, so these indexes hold at most as many rows as the table itself.
+Every vector search is scoped to one owner (DESIGN: no path reads another owner's rows). An owner at or under
+EXACT_SCAN_MAX_ROWS is scanned exactly, which is exact and cheap (~2 µs a row). An owner above it searches a
+graph of her own rows alone: an unfiltered search there found 0.994 of her exact top 10 at 1M rows in 5 ms
+(`ef_search` 200), where a filtered search of the table's whole graph found 0.980 at pgvector's longest
+candidate list in 23 ms (bench/filtered_recall.py; pgvector's README advises the same for filters on a few
+values). Owners' rows are disjoint, so these graphs hold at most as many rows as the table.
+
+Until migration 012 each table also had a graph of all its rows. It served only an owner holding more than half
+of the table (the others were scanned exactly or had their own graph), yet every write paid an insert into it
+and every bulk load its rebuild: 20-36 s of a 100k-row backfill whose owners were all scanned exactly
+(bench/backfill_throughput.py). Now that owner gets her own graph like the others, and a table of many small
+owners carries no graph at all.
 
 The planner takes the partial index when the query's `owner_id = value` implies its predicate, which needs a
 custom plan (the pool forces them). `sync_owner_indexes` builds the missing ones (CONCURRENTLY: writes go on)
-and drops those of owners who no longer qualify; the `vector_indexes` asset and `migrate` run it.
+and drops those of owners who no longer qualify; every embedding load ends with it, and the `vector_indexes`
+asset and `migrate` run it. An owner over the cap whose graph is not built yet is scanned exactly meanwhile
+(right answers, slower), and `status` names her missing index as a problem.
 """
 
 from __future__ import annotations
@@ -23,12 +31,9 @@ import psycopg
 from psycopg import sql
 
 from ..infra.migrate import index_build_memory_mb
-from ..vocabulary import EXACT_SCAN_MAX_ROWS, INDEXED
+from ..vocabulary import EXACT_SCAN_MAX_ROWS, INDEXED, LOCK_INDEX, VECTOR_COLUMNS
 
 log = logging.getLogger(__name__)
-
-OWNER_INDEX_MAX_SHARE = 0.5
-"""Above this share of a table an owner's filtered search in the table's graph loses little."""
 
 
 def owner_index_name(table: str, owner: str) -> str:
@@ -42,13 +47,11 @@ def owner_index_tables() -> list[tuple[str, str]]:
 
 
 def wanted_owners(conn: psycopg.Connection, table: str, column: str) -> dict[str, int]:
-    """Owners of `table` who qualify for their own index, with their embedded rows."""
+    """Owners of `table` who qualify for their own index (over the exact-scan cap), with their embedded rows."""
     rows = conn.execute(
-        sql.SQL(
-            "WITH o AS (SELECT owner_id, count(*) AS n FROM {t} WHERE {c} IS NOT NULL GROUP BY owner_id)"
-            " SELECT owner_id, n FROM o WHERE n > %s AND n <= %s * (SELECT sum(n) FROM o)"
-        ).format(t=sql.Identifier(table), c=sql.Identifier(column)),
-        (EXACT_SCAN_MAX_ROWS, OWNER_INDEX_MAX_SHARE),
+        sql.SQL("SELECT owner_id, count(*) FROM {t} WHERE {c} IS NOT NULL GROUP BY owner_id HAVING count(*) > %s")
+        .format(t=sql.Identifier(table), c=sql.Identifier(column)),
+        (EXACT_SCAN_MAX_ROWS,),
     ).fetchall()
     return {owner: int(n) for owner, n in rows}
 
@@ -71,6 +74,19 @@ def existing_owner_indexes(conn: psycopg.Connection, table: str) -> dict[str, bo
     return {name: bool(valid) for name, valid in rows}
 
 
+def missing_owner_indexes(conn: psycopg.Connection) -> dict[str, tuple[str, str, int]]:
+    """The owner indexes that should exist and do not: name -> (table, owner, embedded rows). (An invalid one,
+    left by an interrupted build, exists: `existing_owner_indexes` tells.) One aggregate a table."""
+    missing = {}
+    for table, column in owner_index_tables():
+        existing = existing_owner_indexes(conn, table)
+        for owner, n in wanted_owners(conn, table, column).items():
+            name = owner_index_name(table, owner)
+            if name not in existing:
+                missing[name] = (table, owner, n)
+    return missing
+
+
 @dataclass
 class OwnerIndexSync:
     """What `sync_owner_indexes` did."""
@@ -78,55 +94,74 @@ class OwnerIndexSync:
     built: list[str] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)
     kept: int = 0
+    busy: list[str] = field(default_factory=list)  # tables left alone: a bulk load of theirs is in progress
 
 
-def sync_owner_indexes(conn: psycopg.Connection, dimension: int) -> OwnerIndexSync:
-    """Build the owner indexes that qualify and are missing (or invalid); drop those that no longer qualify.
-    CREATE INDEX CONCURRENTLY runs outside a transaction: an open one of `conn` is committed first, and `conn`
-    is in autocommit mode meanwhile."""
+def sync_owner_indexes(conn: psycopg.Connection, dimension: int, tables: list[str] | None = None) -> OwnerIndexSync:
+    """Build the owner indexes that qualify and are missing (or invalid); drop those that no longer qualify; on
+    every owner-scoped table, or on `tables`. A table a bulk load is writing (it holds the table's loader lock,
+    shared) is left alone: that load syncs it when done. CREATE INDEX CONCURRENTLY runs outside a transaction:
+    an open one of `conn` is committed first, and `conn` is in autocommit mode meanwhile."""
     restore = not conn.autocommit
     if restore:
         conn.commit()
         conn.autocommit = True
     try:
-        return _sync(conn, dimension)
+        done = OwnerIndexSync()
+        for table, column in owner_index_tables():
+            if tables is None or table in tables:
+                _sync_table(conn, table, column, dimension, done)
+        return done
     finally:
         if restore:
             conn.autocommit = False
 
 
-def _sync(conn: psycopg.Connection, dimension: int) -> OwnerIndexSync:
-    done = OwnerIndexSync()
-    for table, column in owner_index_tables():
-        wanted = {owner_index_name(table, owner): (owner, n) for owner, n in wanted_owners(conn, table, column).items()}
-        existing = existing_owner_indexes(conn, table)
-        for name, valid in existing.items():
-            if name not in wanted or not valid:
-                conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(name)))
-                if name not in wanted:
-                    done.dropped.append(name)
-        for name, (owner, rows) in wanted.items():
-            if existing.get(name):
-                done.kept += 1
-                continue
-            conn.execute(f"SET maintenance_work_mem = '{index_build_memory_mb(rows, dimension)}MB'")
-            try:
-                conn.execute(
-                    sql.SQL(
-                        "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {t} USING hnsw ({c} vector_cosine_ops)"
-                        " WHERE owner_id = {owner}"
-                    ).format(name=sql.Identifier(name), t=sql.Identifier(table), c=sql.Identifier(column),
-                             owner=sql.Literal(owner))
-                )
-            finally:
-                conn.execute("RESET maintenance_work_mem")
-            log.info("built %s: the HNSW index of owner %r's %s rows of %s", name, owner, rows, table)
-            done.built.append(name)
-    return done
+def loader_lock_key(table: str) -> tuple[int, int]:
+    """(LOCK_INDEX, n) of `table`'s vector column: bulk loaders hold it shared, index builders exclusively."""
+    return LOCK_INDEX, next(i for i, (t, _c, _x) in enumerate(VECTOR_COLUMNS) if t == table)
+
+
+def _sync_table(conn: psycopg.Connection, table: str, column: str, dimension: int, done: OwnerIndexSync) -> None:
+    key = loader_lock_key(table)
+    if not conn.execute("SELECT pg_try_advisory_lock(%s, %s)", key).fetchone()[0]:
+        done.busy.append(table)
+        return
+    try:
+        _sync_locked(conn, table, column, dimension, done)
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(%s, %s)", key)
+
+
+def _sync_locked(conn: psycopg.Connection, table: str, column: str, dimension: int, done: OwnerIndexSync) -> None:
+    wanted = {owner_index_name(table, owner): (owner, n) for owner, n in wanted_owners(conn, table, column).items()}
+    existing = existing_owner_indexes(conn, table)
+    for name, valid in existing.items():
+        if name not in wanted or not valid:
+            conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(name)))
+            if name not in wanted:
+                done.dropped.append(name)
+    for name, (owner, rows) in wanted.items():
+        if existing.get(name):
+            done.kept += 1
+            continue
+        conn.execute(f"SET maintenance_work_mem = '{index_build_memory_mb(rows, dimension)}MB'")
+        try:
+            conn.execute(
+                sql.SQL(
+                    "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {t} USING hnsw ({c} vector_cosine_ops)"
+                    " WHERE owner_id = {owner}"
+                ).format(name=sql.Identifier(name), t=sql.Identifier(table), c=sql.Identifier(column),
+                         owner=sql.Literal(owner))
+            )
+        finally:
+            conn.execute("RESET maintenance_work_mem")
+        log.info("built %s: the HNSW index of owner %r's %s rows of %s", name, owner, rows, table)
+        done.built.append(name)
 
 
 def drop_owner_indexes(conn: psycopg.Connection, table: str) -> list[str]:
-    """Drop every owner index on `table` (a bulk load that defers the table's index defers these too)."""
+    """Drop every owner index on `table` (a bulk load defers them: each would slow every row it writes)."""
     names = list(existing_owner_indexes(conn, table))
     for name in names:
         conn.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(name)))

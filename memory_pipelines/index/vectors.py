@@ -19,8 +19,8 @@ from psycopg_pool import ConnectionPool
 
 from ..embeddings import Embedder, EmbeddingAuthError, EmbeddingError
 from ..infra.migrate import restore_vector_index
-from ..vocabulary import BUCKETS, INDEXED, INDEXED_NAMES, LOCK_INDEX, VECTOR_COLUMNS, IndexedText, bucket_sql
-from .owner_indexes import drop_owner_indexes, sync_owner_indexes
+from ..vocabulary import BUCKETS, INDEXED, INDEXED_NAMES, VECTOR_COLUMNS, IndexedText, bucket_sql
+from .owner_indexes import drop_owner_indexes, loader_lock_key, sync_owner_indexes
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +42,17 @@ class BackfillResult:
     batches: int = 0
     seconds: float = 0.0
     errors: list[str] = field(default_factory=list)
-    index_rebuilt: bool = False
+    indexes_built: list[str] = field(default_factory=list)  # owners' graphs built when the load was done
     skipped: int = 0  # active rows that already had a current embedding
     pending_after: int = 0  # rows of the covered buckets still needing an embedding at the end
 
     @property
     def rows_per_second(self) -> float:
         return self.embedded / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def index_rebuilt(self) -> bool:
+        return bool(self.indexes_built)
 
 
 NEEDS_EMBEDDING = (
@@ -135,15 +139,9 @@ def finish_memories(conn: psycopg.Connection, model: str) -> int:
     return cur.rowcount
 
 
-def _index_for(source: IndexedText) -> str | None:
-    for table, _column, index in VECTOR_COLUMNS:
-        if table == source.table:
-            return index
-    return None
-
-
 def ensure_vector_indexes(conn: psycopg.Connection) -> list[str]:
-    """Build every HNSW index a deferred load dropped and no load in progress will build; the names built."""
+    """Build every table-wide HNSW index that is missing and no load in progress will build; the names built.
+    (The owners' graphs are `sync_owner_indexes`'.)"""
     return [VECTOR_COLUMNS[i][2] for i in range(len(VECTOR_COLUMNS)) if restore_vector_index(conn, i)]
 
 
@@ -157,12 +155,12 @@ def embed_source(
     max_consecutive_failures: int = 3,
     progress: ProgressFn | None = None,
 ) -> BackfillResult:
-    """Embed every pending row of one source, then restore its HNSW index if it is missing.
+    """Embed every pending row of one source, then build the owners' graphs that are missing.
 
-    `defer_index` drops the source's HNSW index before the load and rebuilds it after; by default it
+    `defer_index` drops the owners' graphs of the table before the load and builds them after; by default it
     does so when more than half of a table of over 2,000 rows needs embedding. The load holds the
-    source's loader lock (shared), like the bucketed loads; whichever loader ends last builds a missing
-    index, so a load killed after the drop is healed by the next run of any loader.
+    source's loader lock (shared), like the bucketed loads; whichever loader ends last builds the missing
+    graphs, so a load killed after the drop is healed by the next run of any loader.
     """
     return embed_buckets(pool, embedder, source_name, range(BUCKETS), BUCKETS, batch_size=batch_size,
                          defer_index=defer_index, max_consecutive_failures=max_consecutive_failures,
@@ -239,16 +237,12 @@ def pending_total(pool: ConnectionPool, model: str) -> int:
 # --- bucketed backfills (the Dagster partitions) with a coordinated HNSW deferral --------------------------
 
 
-def _lock_id(source: IndexedText) -> int:
-    return next(i for i, (table, _c, _x) in enumerate(VECTOR_COLUMNS) if table == source.table)
-
-
 @contextmanager
 def _loader_lock(pool: ConnectionPool, source: IndexedText) -> Iterator[psycopg.Connection]:
     """Hold a shared advisory lock for the load: concurrent bucket runs each hold one."""
     with pool.connection() as conn:
         try:
-            conn.execute("SELECT pg_advisory_lock_shared(%s, %s)", (LOCK_INDEX, _lock_id(source)))
+            conn.execute("SELECT pg_advisory_lock_shared(%s, %s)", loader_lock_key(source.table))
             conn.commit()
             yield conn
         finally:
@@ -257,14 +251,11 @@ def _loader_lock(pool: ConnectionPool, source: IndexedText) -> Iterator[psycopg.
             conn.commit()
 
 
-def _rebuild_if_last(pool: ConnectionPool, source: IndexedText, dimension: int) -> bool:
-    """Build a missing index unless another loader still holds its shared lock (then that one builds it); once
-    built, the owners' own indexes the load dropped too."""
+def _index_if_last(pool: ConnectionPool, source: IndexedText, dimension: int) -> list[str]:
+    """Build the owners' missing graphs of the table unless another loader still holds its shared lock (then
+    that one builds them when done); the names built."""
     with pool.connection() as conn:
-        rebuilt = restore_vector_index(conn, _lock_id(source))
-        if rebuilt:
-            sync_owner_indexes(conn, dimension)
-        return rebuilt
+        return sync_owner_indexes(conn, dimension, tables=[source.table]).built
 
 
 def embed_buckets(
@@ -282,10 +273,11 @@ def embed_buckets(
     """Embed the pending rows of some hash buckets of one source (all of them: one keyset pass).
 
     `defer_index` (default: when more than half of a table of over 2,000 rows is pending) drops the
-    source's HNSW index before the load. Concurrent bucket runs coordinate through an advisory lock:
-    each holds it shared while loading, and whichever finishes last (gets it exclusively) builds the
-    index. Every run ends by building a missing index when no other loader is active, so a killed run
-    never leaves search without its index for longer than the next run.
+    owners' HNSW graphs of the table before the load: each would make every row written an insert into a
+    graph. Concurrent bucket runs coordinate through an advisory lock: each holds it shared while loading,
+    and whichever finishes last (gets it exclusively) builds the graphs of the owners over the exact-scan
+    cap. Every run ends that way when no other loader is active, so a killed run never leaves an owner
+    without her graph for longer than the next run, and an owner who grew past the cap gets hers.
     """
     source = INDEXED[source_name]
     model = embedder.model_name
@@ -293,7 +285,6 @@ def embed_buckets(
     whole = len(todo) == buckets
     result = BackfillResult(source=source_name, model=model)
     started = time.perf_counter()
-    index = _index_for(source)
     with _loader_lock(pool, source):
         with pool.connection() as conn:
             pending_table, total_table = count_pending(conn, source_name, model)
@@ -305,12 +296,12 @@ def embed_buckets(
         result.skipped = active - pending
         if defer_index is None:
             defer_index = total_table > 2000 and pending_table > total_table / 2
-        if defer_index and index and pending:
+        if defer_index and pending:
             with pool.connection() as conn:
-                conn.execute(f"DROP INDEX IF EXISTS {index}")
-                drop_owner_indexes(conn, source.table)
-            log.info("%s: HNSW index %s dropped for the load (%s of %s rows pending)",
-                     source_name, index, pending_table, total_table)
+                dropped = drop_owner_indexes(conn, source.table)
+            if dropped:
+                log.info("%s: %s owner HNSW indexes dropped for the load (%s of %s rows pending)",
+                         source_name, len(dropped), pending_table, total_table)
         # A whole table loads in LOADERS parallel keyset passes (each over one hash part: one embeds while
         # the other's batch is written); hash buckets load one after the other (Dagster runs them in parallel).
         parts = [(k, LOADERS) for k in range(LOADERS)] if whole else [(b, buckets) for b in todo]
@@ -327,7 +318,7 @@ def embed_buckets(
             result.failed += part.failed
             result.batches += part.batches
             result.errors.extend(part.errors)
-    result.index_rebuilt = _rebuild_if_last(pool, source, embedder.dimension)
+    result.indexes_built = _index_if_last(pool, source, embedder.dimension)
     with pool.connection() as conn:
         if whole:
             result.pending_after = count_pending(conn, source_name, model)[0]

@@ -175,13 +175,15 @@ PAGES_PER_WALK, MAX_WALKS, WALK_EF = 800, 400, 400
 WALK_BUFFER_SHARE = 0.5
 _OPERATORS = {"vector_cosine_ops": "<=>", "vector_l2_ops": "<->", "vector_ip_ops": "<#>", "vector_l1_ops": "<+>"}
 _GRAPH_SQL = """
-SELECT n.nspname::text, t.relname::text, a.attname::text, o.opcname::text, t.reltuples, t.relpages
+SELECT n.nspname::text, t.relname::text, a.attname::text, o.opcname::text, ic.reltuples, t.relpages,
+       pg_get_expr(i.indpred, i.indrelid)
 FROM pg_index i
 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
 JOIN pg_opclass o ON o.oid = i.indclass[0]
 JOIN pg_class t ON t.oid = i.indrelid
+JOIN pg_class ic ON ic.oid = i.indexrelid
 JOIN pg_namespace n ON n.oid = t.relnamespace
-WHERE i.indexrelid = %s::regclass AND i.indpred IS NULL AND i.indexprs IS NULL
+WHERE i.indexrelid = %s::regclass AND i.indexprs IS NULL
 """
 
 
@@ -198,21 +200,26 @@ def sample_percent(walks: int, rows: float, pages: int) -> float:
 
 
 def walk_graphs(conn: psycopg.Connection, graphs: list[Relation]) -> int:
-    """Search each of `graphs` (plain, whole-table vector indexes; partial and expression ones are left) with
-    `walks_for` of its own rows' vectors, results discarded, so its pages sit in PostgreSQL's buffers; within
-    WALK_BUFFER_SHARE of them. Returns how many graphs were walked."""
+    """Search each of `graphs` (vector indexes on a column: whole-table or partial, such as an owner's graph;
+    expression ones are left) with `walks_for` of its own rows' vectors, results discarded, so its pages sit
+    in PostgreSQL's buffers; within WALK_BUFFER_SHARE of them. Returns how many graphs were walked."""
     buffers = conn.execute("SELECT setting::bigint * 8192 FROM pg_settings WHERE name = 'shared_buffers'")
     left, walked = int(buffers.fetchone()[0] * WALK_BUFFER_SHARE), 0
     for graph in graphs:
         row = conn.execute(_GRAPH_SQL, (graph.name,)).fetchone()
         if row is None or row[3] not in _OPERATORS or graph.size > left:
             continue
-        schema, table, column, opclass, rows, pages = row
+        schema, table, column, opclass, rows, pages, predicate = row
         walks = walks_for(graph.size)
+        # a partial graph (an owner's) is walked from its own rows, with its predicate (the catalog's text of it)
+        # in the search so the planner takes it; `rows` is the index's, so the sample holds enough of them
+        where = sql.SQL(predicate or "true")
         query = sql.SQL(
             "SELECT count(*) FROM (SELECT {col} AS v FROM {table} TABLESAMPLE SYSTEM (%s) WHERE {col} IS NOT NULL"
-            " LIMIT %s) s CROSS JOIN LATERAL (SELECT 1 FROM {table} t ORDER BY t.{col} {op} s.v LIMIT 1) x"
-        ).format(col=sql.Identifier(column), table=sql.Identifier(schema, table), op=sql.SQL(_OPERATORS[opclass]))
+            " AND {where} LIMIT %s) s"
+            " CROSS JOIN LATERAL (SELECT 1 FROM {table} t WHERE {where} ORDER BY t.{col} {op} s.v LIMIT 1) x"
+        ).format(col=sql.Identifier(column), table=sql.Identifier(schema, table), op=sql.SQL(_OPERATORS[opclass]),
+                 where=where)
         with conn.transaction():
             # a small table's search may be planned as a scan (of the table or another index) and a sort,
             # which leaves the graph unread: only the graph's ordered scan is left to the planner

@@ -85,5 +85,6 @@ def keyword_term_count(conn: psycopg.Connection, source_name: str) -> int:
 
 
 def vector_index_names(conn: psycopg.Connection) -> set[str]:
-    """The HNSW indexes that exist (by our naming: `*_hnsw`)."""
-    return {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE indexname LIKE %s", ("%\\_hnsw",))}
+    """The HNSW indexes that exist, table-wide and owners' alike."""
+    return {r[0] for r in conn.execute(
+        "SELECT c.relname::text FROM pg_class c JOIN pg_am am ON am.oid = c.relam WHERE am.amname = 'hnsw'")}

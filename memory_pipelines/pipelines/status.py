@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..index.owner_indexes import existing_owner_indexes, owner_index_tables
+from ..index.owner_indexes import existing_owner_indexes, missing_owner_indexes, owner_index_tables
 from ..index.vectors import count_pending
 from ..infra.db import describe_url, embedded_pgdata, pgvector_version
 from ..infra.migrate import missing_vector_indexes, stored_dimension
@@ -40,6 +40,8 @@ def collect_status(rt: Runtime) -> dict[str, Any]:
             "database_dimension": stored[0] if stored else None,
             "migrations": [r[0] for r in conn.execute("SELECT name FROM schema_migrations ORDER BY version")],
             "missing_indexes": missing_vector_indexes(conn),
+            # owners over the exact-scan cap whose graph is missing: name -> [table, owner, embedded rows]
+            "missing_owner_indexes": {name: list(v) for name, v in missing_owner_indexes(conn).items()},
             "owner_indexes": {},
             "embedded_sources": {},
             "tables": {},
@@ -75,6 +77,9 @@ def format_status(info: dict[str, Any]) -> str:
     ]
     problems = [f"HNSW index {name} is missing (search scans exactly, slowly). Fix: memory-pipelines migrate"
                 f" (or embed)" for name in info["missing_indexes"]]
+    problems += [f"HNSW index {name} is missing: owner {owner!r} holds {rows:,} embedded rows of {table} and her "
+                 "searches scan them exactly, slowly. Fix: memory-pipelines migrate (or embed)"
+                 for name, (table, owner, rows) in info["missing_owner_indexes"].items()]
     problems += [f"{c['invalid']} owner HNSW index(es) on {table} are invalid (a build was interrupted). Fix: "
                  "memory-pipelines migrate" for table, c in info["owner_indexes"].items() if c["invalid"]]
     lines[3:3] = [f"PROBLEM    {p}" for p in problems]

@@ -2,8 +2,8 @@
 
 Every query is scoped to one owner, and every filter (sources, memory types, project, time range,
 as-of time) is applied inside the SQL, before the limit. Vector search chooses its plan by how many
-rows the filters leave: an exact scan when few (an HNSW scan would discard most of what it finds), the
-HNSW index with a wider candidate list — or pgvector 0.8's iterative scan — when many.
+rows the filters leave: an exact scan when few, the owner's own HNSW graph when many (with a candidate
+list widened for the filters beyond the owner, and pgvector 0.8's iterative scan).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from .turns import weighed
 log = logging.getLogger(__name__)
 
 PLANS: Counter[str] = Counter()
-"""Vector scans of this process by plan (exact, hnsw, hnsw-iterative, empty, exact-fallback): the benches
+"""Vector scans of this process by plan (exact, hnsw-owner, exact-unindexed, empty, exact-fallback): the benches
 report how often an index scan came back short and was answered exactly."""
 
 # Hybrid search reads this many candidates per channel and source; and how each channel's score maps to
@@ -242,14 +242,16 @@ def _plan_vector_scan(
     conn: psycopg.Connection, source: str, clauses: list[str], params: dict, k: int, f: SearchFilters,
     answer: bool = False,
 ) -> str:
-    """Choose an exact or an index scan for this filtered set; set the knobs for it (transaction-local).
+    """Choose an exact scan or the owner's own HNSW graph for this filtered set; set the knobs for it
+    (transaction-local).
 
     The owner's rows are counted first (an index-only count, stopped at the cap); only when extra
     filters are present is the filtered set counted. Up to EXACT_SCAN_MAX_ROWS rows an exact scan is
-    cheap and exact. Above it the HNSW candidate list grows with 1 / selectivity, the selectivity taken
-    from the planner's estimate of the filtered set (never below the cap, which the count has shown is
-    exceeded). Should the estimate be too high and the index scan come back short, the caller re-runs
-    the query as an exact scan (`_semantic_source`).
+    cheap and exact. Above it the owner searches her own graph (index/owner_indexes.py), its candidate list
+    growing with 1 / the share of her rows the filters pass (the planner's estimate, never below the cap,
+    which the count has shown is exceeded). Should the estimate be too high and the index scan come back
+    short, the caller re-runs the query as an exact scan (`_semantic_source`). An owner over the cap whose
+    graph is not built yet is scanned exactly ("exact-unindexed"): right, and slower, until it is.
     """
     src = SOURCES[source]
     table = "fragments" if src.chunked else src.table
@@ -266,28 +268,37 @@ def _plan_vector_scan(
     if filtered <= cap:
         conn.execute("SET LOCAL enable_indexscan = off")
         return "exact"
-    own = _has_owner_index(conn, table, params["owner"])
-    key = (*server_key(conn), table, params["owner"], cap, k, answer, own)
+    if not _has_owner_index(conn, table, params["owner"]):
+        _warn_unindexed(table, params["owner"])
+        conn.execute("SET LOCAL enable_indexscan = off")
+        return "exact-unindexed"
+    key = (*server_key(conn), table, params["owner"], cap, k, answer)
     ef = None if filters_beyond_owner else _index_lists.get(key)
     if ef is None:
         estimate = max(float(cap + 1), _estimate_rows(conn, joined, clauses, params))
-        if own:  # her own graph: her rows, of which the filters pass some
-            rows = estimate
-            if filters_beyond_owner:
-                rows = max(estimate, _estimate_rows(conn, f"{table} t", ["t.owner_id = %(owner)s"], params))
-        else:
-            total = conn.execute("SELECT greatest(reltuples, 1) FROM pg_class WHERE relname = %s", (table,))
-            rows = float(total.fetchone()[0])
+        rows = estimate  # her own graph: her rows, of which the filters pass some
+        if filters_beyond_owner:
+            rows = max(estimate, _estimate_rows(conn, f"{table} t", ["t.owner_id = %(owner)s"], params))
         ef = hnsw_ef(k, min(1.0, estimate / max(rows, 1.0)), rows, answer=answer)
         if not filters_beyond_owner:
             _index_lists.put(key, ef, OVER_CAP_SECONDS)
-    iterative = pgvector_version(conn) >= (0, 8)
     settings = "set_config('hnsw.ef_search', %s, true)"
-    if iterative:
+    if pgvector_version(conn) >= (0, 8):  # a filter on her graph can still leave the list short
         settings += ", set_config('hnsw.iterative_scan', 'relaxed_order', true)"
     conn.execute(f"SELECT {settings}", (str(ef),))  # one round trip for both (transaction-local, as SET LOCAL)
-    kind = "hnsw-owner" if own else "hnsw-iterative" if iterative else "hnsw"
-    return f"{kind}(ef={ef})"
+    return f"hnsw-owner(ef={ef})"
+
+
+_unindexed_warned: set[tuple[str, str]] = set()
+
+
+def _warn_unindexed(table: str, owner: str) -> None:
+    """Say once per process that an owner over the cap has no graph of her own yet."""
+    if (table, owner) not in _unindexed_warned:
+        _unindexed_warned.add((table, owner))
+        log.warning("owner %r holds over %s embedded rows of %s and has no HNSW index of her own yet: her vector "
+                    "searches scan exactly until `embed`, `migrate` or the vector_indexes asset builds it",
+                    owner, EXACT_SCAN_MAX_ROWS, table)
 
 
 def _semantic_source(
@@ -327,7 +338,7 @@ def _semantic_source(
         rows = conn.execute(sql, params, binary=True).fetchall()
         found = rows[0][-1] if src.chunked and rows else len(rows)
         PLANS[plan.split("(")[0]] += 1
-        if plan != "exact" and found < wanted:
+        if plan.startswith("hnsw") and found < wanted:
             # The index scan came back short: fewer candidates passed the filters than the estimate
             # promised. Rare (stale statistics); answer exactly rather than return too few.
             PLANS["exact-fallback"] += 1
