@@ -166,3 +166,21 @@ def test_a_bulk_load_that_defers_the_tables_index_defers_the_owners_and_rebuilds
     with psycopg.connect(db_url, autocommit=True) as conn:
         assert existing_owner_indexes(conn, "tasks") == {ALICE: True, BOB: True}
         assert conn.execute("SELECT %s::regclass::oid", (ALICE,)).fetchone()[0] != before  # built anew
+
+
+def test_a_live_pass_looks_only_at_the_owners_it_wrote(pool, fake_embedder, db_url, monkeypatch):
+    """A server's background pass (`live`) counts only the owners whose rows it embedded, each up to the cap (a
+    batch sync counts every owner of the table): alice crosses the cap with it and gets her graph at once; bob,
+    who shrank under the cap meanwhile, keeps his until a batch sync drops it."""
+    _small_caps(monkeypatch)
+    _load(pool, fake_embedder, {"alice": 15, "bob": 40})
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        assert existing_owner_indexes(conn, "tasks") == {BOB: True}
+        conn.execute("DELETE FROM tasks WHERE id IN (SELECT id FROM tasks WHERE owner_id = 'bob' LIMIT 30)")
+        for i in range(10):
+            add_task(conn, "alice", f"alice late note {i}", "written while the server runs")
+    result = embed_source(pool, fake_embedder, "task", defer_index=False, live=True)
+    assert result.embedded == 10 and result.owners == {"alice"} and result.indexes_built == [ALICE]
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        assert existing_owner_indexes(conn, "tasks") == {ALICE: True, BOB: True}
+        assert sync_owner_indexes(conn, fake_embedder.dimension).dropped == [BOB]  # the batch sync

@@ -97,11 +97,15 @@ class OwnerIndexSync:
     busy: list[str] = field(default_factory=list)  # tables left alone: a bulk load of theirs is in progress
 
 
-def sync_owner_indexes(conn: psycopg.Connection, dimension: int, tables: list[str] | None = None) -> OwnerIndexSync:
+def sync_owner_indexes(
+    conn: psycopg.Connection, dimension: int, tables: list[str] | None = None, owners: list[str] | None = None
+) -> OwnerIndexSync:
     """Build the owner indexes that qualify and are missing (or invalid); drop those that no longer qualify; on
-    every owner-scoped table, or on `tables`. A table a bulk load is writing (it holds the table's loader lock,
-    shared) is left alone: that load syncs it when done. CREATE INDEX CONCURRENTLY runs outside a transaction:
-    an open one of `conn` is committed first, and `conn` is in autocommit mode meanwhile."""
+    every owner-scoped table, or on `tables`. With `owners`, only theirs are looked at and built (a few indexed
+    lookups and capped counts instead of counting every owner's rows; none is dropped). A table a bulk load is
+    writing (it holds the table's loader lock, shared) is left alone: that load syncs it when done. CREATE INDEX
+    CONCURRENTLY runs outside a transaction: an open one of `conn` is committed first, and `conn` is in
+    autocommit mode meanwhile."""
     restore = not conn.autocommit
     if restore:
         conn.commit()
@@ -110,7 +114,7 @@ def sync_owner_indexes(conn: psycopg.Connection, dimension: int, tables: list[st
         done = OwnerIndexSync()
         for table, column in owner_index_tables():
             if tables is None or table in tables:
-                _sync_table(conn, table, column, dimension, done)
+                _sync_table(conn, table, column, dimension, done, owners)
         return done
     finally:
         if restore:
@@ -122,21 +126,53 @@ def loader_lock_key(table: str) -> tuple[int, int]:
     return LOCK_INDEX, next(i for i, (t, _c, _x) in enumerate(VECTOR_COLUMNS) if t == table)
 
 
-def _sync_table(conn: psycopg.Connection, table: str, column: str, dimension: int, done: OwnerIndexSync) -> None:
+def _sync_table(
+    conn: psycopg.Connection, table: str, column: str, dimension: int, done: OwnerIndexSync, owners: list[str] | None
+) -> None:
     key = loader_lock_key(table)
     if not conn.execute("SELECT pg_try_advisory_lock(%s, %s)", key).fetchone()[0]:
         done.busy.append(table)
         return
     try:
-        _sync_locked(conn, table, column, dimension, done)
+        _sync_locked(conn, table, column, dimension, done, owners)
     finally:
         conn.execute("SELECT pg_advisory_unlock(%s, %s)", key)
 
 
-def _sync_locked(conn: psycopg.Connection, table: str, column: str, dimension: int, done: OwnerIndexSync) -> None:
-    wanted = {owner_index_name(table, owner): (owner, n) for owner, n in wanted_owners(conn, table, column).items()}
+def _owners_over_cap(conn: psycopg.Connection, table: str, column: str, owners: list[str],
+                     existing: dict[str, bool]) -> dict[str, int]:
+    """Of `owners`, those without a valid index of their own who hold over the cap: each counted by her own
+    rows, up to one past the cap (and wholly when past it)."""
+    found = {}
+    for owner in owners:
+        if existing.get(owner_index_name(table, owner)):
+            continue
+        n = conn.execute(
+            sql.SQL("SELECT count(*) FROM (SELECT 1 FROM {t} WHERE owner_id = %s AND {c} IS NOT NULL LIMIT %s) s")
+            .format(t=sql.Identifier(table), c=sql.Identifier(column)), (owner, EXACT_SCAN_MAX_ROWS + 1),
+        ).fetchone()[0]
+        if n > EXACT_SCAN_MAX_ROWS:  # her graph is built next: its memory is sized by her whole count
+            found[owner] = int(conn.execute(
+                sql.SQL("SELECT count(*) FROM {t} WHERE owner_id = %s AND {c} IS NOT NULL")
+                .format(t=sql.Identifier(table), c=sql.Identifier(column)), (owner,)).fetchone()[0])
+    return found
+
+
+def _sync_locked(
+    conn: psycopg.Connection, table: str, column: str, dimension: int, done: OwnerIndexSync, owners: list[str] | None
+) -> None:
     existing = existing_owner_indexes(conn, table)
+    if owners is None:
+        qualified = wanted_owners(conn, table, column)
+    else:  # only these owners: the others' indexes are neither built nor dropped
+        qualified = _owners_over_cap(conn, table, column, owners, existing)
+        mine = {owner_index_name(table, o) for o in owners}
+        existing = {name: valid for name, valid in existing.items() if name in mine}
+    wanted = {owner_index_name(table, owner): (owner, n) for owner, n in qualified.items()}
     for name, valid in existing.items():
+        if owners is not None and valid:
+            done.kept += 1  # hers, and in place
+            continue
         if name not in wanted or not valid:
             conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(name)))
             if name not in wanted:

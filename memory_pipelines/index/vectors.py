@@ -45,6 +45,7 @@ class BackfillResult:
     indexes_built: list[str] = field(default_factory=list)  # owners' graphs built when the load was done
     skipped: int = 0  # active rows that already had a current embedding
     pending_after: int = 0  # rows of the covered buckets still needing an embedding at the end
+    owners: set[str] = field(default_factory=set)  # owners of the rows embedded
 
     @property
     def rows_per_second(self) -> float:
@@ -65,7 +66,7 @@ NEEDS_EMBEDDING = (
 def _pending_sql(source: IndexedText, bucketed: bool) -> str:
     bucket = f" AND {bucket_sql()} = %(bucket)s" if bucketed else ""
     return (
-        f"SELECT t.id::text, {source.text_sql}, t.content_hash FROM {source.from_sql}"
+        f"SELECT t.id::text, {source.text_sql}, t.content_hash, t.owner_id FROM {source.from_sql}"
         f" WHERE {source.active_sql}"
         f" AND ({NEEDS_EMBEDDING})"
         f" AND (%(after)s::text IS NULL OR t.id > %(after)s::{source.id_type}){bucket}"
@@ -107,7 +108,7 @@ def _write_batch(
     with conn.cursor() as cur:
         with cur.copy("COPY embed_staging (id, embedding, hash) FROM STDIN WITH (FORMAT BINARY)") as copy:
             copy.set_types(["text", "vector", "text"])
-            for (item_id, _text, content_hash), vec in zip(rows, vectors, strict=True):
+            for (item_id, _text, content_hash, _owner), vec in zip(rows, vectors, strict=True):
                 copy.write_row((item_id, vec, content_hash))
         cur.execute(
             f"UPDATE {source.table} t SET embedding = s.embedding, embedding_model = %(model)s,"
@@ -154,17 +155,18 @@ def embed_source(
     defer_index: bool | None = None,
     max_consecutive_failures: int = 3,
     progress: ProgressFn | None = None,
+    live: bool = False,
 ) -> BackfillResult:
     """Embed every pending row of one source, then build the owners' graphs that are missing.
 
     `defer_index` drops the owners' graphs of the table before the load and builds them after; by default it
     does so when more than half of a table of over 2,000 rows needs embedding. The load holds the
     source's loader lock (shared), like the bucketed loads; whichever loader ends last builds the missing
-    graphs, so a load killed after the drop is healed by the next run of any loader.
+    graphs, so a load killed after the drop is healed by the next run of any loader. `live`: see `embed_buckets`.
     """
     return embed_buckets(pool, embedder, source_name, range(BUCKETS), BUCKETS, batch_size=batch_size,
                          defer_index=defer_index, max_consecutive_failures=max_consecutive_failures,
-                         progress=progress)
+                         progress=progress, live=live)
 
 
 def _load(
@@ -211,6 +213,7 @@ def _load(
             consecutive_failures = 0
             with pool.connection() as conn:
                 result.embedded += _write_batch(conn, source, rows, vectors, model)
+                result.owners.update(r[3] for r in rows)
                 if source_name == "fragment":
                     finish_memories(conn, model)
             result.batches += 1
@@ -251,11 +254,12 @@ def _loader_lock(pool: ConnectionPool, source: IndexedText) -> Iterator[psycopg.
             conn.commit()
 
 
-def _index_if_last(pool: ConnectionPool, source: IndexedText, dimension: int) -> list[str]:
-    """Build the owners' missing graphs of the table unless another loader still holds its shared lock (then
-    that one builds them when done); the names built."""
+def _index_if_last(pool: ConnectionPool, source: IndexedText, dimension: int, owners: set[str] | None) -> list[str]:
+    """Build the owners' missing graphs of the table (of `owners` only, when given) unless another loader still
+    holds its shared lock (then that one builds them when done); the names built."""
     with pool.connection() as conn:
-        return sync_owner_indexes(conn, dimension, tables=[source.table]).built
+        return sync_owner_indexes(conn, dimension, tables=[source.table],
+                                  owners=sorted(owners) if owners is not None else None).built
 
 
 def embed_buckets(
@@ -269,6 +273,7 @@ def embed_buckets(
     defer_index: bool | None = None,
     max_consecutive_failures: int = 3,
     progress: ProgressFn | None = None,
+    live: bool = False,
 ) -> BackfillResult:
     """Embed the pending rows of some hash buckets of one source (all of them: one keyset pass).
 
@@ -318,7 +323,11 @@ def embed_buckets(
             result.failed += part.failed
             result.batches += part.batches
             result.errors.extend(part.errors)
-    result.indexes_built = _index_if_last(pool, source, embedder.dimension)
+            result.owners |= part.owners
+    # A live server's background pass (`live`, a few rows at a time) looks only at the owners it wrote: whether
+    # one crossed the cap. A batch load syncs the whole table (one count of every owner's rows): it also heals
+    # what a killed load left and drops the graphs of owners who shrank.
+    result.indexes_built = _index_if_last(pool, source, embedder.dimension, result.owners if live else None)
     with pool.connection() as conn:
         if whole:
             result.pending_after = count_pending(conn, source_name, model)[0]

@@ -120,7 +120,8 @@ def finish_deferred(
     Memories whose fragments still cannot be embedded stay pending for the next run. `defer_index` as in
     `embed_source` (a live server passes False: its searches keep the HNSW index).
     """
-    backfill = embed_source(pool, embedder, "fragment", defer_index=defer_index)
+    # a live server (defer_index False) syncs only the graphs of the owners it wrote; a batch run the table's
+    backfill = embed_source(pool, embedder, "fragment", defer_index=defer_index, live=defer_index is False)
     with pool.connection() as conn:
         finish_memories(conn, embedder.model_name)
     outcomes = [
