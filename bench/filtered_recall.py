@@ -2,12 +2,13 @@
 
 100k fake-embedded learnings of one owner (100 %) and 100k tasks split 10 % / 1 % / 0.1 % / rest among
 four owners. For each selectivity, 50 queries: the project's `search` (semantic mode: an owner over the
-exact-scan cap searches her own HNSW graph, a smaller one is scanned exactly) and a plain `ORDER BY embedding
-<=> q LIMIT 10` with the same owner filter on a plain pgvector table (the baseline: a copy of the same rows
-under one whole-table HNSW index, pgvector defaults), both compared with an exact scan: recall@10 is the share of the exact ten found; `_ties` also counts a
-result within 0.001 cosine distance of the exact tenth (ann-benchmarks' k-nn recall), since the vectors'
-10th and 11th neighbours are often 0.0003 apart. Vectors have the bundled model's geometry
-(`fit_geometry.py`; BENCH_GEOMETRY=isotropic for the earlier one). Prints one JSON object on its last line.
+exact-scan cap searches her own HNSW graph, a smaller one is scanned exactly) and a plain `ORDER BY
+embedding <=> q LIMIT 10` with the same owner filter on a plain pgvector table (the baseline: a copy of the
+same rows under one whole-table HNSW index, pgvector defaults), both compared with an exact scan: recall@10
+is the share of the exact ten found; `_ties` also counts a result within 0.001 cosine distance of the exact
+tenth (ann-benchmarks' k-nn recall), since the vectors' 10th and 11th neighbours are often 0.0003 apart.
+Vectors have the bundled model's geometry (`fit_geometry.py`; BENCH_GEOMETRY=isotropic for the earlier one).
+Prints one JSON object on its last line.
 
     python bench/filtered_recall.py [--rows 100000] [--queries 50]
 """
