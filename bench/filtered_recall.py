@@ -75,9 +75,13 @@ def plain_copy(url: str, table: str, rows: int) -> float:
     return time.perf_counter() - t
 
 
-def plain_owner_index(conn, table: str) -> None:
-    """The plain copy's btree on the owner: a small owner's rows are read by it and sorted (as on any table)."""
-    conn.execute(f"CREATE INDEX IF NOT EXISTS {table}_plain_owner ON {table}_plain (owner_id)")
+def plain_owner_index(conn, table: str) -> bool:
+    """The plain copy's btree on the owner (a small owner's rows are read by it and sorted, as on any table);
+    True when it was missing and is built now."""
+    if conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"{table}_plain_owner",)).fetchone()[0]:
+        return False
+    conn.execute(f"CREATE INDEX {table}_plain_owner ON {table}_plain (owner_id)")
+    return True
 
 
 def recalls(truth: list[tuple[str, float]], got: list[tuple[str, float]]) -> tuple[float, float]:
@@ -153,10 +157,10 @@ def main() -> None:
                 graphs = {t: len(existing_owner_indexes(conn, t)) for t in ("learnings", "tasks")}
             loads = {"loads": LOADS[-2:], "owner_graphs": graphs, "plain_copies": copies}
             record_loaded(url, "filtered_recall", loads)
-        with connect(url, autocommit=True) as conn:  # (a copy kept from a run before it had one)
+        with connect(url, autocommit=True) as conn:  # a copy kept from a run before it had its owner btree
             for table in ("learnings", "tasks"):
-                plain_owner_index(conn, table)
-                conn.execute(f"ANALYZE {table}_plain")
+                if plain_owner_index(conn, table):
+                    conn.execute(f"ANALYZE {table}_plain")
         embedder = FakeEmbedder(384)
         pool = get_pool(url)
         size = database_size(url)

@@ -158,25 +158,28 @@ def _owners_over_cap(conn: psycopg.Connection, table: str, column: str, owners: 
     return found
 
 
+def _named(table: str, owners: dict[str, int]) -> dict[str, tuple[str, int]]:
+    """index name -> (owner, embedded rows)."""
+    return {owner_index_name(table, owner): (owner, n) for owner, n in owners.items()}
+
+
 def _sync_locked(
     conn: psycopg.Connection, table: str, column: str, dimension: int, done: OwnerIndexSync, owners: list[str] | None
 ) -> None:
     existing = existing_owner_indexes(conn, table)
-    if owners is None:
-        qualified = wanted_owners(conn, table, column)
-    else:  # only these owners: the others' indexes are neither built nor dropped
-        qualified = _owners_over_cap(conn, table, column, owners, existing)
+    if owners is None:  # every owner: drop invalid indexes and those of owners who no longer qualify
+        wanted = _named(table, wanted_owners(conn, table, column))
+        stale = [name for name, valid in existing.items() if not valid or name not in wanted]
+    else:  # only these owners (a valid index of theirs is kept uncounted); nobody else's index is touched
+        wanted = _named(table, _owners_over_cap(conn, table, column, owners, existing))
         mine = {owner_index_name(table, o) for o in owners}
-        existing = {name: valid for name, valid in existing.items() if name in mine}
-    wanted = {owner_index_name(table, owner): (owner, n) for owner, n in qualified.items()}
-    for name, valid in existing.items():
-        if owners is not None and valid:
-            done.kept += 1  # hers, and in place
-            continue
-        if name not in wanted or not valid:
-            conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(name)))
-            if name not in wanted:
-                done.dropped.append(name)
+        stale = [name for name in mine if existing.get(name) is False]
+        done.kept += sum(1 for name in mine if existing.get(name))
+    for name in stale:
+        conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(name)))
+        existing.pop(name)
+        if name not in wanted:
+            done.dropped.append(name)
     for name, (owner, rows) in wanted.items():
         if existing.get(name):
             done.kept += 1

@@ -111,17 +111,17 @@ def finish_deferred(
     llm: ChatLLM | None,
     *,
     conflict_threshold: float | None = None,
-    defer_index: bool | None = None,
+    live: bool = False,
 ) -> dict[str, Any]:
     """Embed pending fragments, then arbitrate every memory whose arbitration was deferred.
 
     A deferred memory that duplicates an existing one is deactivated (SKIP, `duplicate_of` in its
     metadata) or folded into it (REPLACE: the old text becomes a version, `merged_into` in metadata).
-    Memories whose fragments still cannot be embedded stay pending for the next run. `defer_index` as in
-    `embed_source` (a live server passes False: its searches keep the HNSW index).
+    Memories whose fragments still cannot be embedded stay pending for the next run. `live` (a server's
+    background pass): the owners' graphs are never dropped for the load (searches keep them), and only the
+    owners it wrote are looked at afterwards (`embed_buckets`).
     """
-    # a live server (defer_index False) syncs only the graphs of the owners it wrote; a batch run the table's
-    backfill = embed_source(pool, embedder, "fragment", defer_index=defer_index, live=defer_index is False)
+    backfill = embed_source(pool, embedder, "fragment", defer_index=False if live else None, live=live)
     with pool.connection() as conn:
         finish_memories(conn, embedder.model_name)
     outcomes = [

@@ -82,7 +82,7 @@ class EmbedWorker:
         started = time.perf_counter()
         try:
             m = self.memory
-            out = finish_deferred(m.pool, m.embedder, m.llm, defer_index=False)
+            out = finish_deferred(m.pool, m.embedder, m.llm, live=True)
         except Exception:  # the database restarting, the provider failing: retried later, nothing lost
             log.exception("background embedding failed; retried in %.0f s", self.retry_seconds)
             return True
