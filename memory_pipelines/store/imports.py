@@ -120,7 +120,8 @@ class ImportReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {"path": self.path, "format": self.format, "rows": self.rows, "valid": self.valid,
-                "valid_by_source": self.valid_by_source, "rejected": len(self.rejects), "written": self.written, "dry_run": self.dry_run,
+                "valid_by_source": self.valid_by_source, "rejected": len(self.rejects), "written": self.written,
+                "dry_run": self.dry_run,
                 "stopped": self.stopped, "totals": self.totals, "counts": self.counts,
                 "rejects": [r.as_dict() for r in self.rejects],
                 "read_seconds": round(self.read_seconds, 3), "write_seconds": round(self.write_seconds, 3)}
