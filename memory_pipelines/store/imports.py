@@ -471,7 +471,7 @@ def _write_memory_rows(pool: ConnectionPool, embedder: Any, llm: ChatLLM | None,
 
 
 def import_rows(
-    pool: ConnectionPool,
+    pool: ConnectionPool | None,
     rows: Iterable[tuple[int, Mapping[str, Any] | Reject]],
     report: ImportReport,
     *,
@@ -486,7 +486,8 @@ def import_rows(
     bar: Callable[[int, str], Any] | None = None,
 ) -> ImportReport:
     """Check every (line, row), then write the good ones unless a row was rejected (and not `skip_invalid`) or
-    `dry_run`; fills and returns `report`. `embedder` is needed only for memory rows."""
+    `dry_run`; fills and returns `report`. `pool` may be None for a dry run; `embedder` is needed for memory
+    rows only."""
     if source is not None and source not in IMPORT_SOURCES:
         raise ValidationError("source", f"must be one of {list(IMPORT_SOURCES)}, got {source!r}")
     if owner is not None:
@@ -515,6 +516,8 @@ def import_rows(
         report.valid_by_source[row.source] = report.valid_by_source.get(row.source, 0) + 1
     if dry_run or (report.rejects and not skip_invalid):
         return report
+    if pool is None:
+        raise UserError("an import that writes needs the database pool")
     if any(r.source == "memory" for r in good) and embedder is None:
         raise UserError("memory rows need the embedder (its model decides the conflict threshold): pass embedder")
     started = time.perf_counter()
@@ -547,7 +550,7 @@ class _progress:
 
 
 def import_file(
-    pool: ConnectionPool,
+    pool: ConnectionPool | None,
     path: str | Path,
     *,
     embedder: Any = None,
