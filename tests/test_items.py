@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from memory_pipelines.index.vectors import embed_pending_items
+from memory_pipelines.infra.errors import ValidationError
 from memory_pipelines.retrieval.search import search
 from memory_pipelines.store.items import ItemError, update_item, validate_item, write_items
 from memory_pipelines.vocabulary import (
@@ -322,3 +323,76 @@ def test_stored_keyword_statistics_follow_the_writes(pool):
         real = conn.execute("SELECT count(*), sum(doc_len) FROM keyword_docs WHERE owner_id = 'alice'"
                             " AND source = 'learning'").fetchone()
     assert (n, total) == tuple(real) and n == 34
+
+
+# -- the public face: Memory.write*, the worker, context with a task -------------------------------------------
+
+@pytest.fixture
+def memory(runtime):
+    from memory_pipelines import Memory
+    from memory_pipelines.pipelines.embed_worker import EmbedWorker
+
+    mem = Memory(runtime, llm=None)
+    mem.embed_worker = EmbedWorker(mem, nice=0)
+    yield mem
+    mem.embed_worker.stop()
+
+
+def test_memory_writes_are_embedded_by_the_worker_and_found_by_a_context_build(memory, pool):
+    ids = {}
+    for source, item in ONE.items():
+        out = memory.write("alice", source, item)
+        assert set(out) == {"id", "key", "action"} and out["action"] == "created"
+        ids[source] = out["id"]
+    assert memory.embed_worker.wait_idle(30)
+    assert memory.embed_worker.passes >= 1 and "embedded_items" in memory.embed_worker.last
+    for source in WORD:
+        assert _row(pool, source, ids[source])["embedding"] is not None, source
+    ctx = memory.context("alice", "marmalade timeouts in the pool", mode="debug")
+    assert ids["learning"] in [i.id for i in ctx.items]
+    assert "Ship the narwhal release" in ctx.profile
+    memory.update("alice", "learning", "L-1", {"active": False})
+    memory.update("alice", "goal", "G-1", {"active": False})
+    ctx = memory.context("alice", "marmalade timeouts in the pool", mode="debug")
+    assert ids["learning"] not in [i.id for i in ctx.items] and "narwhal" not in ctx.profile
+    with pytest.raises(ItemError) as caught:  # one item: the error names the field, no index
+        memory.write("alice", "task", {"title": ""})
+    assert (caught.value.field, caught.value.index) == ("title", None)
+    batch = memory.write_many("alice", "task", [{"title": "a", "key": "x"}, {"title": "b", "status": "nope"}][:1])
+    assert batch["counts"]["created"] == 1 and batch["results"][0]["index"] == 0
+
+
+def test_a_task_context_lifts_the_learnings_that_match_it(memory):
+    topics = ["canary releases", "rollback drills", "blue green switches", "artifact signing", "smoke checks",
+              "feature flags"]
+    memory.write_many("alice", "learning", [
+        {"key": f"gen-{i}", "title": f"Deploy pipelines need {topic}", "content": f"we learned about {topic}",
+         "task_type": "research", "category": "insight"} for i, topic in enumerate(topics)])
+    memory.write("alice", "learning", {"key": "match", "title": "Registry timeouts stall the image pulls",
+                                       "content": "seen in a deploy; cache the images", "task_type": "dev",
+                                       "failure_class": "REGISTRY_TIMEOUT", "trigger_event": "task_failed",
+                                       "category": "failure_pattern"})
+    memory.write("alice", "learning", {"key": "hidden", "title": "Warm the build cache before peak hours",
+                                       "content": "nothing in common with the query", "task_type": "dev",
+                                       "failure_class": "REGISTRY_TIMEOUT"})
+    assert memory.embed_worker.wait_idle(30)
+    task = {"task_type": "dev", "failure_class": "REGISTRY_TIMEOUT", "event_type": "task_failed"}
+    plain = memory.context("alice", "deploy pipelines", mode="debug", token_budget=2000)
+    tasked = memory.context("alice", "deploy pipelines", mode="debug", token_budget=2000, task=task)
+    match = memory.relevant_learnings("alice", **task, limit=2)
+    assert [m["title"] for m in match] == ["Registry timeouts stall the image pulls",
+                                           "Warm the build cache before peak hours"]
+    assert match[0]["breakdown"]["task_type"] == 10 and match[0]["breakdown"]["failure_class"] == 8
+    plain_ids = [i.id for i in plain.items]
+    tasked_ids = [i.id for i in tasked.items]
+    assert len(plain_ids) >= 4 and plain_ids[0] != match[0]["id"]
+    assert tasked_ids[0] == match[0]["id"]
+    assert match[1]["id"] in tasked_ids and match[1]["id"] not in plain_ids  # found by the task alone
+    if match[0]["id"] in plain_ids:
+        before = next(i.relevance for i in plain.items if i.id == match[0]["id"])
+        assert next(i.relevance for i in tasked.items if i.id == match[0]["id"]) > before
+    with pytest.raises(ValidationError) as caught:
+        memory.context("alice", "deploy", task={"task_type": "cooking"})
+    assert caught.value.field == "task.task_type"
+    with pytest.raises(ValidationError):
+        memory.relevant_learnings("alice", event_type="Not Snake")

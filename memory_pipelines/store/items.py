@@ -27,14 +27,12 @@ from psycopg_pool import ConnectionPool
 from ..index.keywords import index_rows, refresh_stats
 from ..infra.errors import NotFoundError, ValidationError, check_storable
 from ..infra.ids import is_uuid
-from ..retrieval.learnings import LearningQuery, structured_learnings
+from ..retrieval.learnings import structured_learnings, task_query
 from ..vocabulary import (
     INDEXED,
     LOCK_KEYWORD_STATS,
     MAX_ID,
     MIN_TS,
-    SNAKE_PATTERN,
-    TASK_TYPES,
     TS_FUTURE_SLACK,
     WRITABLE_SOURCES,
     WRITE_CONTRACTS,
@@ -480,13 +478,7 @@ def relevant_learnings(
     """The owner's learnings most relevant to a task (the learnings spec: task type 10, failure class 8, trigger
     event 6, category failure_pattern 4, freshness 3 / 2 / 1), best first, with each part of the score."""
     owner = validate_owner(owner)
-    if task_type is not None and task_type not in TASK_TYPES:
-        raise ValidationError("task_type", f"must be one of {list(TASK_TYPES)}, got {str(task_type)[:60]!r}")
-    if event_type is not None and (not isinstance(event_type, str) or not re.fullmatch(SNAKE_PATTERN, event_type)):
-        raise ValidationError("event_type", f"must match {SNAKE_PATTERN}")
-    if failure_class is not None and (not isinstance(failure_class, str) or not failure_class.strip()):
-        raise ValidationError("failure_class", "must be a non-empty string")
-    query = LearningQuery(task_type=task_type, failure_class=failure_class, event_type=event_type)
+    query = task_query({"task_type": task_type, "failure_class": failure_class, "event_type": event_type})
     return [
         {"id": s.id, "title": s.title, "content": s.content, "task_type": s.task_type,
          "failure_class": s.failure_class, "trigger_event": s.trigger_event, "category": s.category,
