@@ -72,3 +72,40 @@ def test_a_bad_file_is_one_clear_line_without_a_traceback(cli_env, tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "tasks.parquet: is not a Parquet file" in lines[0]
+
+
+def test_write_update_and_relevant_learnings(cli_env, pool, tmp_path, capsys, monkeypatch):
+    item = {"title": "Drain the node before the kernel upgrade", "task_type": "dev", "failure_class": "OOM",
+            "key": "drain"}
+    assert main(["write", "learning", "--owner", "alice", "--json", json.dumps(item)]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert first["action"] == "created" and first["key"] == "drain"
+
+    batch = tmp_path / "batch.json"
+    batch.write_text(json.dumps([{"title": "Ship the CLI", "key": "t1"}, {"title": "Ship the MCP tools"}]))
+    assert main(["write", "task", "--owner", "alice", "--file", str(batch)]) == 0
+    assert json.loads(capsys.readouterr().out)["counts"] == {"created": 2, "updated": 0, "unchanged": 0}
+
+    assert main(["update", "task", "t1", "--owner", "alice", "--json", '{"status": "completed"}']) == 0
+    assert json.loads(capsys.readouterr().out)["action"] == "updated"
+    with pool.connection() as conn:
+        assert conn.execute("SELECT status FROM tasks WHERE key = 't1'").fetchone()[0] == "completed"
+
+    assert main(["learnings-relevant", "--owner", "alice", "--task-type", "dev", "--failure-class", "OOM",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["learnings"][0]["id"] == first["id"]
+    assert main(["learnings-relevant", "--owner", "bob", "--task-type", "dev", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"learnings": []}
+
+    # Bad input: one line naming the field, nothing written.
+    assert main(["write", "goal", "--owner", "alice", "--json", '{"title": "Faster", "progress": 120}']) == 2
+    assert "progress" in capsys.readouterr().err
+    assert main(["write", "event", "--owner", "alice", "--json", "{not json"]) == 2
+    assert "--json: is not valid JSON" in capsys.readouterr().err
+    assert main(["update", "task", "t1", "--owner", "bob", "--json", '{"status": "failed"}']) == 2
+    assert "no task 't1'" in capsys.readouterr().err
+    assert main(["write", "task", "--owner", "alice", "--json", json.dumps([{"title": "a"}, {"title": ""}])]) == 2
+    assert "items[1].title" in capsys.readouterr().err
+    with pool.connection() as conn:
+        assert conn.execute("SELECT count(*) FROM goals").fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM tasks").fetchone()[0] == 2
