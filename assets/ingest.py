@@ -33,7 +33,7 @@ from memory_pipelines.pipelines.main_job import RANGE_TAGS
 from memory_pipelines.pipelines.source_sync import config_path, load_syncs, parse_bound, sync
 from memory_pipelines.store.imports import ImportFileError, import_file
 
-from .embeddings import embedding_assets, memory_vectors, vector_indexes
+from .embeddings import DB_WRITE_POOL, embedding_assets, memory_vectors, vector_indexes
 from .keywords import keyword_assets
 from .resources import RESOURCES, MemoryResource
 
@@ -56,6 +56,7 @@ def _rejects_metadata(rejects: list) -> dg.MetadataValue:
     group_name=INGEST_GROUP,
     partitions_def=inbox_files,
     kinds={"file", "postgres"},
+    pool=DB_WRITE_POOL,
     description="A file dropped into MEMORY_PIPELINES_HOME/inbox/ (JSON Lines, CSV or Parquet; in inbox/<owner>/ "
                 "for that owner; named after its source, or with a source column), imported once: every row "
                 "checked, then written by key (original times kept), keyword-indexed at once; then moved to "
@@ -143,6 +144,7 @@ class SyncConfig(dg.Config):
 @dg.asset(
     group_name=INGEST_GROUP,
     kinds={"postgres"},
+    pool=DB_WRITE_POOL,
     description="Rows of a team's own PostgreSQL tables (MEMORY_PIPELINES_HOME/sync.yaml: a URL, a table and a "
                 "field-to-column mapping per sync) written as tasks, learnings, capabilities, goals or events: what "
                 "is new since the watermark stored in our database, or with since/until exactly that range.",

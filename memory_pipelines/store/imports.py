@@ -133,6 +133,7 @@ class _Row:
     source: str
     owner: str
     item: dict[str, Any]  # what write_items takes, or a memory's fields
+    checked: dict[str, Any] | None = None  # the item as validate_item returned it (not for memories)
 
 
 # --- reading -------------------------------------------------------------------------------------------------
@@ -364,23 +365,21 @@ def prepare_row(raw: Mapping[str, Any], *, source: str | None, owner: str | None
         validate_input(who, raw.get("content"), raw.get("content_type"), raw.get("project_name"),
                        raw.get("project_key"), raw.get("machine_name"), raw.get("project_path"), raw.get("ts"),
                        raw.get("speaker"), session=raw.get("session"), now=now.timestamp())
-    else:
-        validate_item(src, raw, now=now)
-    return _Row(0, src, who, raw)
+        return _Row(0, src, who, raw)
+    return _Row(0, src, who, raw, validate_item(src, raw, now=now))
 
 
-def _content_digest(source: str, raw: Mapping[str, Any], now: datetime) -> str:
-    item = validate_item(source, raw, now=now)
-    text = json.dumps(item, sort_keys=True, ensure_ascii=False, default=str, separators=(",", ":"))
+def _content_digest(checked: Mapping[str, Any]) -> str:
+    text = json.dumps(checked, sort_keys=True, ensure_ascii=False, default=str, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 
-def _derive_keys(rows: list[_Row], now: datetime) -> None:
+def _derive_keys(rows: list[_Row]) -> None:
     """Give every keyless task, learning, goal and event a key from its content; repeats get .2, .3, ..."""
     seen: Counter[tuple[str, str, str]] = Counter()
     for row in rows:
-        if row.source in KEYED_BY_CONTENT and row.item.get("key") is None:
-            digest = _content_digest(row.source, row.item, now)
+        if row.source in KEYED_BY_CONTENT and row.item.get("key") is None and row.checked is not None:
+            digest = _content_digest(row.checked)
             seen[row.owner, row.source, digest] += 1
             n = seen[row.owner, row.source, digest]
             row.item["key"] = f"{DERIVED_KEY_PREFIX}{digest}" + (f".{n}" if n > 1 else "")
@@ -508,7 +507,7 @@ def import_rows(
             continue
         row.line = line
         good.append(row)
-    _derive_keys(good, now)
+    _derive_keys(good)
     report.valid = len(good)
     report.dry_run = dry_run
     report.read_seconds = time.perf_counter() - started
