@@ -396,3 +396,16 @@ def test_a_task_context_lifts_the_learnings_that_match_it(memory):
     assert caught.value.field == "task.task_type"
     with pytest.raises(ValidationError):
         memory.relevant_learnings("alice", event_type="Not Snake")
+
+
+def test_deleting_keyword_documents_deletes_their_postings(pool):
+    write_items(pool, "alice", "learning", [{"title": f"postings {i} of walrus docs", "key": f"k{i}"}
+                                            for i in range(3)])
+    with pool.connection() as conn:
+        assert conn.execute("SELECT count(DISTINCT item_id) FROM keywords").fetchone()[0] == 3
+        conn.execute("DELETE FROM keyword_docs WHERE item_id = (SELECT min(item_id) FROM keyword_docs)")
+        assert conn.execute("SELECT count(DISTINCT item_id) FROM keywords").fetchone()[0] == 2
+        assert conn.execute("SELECT count(*) FROM keywords k WHERE NOT EXISTS (SELECT 1 FROM keyword_docs d"
+                            " WHERE d.source = k.source AND d.item_id = k.item_id)").fetchone()[0] == 0
+        conn.execute("TRUNCATE keyword_docs")
+        assert conn.execute("SELECT count(*) FROM keywords").fetchone()[0] == 0

@@ -15,7 +15,9 @@ import json
 import math
 import re
 import uuid
+from collections import Counter
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -24,10 +26,11 @@ import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from ..index.keywords import index_rows, refresh_stats
+from ..index.keywords import Totals, index_rows, refresh_stats
 from ..infra.errors import NotFoundError, ValidationError, check_storable
 from ..infra.ids import is_uuid
 from ..retrieval.learnings import structured_learnings, task_query
+from ..text.keywords import term_counts
 from ..vocabulary import (
     INDEXED,
     LOCK_KEYWORD_STATS,
@@ -43,6 +46,9 @@ from .ingest import validate_owner
 
 STATS_REFRESH_SHARE = 0.5
 """An owner's stored BM25 statistics are rewritten in full once she gained this share of her documents since."""
+
+INDEX_BATCH = 2_000
+"""Rows keyword-indexed at a time by a large write (their terms counted while the batch before is stored)."""
 
 _SQL_TYPES = {"text": "text", "enum": "text", "int": "int4", "object": "jsonb", "bool": "bool",
               "time": "timestamptz"}
@@ -351,6 +357,27 @@ def write_items(pool: ConnectionPool, owner: str, source: str, items: Sequence[M
     return result
 
 
+def _counts(rows: list[tuple]) -> list[Counter[str]]:
+    return [term_counts(r[2]) for r in rows]
+
+
+def _index_pipelined(conn: psycopg.Connection, source: str, rows: list[tuple], totals: Totals) -> None:
+    """`index_rows` batch by batch, each batch's terms counted in a thread while the one before is written: the
+    counting (Python) and the server's storing of postings overlap instead of taking turns."""
+    batches = [rows[i:i + INDEX_BATCH] for i in range(0, len(rows), INDEX_BATCH)]
+    if len(batches) <= 1:
+        if rows:
+            index_rows(conn, source, rows, totals)
+        return
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="item-terms") as counter:
+        ahead = counter.submit(_counts, batches[0])
+        for i, batch in enumerate(batches):
+            counts = ahead.result()
+            if i + 1 < len(batches):
+                ahead = counter.submit(_counts, batches[i + 1])
+            index_rows(conn, source, batch, totals, counts)
+
+
 def index_items(conn: psycopg.Connection, source: str, owner: str, ids: list[str]) -> int:
     """Keyword-index the given rows of one owner whose indexed text changed since they were indexed, and drop the
     index entries of those no longer live; keep the owner's stored BM25 statistics current. Returns rows indexed."""
@@ -374,8 +401,7 @@ def index_items(conn: psycopg.Connection, source: str, owner: str, ids: list[str
         " AND kd.content_hash IS DISTINCT FROM t.content_hash",
         {"s": source, "owner": owner, "ids": ids},
     ).fetchall()
-    if rows:
-        index_rows(conn, source, rows, totals)
+    _index_pipelined(conn, source, rows, totals)
     removed = conn.execute(
         f"DELETE FROM keyword_docs kd USING {indexed.from_sql} WHERE kd.source = %(s)s"
         " AND kd.item_id = ANY(%(ids)s) AND t.id::text = kd.item_id AND t.owner_id = %(owner)s"
