@@ -29,6 +29,7 @@ they are written (about the size of the file, a few times over).
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import json
 import math
@@ -296,6 +297,11 @@ def _from_text(kind: str, name: str, value: str) -> Any:
     return value
 
 
+@functools.cache
+def _kinds(source: str) -> dict[str, str]:
+    return {s.name: s.kind for s in WRITE_CONTRACTS[source]}
+
+
 def _coerce(source: str, raw: dict[str, Any], cells_are_text: bool) -> dict[str, Any]:
     """Typed values for the fields a file format can only spell as text (CSV: all; Parquet: JSON objects)."""
     if source == "memory":
@@ -304,7 +310,7 @@ def _coerce(source: str, raw: dict[str, Any], cells_are_text: bool) -> dict[str,
         return raw
     if isinstance(raw.get("key"), int) and not isinstance(raw["key"], bool):
         raw["key"] = str(raw["key"])  # a database's integer id is a fine key
-    kinds = {s.name: s.kind for s in WRITE_CONTRACTS[source]}
+    kinds = _kinds(source)
     for name, value in raw.items():
         kind = kinds.get(name)
         if kind is None or not isinstance(value, str):
