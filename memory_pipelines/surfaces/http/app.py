@@ -46,6 +46,7 @@ from ...vocabulary import (
 )
 from .. import web
 from ..encode import to_json
+from . import items
 from . import models as m
 from . import responses as r
 
@@ -296,6 +297,7 @@ def create_app(memory: Memory, *, wait_ingest: bool = True) -> FastAPI:
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if not wait_ingest:
             worker.notify()  # memories queued before a restart
+        memory.embed_worker = worker  # Memory.write* notify it
         yield
         await asyncio.to_thread(worker.stop)
 
@@ -379,7 +381,8 @@ def create_app(memory: Memory, *, wait_ingest: bool = True) -> FastAPI:
         (MMR) and cut to `tokenBudget` real cl100k tokens. The build is logged: send `retrieval_id` back with
         feedback once the agent has answered."""
         _same_owner(body.owner_id, owner)
-        return to_json(memory.context(owner, body.query, mode=body.mode, token_budget=body.token_budget))
+        return to_json(memory.context(owner, body.query, mode=body.mode, token_budget=body.token_budget,
+                                      task=body.task.model_dump(exclude_none=True) if body.task else None))
 
     @app.post("/api/brain/memory/feedback", tags=["context"], summary="Mark which injected items were used",
               response_model=r.Feedback,
@@ -520,4 +523,5 @@ def create_app(memory: Memory, *, wait_ingest: bool = True) -> FastAPI:
         """The owner's projects with their active memory counts, most recently updated first."""
         return to_json({"projects": memory.projects(owner)})
 
+    app.include_router(items.router(memory, Owner))  # tasks, learnings, capabilities, goals, events
     return app
