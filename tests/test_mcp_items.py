@@ -70,6 +70,8 @@ def test_an_agent_records_its_work_and_finds_it_again(mcp_http, runtime):
             data(await a.call_tool("mem.record_learning", {"title": "Write the runbook first", "task_type": "qa"}))
             hits = search(runtime.pool, runtime.embedder, "alice", "outbound deadline", mode="keyword").hits
             assert [h.id for h in hits] == [first["id"]]  # keyword-searchable when the answer comes back
+            ctx = data(await a.call_tool("mem.context", {"query": "deadline on outbound HTTP calls", "mode": "debug"}))
+            assert first["id"] in [i["id"] for i in ctx["items"]] and "outbound HTTP call" in ctx["block"]
 
             best = data(await a.call_tool("mem.relevant_learnings", {"task_type": "dev", "failure_class": "TIMEOUT"}))
             assert best["learnings"][0]["id"] == first["id"] and best["learnings"][0]["score"] > 0

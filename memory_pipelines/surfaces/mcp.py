@@ -56,6 +56,8 @@ INSTRUCTIONS = (
     "full content. Answer from the full content. Save durable facts, decisions and lessons with "
     "mem.ingest_memory. For one ready-to-use context block within a token budget, call mem.context; when "
     "you are done, post what you produced with mem.implicit_feedback (its retrieval_id and your output). "
+    "Record what you do and learn as you work: a lesson with mem.record_learning, a task with mem.record_task "
+    "and its status with mem.update_task, an event with mem.record_event; before a task, mem.relevant_learnings. "
     "The owner is fixed by the server (configuration or your API key); never pass owner_id. "
     + CONTENT_TYPES_TEXT
 )
