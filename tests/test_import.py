@@ -77,7 +77,7 @@ def test_identical_keyless_lines_are_distinct_rows_and_stay_idempotent(runtime, 
 def test_later_line_with_the_same_key_updates_the_earlier_one(runtime, tmp_path):
     path = _jsonl(tmp_path / "tasks.jsonl", [
         {"key": "T-1", "title": "Ship the importer", "status": "pending"},
-        {"key": "T-1", "title": "Ship the importer", "status": "completed"},
+        {"key": " T-1 ", "title": "Ship the importer", "status": "completed"},
     ])
     report = import_file(runtime.pool, path, source="task", owner="alice")
     assert report.totals == {"created": 1, "updated": 1, "unchanged": 0}

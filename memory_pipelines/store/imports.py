@@ -400,7 +400,9 @@ def _chunks(rows: list[_Row], size: int) -> Iterator[list[_Row]]:
     chunk: list[_Row] = []
     names: set[tuple[str, Any]] = set()
     for row in rows:
-        marks = {("key", row.item.get("key"))} if row.item.get("key") is not None else set()
+        key = row.item.get("key")
+        key = key.strip() if isinstance(key, str) else key  # as validate_item leaves it
+        marks = {("key", key)} if key is not None else set()
         if row.source == "capability":
             marks.add(("name", str(row.item.get("name", "")).strip()))
         if len(chunk) >= size or marks & names:
