@@ -44,7 +44,7 @@ def browser() -> Iterator:
     """Chromium from Debian through Playwright; fails (never skips) when either is missing."""
     if not os.access(CHROMIUM, os.X_OK):
         pytest.fail(f"{CHROMIUM} is missing: the browser tests need Debian's Chromium. Install it with "
-                    "`apt-get update && apt-get install -y chromium` (.ci/run does this when it is missing).")
+                    "`apt-get update && apt-get install -y chromium` (`make test` does this when it is missing).")
     try:
         from playwright.sync_api import sync_playwright
     except ModuleNotFoundError:
