@@ -8,7 +8,8 @@ same rows under one whole-table HNSW index, pgvector defaults), both compared wi
 is the share of the exact ten found; `_ties` also counts a result within 0.001 cosine distance of the exact
 tenth (ann-benchmarks' k-nn recall), since the vectors' 10th and 11th neighbours are often 0.0003 apart.
 Vectors have the bundled model's geometry (`fit_geometry.py`; BENCH_GEOMETRY=isotropic for the earlier one).
-Prints one JSON object on its last line.
+Prints one JSON object on its last line and writes it to
+bench/results/filtered_recall[_<rows>].json (`--out`).
 
     python bench/filtered_recall.py [--rows 100000] [--queries 50]
 """
@@ -22,16 +23,20 @@ import time
 from _common import (
     GEOMETRY,
     LOADS,
+    add_out_argument,
     database_size,
     emit,
+    geometry_suffix,
     index_memory,
     load_tasks,
     loaded_facts,
     log,
     machine,
     note,
+    out_path,
     record_loaded,
     scratch,
+    size_label,
     topic_vector,
 )
 
@@ -138,8 +143,10 @@ def main() -> None:
     parser.add_argument(
         "--keep", metavar="NAME", help="keep the loaded database as NAME_<rows> and reuse it on the next run"
     )
+    add_out_argument(parser)
     args = parser.parse_args()
     n = args.rows
+    out = out_path(args.out, "filtered_recall" + ("" if n == 100_000 else f"_{size_label(n)}") + geometry_suffix())
     split = [("s10", n // 10), ("s1", n // 100), ("s01", n // 1000)]
     split.append(("rest", n - sum(c for _, c in split)))
     rng = random.Random(11)
@@ -204,7 +211,8 @@ def main() -> None:
                 / max(min(r["baseline_recall_at_10"] for r in results.values()), 1e-9),
                 3,
             ),
-        }
+        },
+        out,
     )
 
 
