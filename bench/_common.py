@@ -172,7 +172,7 @@ def sentence(rng: random.Random) -> str:
 
 # Dense vectors with the geometry of the bundled model's embeddings (`fit_geometry.py`): topic centres drawn
 # from the between-topic spread of the development sets' real embeddings, items from the within-topic spread,
-# normalised. BENCH_GEOMETRY=isotropic gives the earlier generator instead (each item its random topic centre
+# normalised. BENCH_GEOMETRY=isotropic gives the simpler generator instead (each item its random topic centre
 # plus isotropic Gaussian noise, cosine ~0.7 to the centre): nearest neighbours barely nearer than the rest,
 # which no real text model produces and which is the hardest case for an HNSW graph.
 GEOMETRY = os.environ.get("BENCH_GEOMETRY", "e5")

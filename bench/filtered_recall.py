@@ -7,7 +7,7 @@ embedding <=> q LIMIT 10` with the same owner filter on a plain pgvector table (
 same rows under one whole-table HNSW index, pgvector defaults), both compared with an exact scan: recall@10
 is the share of the exact ten found; `_ties` also counts a result within 0.001 cosine distance of the exact
 tenth (ann-benchmarks' k-nn recall), since the vectors' 10th and 11th neighbours are often 0.0003 apart.
-Vectors have the bundled model's geometry (`fit_geometry.py`; BENCH_GEOMETRY=isotropic for the earlier one).
+Vectors have the bundled model's geometry (`fit_geometry.py`; BENCH_GEOMETRY=isotropic for isotropic ones).
 Prints one JSON object on its last line and writes it to
 bench/results/filtered_recall[_<rows>].json (`--out`).
 
@@ -152,7 +152,7 @@ def main() -> None:
     rng = random.Random(11)
     with scratch(keep=f"{args.keep}_{n}" if args.keep else None) as url:
         loads = loaded_facts(url, "filtered_recall")
-        if loads is None or "plain_copies" not in loads:  # (a database kept from before 012 is loaded anew)
+        if loads is None or "plain_copies" not in loads:  # a kept database without the plain copies: load anew
             log(f"loading {n} learnings of one owner (selectivity 100 %) and {n} tasks of four owners")
             load_tasks(url, n, [("all", n)], seed=3, table="learnings")  # and the owners' graphs
             load_tasks(url, n, split, seed=4, table="tasks")
@@ -164,7 +164,7 @@ def main() -> None:
                 graphs = {t: len(existing_owner_indexes(conn, t)) for t in ("learnings", "tasks")}
             loads = {"loads": LOADS[-2:], "owner_graphs": graphs, "plain_copies": copies}
             record_loaded(url, "filtered_recall", loads)
-        with connect(url, autocommit=True) as conn:  # a copy kept from a run before it had its owner btree
+        with connect(url, autocommit=True) as conn:  # a kept copy that lacks its owner btree gets one
             for table in ("learnings", "tasks"):
                 if plain_owner_index(conn, table):
                     conn.execute(f"ANALYZE {table}_plain")
