@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/tune_locomo.py [DIR] [--embedder local|openai|fake] [--limit N]
 
-DIR (a LoCoMo folder, format in docs/architecture.md) holds memories.jsonl + queries.jsonl. For each of two variants
+DIR (a LoCoMo folder; format: docs/retrieval-quality.md) has memories.jsonl + queries.jsonl. For each of two variants
 the memories go into a scratch database on the configured server (dropped afterwards), are embedded with
 the configured model (the local one by default) and keyword-indexed; then every question with gold
 evidence is a `build_memory_context` call (budget 800, `as_of` = the question's time, logged), its mode

@@ -4,7 +4,7 @@
 Chromium is the system one (`/usr/bin/chromium`, `apt-get install -y chromium`); browsers are never downloaded.
 Every request a page makes is recorded: all of them must go to the local server (no CDN, no fonts, nothing else).
 
-`MEMORY_PIPELINES_SCREENSHOT=docs/web-view.png pytest tests/test_web.py` also writes the README's screenshot.
+`MEMORY_PIPELINES_SCREENSHOT=docs/web-view.png pytest tests/test_web.py` also writes the web view's screenshot in docs/.
 """
 
 from __future__ import annotations
