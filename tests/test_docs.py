@@ -106,7 +106,7 @@ def test_every_relative_link_resolves(page: Path) -> None:
     assert not problems, "\n".join(problems)
 
 
-def test_the_link_check_can_fail(tmp_path: Path) -> None:
+def test_the_link_check_can_fail() -> None:
     page = ROOT / "docs" / "architecture.md"
     assert broken_link(page, "nowhere.md") == "no file nowhere.md"
     assert broken_link(page, "performance.md#no-such-heading") == "no heading #no-such-heading in docs/performance.md"
