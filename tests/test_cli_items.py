@@ -64,6 +64,7 @@ def test_import_without_owner_uses_the_configured_one(cli_env, pool, tmp_path, c
     assert _rows(pool, "learnings") == [("carol", "a", "Feature flags expire")]
 
 
+@pytest.mark.slow
 def test_a_bad_file_is_one_clear_line_without_a_traceback(cli_env, tmp_path):
     path = tmp_path / "tasks.parquet"
     path.write_text("title\nnot parquet\n")

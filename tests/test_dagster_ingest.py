@@ -57,6 +57,7 @@ def _import(instance, resource, partition: str) -> dg.ExecuteInProcessResult:
                           instance=instance, run_config=QUIET, raise_on_error=False)
 
 
+@pytest.mark.slow
 def test_a_file_dropped_into_the_inbox_is_imported_once(resource, tmp_path, pool):
     instance = dg.DagsterInstance.ephemeral()
     inbox = tmp_path / "inbox"
