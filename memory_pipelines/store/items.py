@@ -34,7 +34,7 @@ from ..text.keywords import term_counts
 from ..vocabulary import (
     INDEXED,
     LOCK_KEYWORD_STATS,
-    MAX_ID,
+    MAX_ITEM_KEY,
     MIN_TS,
     TS_FUTURE_SLACK,
     WRITABLE_SOURCES,
@@ -447,8 +447,8 @@ def _ref(ref: object) -> str:
     if not isinstance(ref, str) or not ref.strip():
         raise ItemError("ref", "must be an item's id or key")
     ref = ref.strip()
-    if len(ref) > max(MAX_ID, 200):
-        raise ItemError("ref", f"must be at most {max(MAX_ID, 200)} characters")
+    if len(ref) > MAX_ITEM_KEY:  # a key, or an id (36 characters)
+        raise ItemError("ref", f"must be at most {MAX_ITEM_KEY} characters")
     check_storable("ref", ref)
     return ref
 
