@@ -236,7 +236,7 @@ class Memory:
         try:
             done = write_items(self.pool, owner, source, [item])
         except ItemError as exc:
-            raise ItemError(exc.field, exc.message) from None  # one item: no index to name
+            raise type(exc)(exc.field, exc.message) from None  # one item: no index to name
         result = {k: v for k, v in done.results[0].items() if k != "index"}
         self._written(result["action"] != "unchanged")
         return result

@@ -219,3 +219,17 @@ def test_owners_never_touch_each_others_items(alice, bob, runtime):
     assert rows[mine["id"]]["status"] == "in_progress" and rows[theirs["id"]]["status"] == "failed"
     assert alice.post("/api/tasks", json={"title": "x"}, params={"owner_id": "bob"}).status_code == 422
     assert httpx.post(f"{alice.base_url}/api/tasks", json={"title": "x"}).status_code == 401
+
+
+def test_a_collision_with_another_stored_item_is_a_409_naming_the_field(alice, runtime):
+    assert alice.post("/api/capabilities", json={"name": "Summarise logs"}).status_code == 201
+    r = alice.post("/api/capabilities", json={"name": "Summarise logs", "key": "c-1"})
+    assert r.status_code == 409 and r.json()["field"] == "name" and "Summarise logs" in r.json()["detail"]
+    r = alice.post("/api/capabilities/batch", json={"items": [{"name": "Other"}, {"name": "Summarise logs",
+                                                                                   "key": "c-1"}]})
+    assert r.status_code == 409 and r.json()["field"] == "items[1].name"
+    alice.post("/api/tasks/batch", json={"items": [{"title": "a", "key": "A"}, {"title": "b", "key": "B"}]})
+    r = alice.patch("/api/tasks/B", json={"key": "A"})
+    assert r.status_code == 409 and r.json()["field"] == "key"
+    assert [row["name"] for row in _rows(runtime.pool, "capability")] == ["Summarise logs"]
+    assert sorted(row["key"] for row in _rows(runtime.pool, "task")) == ["A", "B"]

@@ -34,7 +34,7 @@ from ..text.keywords import term_counts
 from ..vocabulary import (
     INDEXED,
     LOCK_KEYWORD_STATS,
-    MAX_ID,
+    MAX_ITEM_KEY,
     MIN_TS,
     TS_FUTURE_SLACK,
     WRITABLE_SOURCES,
@@ -63,6 +63,11 @@ class ItemError(ValidationError):
         self.path = field if index is None else f"items[{index}].{field}"
         super().__init__(self.path, message)
         self.field = field
+
+
+class ItemConflict(ItemError):
+    """An item that is valid but collides with another stored item of the owner (a capability's name, a key taken
+    by another item): HTTP 409."""
 
 
 @dataclass
@@ -296,8 +301,8 @@ def _check_capability_names(
     for name, key in rows:
         i, wanted = keyed[name]
         if key != wanted:
-            raise ItemError("name", f"another capability of this owner is named {name[:60]!r}"
-                                    + (f" (key {key[:60]!r})" if key else " (without a key)"), i)
+            raise ItemConflict("name", f"another capability of this owner is named {name[:60]!r}"
+                                       + (f" (key {key[:60]!r})" if key else " (without a key)"), i)
 
 
 def write_items(pool: ConnectionPool, owner: str, source: str, items: Sequence[Mapping]) -> WriteResult:
@@ -442,8 +447,8 @@ def _ref(ref: object) -> str:
     if not isinstance(ref, str) or not ref.strip():
         raise ItemError("ref", "must be an item's id or key")
     ref = ref.strip()
-    if len(ref) > max(MAX_ID, 200):
-        raise ItemError("ref", f"must be at most {max(MAX_ID, 200)} characters")
+    if len(ref) > MAX_ITEM_KEY:  # a key, or an id (36 characters)
+        raise ItemError("ref", f"must be at most {MAX_ITEM_KEY} characters")
     check_storable("ref", ref)
     return ref
 
@@ -469,12 +474,12 @@ def update_item(pool: ConnectionPool, owner: str, source: str, ref: str, changes
             taken = conn.execute(f"SELECT 1 FROM {table} WHERE owner_id = %s AND key = %s AND id <> %s",
                                  (owner, fields["key"], item_id)).fetchone()
             if taken:
-                raise ItemError("key", f"{fields['key'][:60]!r} is already another {source}'s key")
+                raise ItemConflict("key", f"{fields['key'][:60]!r} is already another {source}'s key")
         if source == "capability" and "name" in fields:
             taken = conn.execute("SELECT 1 FROM capabilities WHERE owner_id = %s AND name = %s AND id <> %s",
                                  (owner, fields["name"], item_id)).fetchone()
             if taken:
-                raise ItemError("name", f"another capability of this owner is named {fields['name'][:60]!r}")
+                raise ItemConflict("name", f"another capability of this owner is named {fields['name'][:60]!r}")
         assignments = ", ".join(f"{c} = %s" for c in cols)
         placeholders = ", ".join(["%s"] * len(cols))
         row = conn.execute(

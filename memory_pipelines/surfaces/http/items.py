@@ -28,7 +28,7 @@ from pydantic import (
 )
 
 from ...face import Memory
-from ...store.items import ItemError
+from ...store.items import ItemConflict, ItemError
 from ...vocabulary import (
     ITEM_TIME_TEXT,
     MAX_BATCH,
@@ -146,11 +146,12 @@ def item_model(source: str, *, partial: bool = False) -> type[BaseModel]:
     example = CHANGE_EXAMPLES[source] if partial else EXAMPLES[source]
     doc = (f"Fields of a {source} to change; the others stay as they are." if partial else
            f"One {source}: with a `key`, writing it again updates the {source} of that key.")
-    return _with_examples(create_model(name, __base__=_Body, __doc__=doc, **fields), [example])
+    extra = {"minProperties": 1} if partial else {}
+    return _with_examples(create_model(name, __base__=_Body, __doc__=doc, **fields), [example], **extra)
 
 
-def _with_examples(model: type[BaseModel], examples: list[dict[str, Any]]) -> type[BaseModel]:
-    model.model_config["json_schema_extra"] = {"examples": examples}
+def _with_examples(model: type[BaseModel], examples: list[dict[str, Any]], **schema: Any) -> type[BaseModel]:
+    model.model_config["json_schema_extra"] = {"examples": examples, **schema}
     model.model_rebuild(force=True)
     return model
 
@@ -169,8 +170,10 @@ def _batch_model(source: str) -> type[BaseModel]:
         __doc__=f"A batch of {PLURAL[source]}, checked item by item: a bad one is a 422 naming `items[i].field`.",
         items=(Annotated[list[Any], Field(min_length=1), WithJsonSchema(items_schema)], ...),
     )
-    return _with_examples(model, [{"items": [EXAMPLES[source], {**EXAMPLES[source], "key": EXAMPLES[source]["key"]
-                                                                 + "-b"}]}])
+    second = {**EXAMPLES[source], "key": EXAMPLES[source]["key"] + "-b"}
+    if source == "capability":  # a capability's name is unique per owner
+        second["name"] = "Translate manuals into French"
+    return _with_examples(model, [{"items": [EXAMPLES[source], second]}])
 
 
 BATCH_MODELS: dict[str, type[BaseModel]] = {s: _batch_model(s) for s in WRITE_CONTRACTS}
@@ -266,13 +269,16 @@ class RelevantLearnings(_Out):
 # -- routes ------------------------------------------------------------------------------------------------------
 
 def _invalid(exc: ItemError) -> JSONResponse:
-    """A 422 naming the item's field as the request spells it: `title`, or `items[3].title` in a batch."""
+    """A 422 (409 for a collision with another stored item) naming the item's field as the request spells it:
+    `title`, or `items[3].title` in a batch."""
     if exc.index is None:
         loc, field = ["body", exc.field], exc.field
     elif exc.field == "item":
         loc, field = ["body", "items", str(exc.index)], f"items[{exc.index}]"
     else:
         loc, field = ["body", "items", str(exc.index), exc.field], exc.path
+    if isinstance(exc, ItemConflict):
+        return JSONResponse({"detail": f"{field}: {exc.message}", "field": field}, status_code=409)
     return JSONResponse({"detail": [{"loc": loc, "msg": exc.message, "type": "value_error"}], "field": field},
                         status_code=422)
 
@@ -281,6 +287,11 @@ _TOO_MANY = {413: {"model": r.Error, "description": f"More than {MAX_BATCH} item
                    "bytes. Nothing was written.",
                    "content": {"application/json": {"example": {"detail": f"a batch holds at most {MAX_BATCH} "
                                                                           "items; this one has 1200"}}}}}
+_CONFLICT = {409: {"model": r.Error, "description": "The item collides with another of this owner's (a capability's "
+                   "name, a key another item has). Nothing was written.",
+                   "content": {"application/json": {"example": {
+                       "detail": "name: another capability of this owner is named 'Translate manuals into German' "
+                                 "(key 'translate-de')", "field": "name"}}}}}
 Ref = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ITEM_KEY), Text, Documented(pattern=TEXT_PATTERN),
                 Path(description="The item's id, or your key of it.")]
 
@@ -305,10 +316,11 @@ def source_router(memory: Memory, owner_type: Any, source: str) -> APIRouter:
     write.__doc__ = (f"Store one {source} ({fields}); {searchable}. With a `key` (your stable id of it), writing "
                      f"the same key again updates that {source} in place (`updated`, or `unchanged` when every "
                      f"field is as stored: nothing is re-embedded). `at` is when it happened (default now).")
+    conflict = _CONFLICT if source == "capability" else {}
     api.add_api_route("", write, methods=["POST"], status_code=201, summary=f"Write one {source}",
                       response_model=ItemWritten,
                       responses={201: {"description": f"The {source} was stored."},
-                                 **r.errors(r.BAD_REQUEST, r.TOO_LARGE)})
+                                 **r.errors(r.BAD_REQUEST, r.TOO_LARGE, conflict)})
 
     def write_batch(body: Annotated[Batch, Body()], owner: owner_type) -> JSONResponse:  # type: ignore[valid-type]
         if len(body.items) > MAX_BATCH:
@@ -324,7 +336,7 @@ def source_router(memory: Memory, owner_type: Any, source: str) -> APIRouter:
                            f"would: all of them, or, when one is bad, none (a 422 naming `items[i].field`). Each "
                            "item's result in the order sent, and the counts.")
     api.add_api_route("/batch", write_batch, methods=["POST"], summary=f"Write a batch of {plural}",
-                      response_model=BatchWritten, responses=r.errors(r.BAD_REQUEST, _TOO_MANY))
+                      response_model=BatchWritten, responses=r.errors(r.BAD_REQUEST, _TOO_MANY, conflict))
 
     def update(ref: Ref, body: Annotated[Changes, Body()], owner: owner_type) -> JSONResponse:  # type: ignore
         try:
@@ -340,7 +352,7 @@ def source_router(memory: Memory, owner_type: Any, source: str) -> APIRouter:
                       "changed indexed text is re-embedded in the background. An id or key of another owner is a "
                       "404, exactly like an unknown one.")
     api.add_api_route("/{ref}", update, methods=["PATCH"], summary=f"Update one {source}", response_model=ItemWritten,
-                      responses=r.errors(r.BAD_REQUEST, r.TOO_LARGE,
+                      responses=r.errors(r.BAD_REQUEST, r.TOO_LARGE, _CONFLICT,
                                          r.not_found(source, f"no {source} 'JIRA-1432'")))
     return api
 

@@ -113,7 +113,10 @@ class TaskContext(_Body):
 class ContextRequest(_Body):
     """Token-budgeted context (the context-builder spec)."""
 
-    model_config = _examples({"query": "fix the login cookie bug", "mode": "debug", "tokenBudget": 800})
+    model_config = _examples({"query": "fix the login cookie bug", "mode": "debug", "tokenBudget": 800},
+                             {"query": "the deploy fails with 502s", "mode": "debug",
+                              "task": {"task_type": "dev", "failure_class": "GATEWAY_TIMEOUT",
+                                       "event_type": "task_failed"}})
 
     query: Query = Field(description="The task or question the agent is working on, any language.")
     mode: ContextMode = Field("execute", description="plan | execute | debug | chat: weighs the sources "
