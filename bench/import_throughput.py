@@ -14,7 +14,9 @@ of them (default 500), into the same database.
 
 Reported: rows/s from the start of the import to searchable, to embedded (import + embedding), the single-item
 rate and the ratio import / single-item; with `--profile`, where the import's time goes (a second, profiled import
-into a fresh owner: cProfile's cumulative seconds of the main steps, profiler overhead included).
+into a fresh owner: cProfile's cumulative seconds of the main steps, profiler overhead included). Both ways in
+also report the CPU seconds they took (this process, `serve`, and the embedded PostgreSQL) and the rate that
+CPU allows with every core to themselves: on a shared machine the wall-clock rates depend on the other tenants.
 Floors: import >= 20x the single-item rate, >= 2,000 rows/s to searchable.
 
     python bench/import_throughput.py [--rows 100000] [--http-rows 500] [--profile]
@@ -38,12 +40,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import psutil
 from _common import emit, log, machine, note, scratch, sentence
 from backfill_throughput import BUCKETS, InstantEmbedder
 
 from memory_pipelines.index.vectors import count_pending, embed_buckets
 from memory_pipelines.infra.auth import create_key
 from memory_pipelines.infra.db import get_pool
+from memory_pipelines.infra.settings import get_settings
 from memory_pipelines.retrieval.search import search
 from memory_pipelines.store.imports import import_file
 from memory_pipelines.vocabulary import LEARNING_CATEGORIES, TASK_TYPES
@@ -54,6 +58,52 @@ CLI = [str(Path(sys.executable).with_name("memory-pipelines"))]
 FLOOR_RATIO, FLOOR_ROWS_PER_SECOND = 20.0, 2_000.0
 PROFILED = ("import_rows", "prepare_row", "_derive_keys", "write_items", "validate_items", "_stage", "_upsert",
             "index_items", "index_rows", "term_counts", "refresh_stats")
+
+
+def _cpu(procs: list[psutil.Process]) -> float:
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def postgres_processes() -> list[psutil.Process]:
+    """The embedded PostgreSQL's processes (postmaster and backends), [] when DATABASE_URL names another."""
+    if get_settings().database_url:
+        return []
+    needle = str(get_settings().home / "pgdata")
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if "-D" in cmd and needle in cmd:
+            return [p, *p.children(recursive=True)]
+    return []
+
+
+class CpuMeter:
+    """CPU seconds of this process, the embedded PostgreSQL and `extra` processes over a `with` block."""
+
+    def __init__(self, extra: list[psutil.Process] | None = None) -> None:
+        self.extra = extra or []
+
+    def _read(self) -> dict[str, float]:
+        return {"client": _cpu([psutil.Process()]), "postgres": _cpu(postgres_processes()),
+                "server": _cpu([q for p in self.extra for q in (p, *p.children(recursive=True))])}
+
+    def __enter__(self) -> CpuMeter:
+        self.start = self._read()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        end = self._read()
+        self.seconds = {k: round(end[k] - self.start[k], 2) for k in end}
+
+    def capacity(self, rows: int) -> float:
+        """Rows/s this CPU allows with every core to this work (the parts run in parallel)."""
+        return round(rows * (os.cpu_count() or 1) / max(sum(self.seconds.values()), 1e-9), 1)
 
 
 def learning(rng: random.Random, i: int, prefix: str) -> dict:
@@ -97,7 +147,7 @@ def profile_import(pool, path: Path) -> dict:
 
 @contextmanager
 def serving(url: str, home: Path):
-    """`memory-pipelines serve` on a free loopback port over the scratch database; yields its base URL."""
+    """`memory-pipelines serve` on a free loopback port over the scratch database; yields (base URL, process)."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
@@ -120,29 +170,31 @@ def serving(url: str, home: Path):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"serve did not answer /health in 120 s; see {logfile.name}")
             time.sleep(0.5)
-        yield base
+        yield base, psutil.Process(proc.pid)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
         logfile.close()
 
 
-def post_one_by_one(base: str, key: str, rows: int, seed: int) -> dict:
-    """POST `rows` learnings one at a time (keep-alive); the rate and the statuses."""
+def post_one_by_one(base: str, server: psutil.Process, key: str, rows: int, seed: int) -> dict:
+    """POST `rows` learnings one at a time (keep-alive); the rate, the statuses and the CPU it took."""
     rng = random.Random(seed)
     items = [learning(rng, i, "http") for i in range(rows)]
     statuses: dict[int, int] = {}
     with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=30) as client:
         client.post("/api/learnings", json=learning(rng, rows, "warm-up"))  # first request: connection, imports
         t0 = time.perf_counter()
-        for item in items:
-            status = client.post("/api/learnings", json=item).status_code
-            statuses[status] = statuses.get(status, 0) + 1
-        seconds = time.perf_counter() - t0
+        with CpuMeter([server]) as cpu:
+            for item in items:
+                status = client.post("/api/learnings", json=item).status_code
+                statuses[status] = statuses.get(status, 0) + 1
+            seconds = time.perf_counter() - t0
+            time.sleep(2)  # the server's worker embeds what was posted: its CPU counts too
     if set(statuses) != {201}:
         raise RuntimeError(f"single-item posts answered {statuses}")
     return {"rows": rows, "seconds": round(seconds, 2), "rows_per_second": round(rows / seconds, 1),
-            "statuses": statuses}
+            "statuses": statuses, "cpu_seconds": cpu.seconds, "rows_per_second_from_cpu": cpu.capacity(rows)}
 
 
 def main() -> None:
@@ -162,7 +214,8 @@ def main() -> None:
 
         log(f"importing {args.rows} learnings from {path.name} ({out['file_mb']} MB)")
         t0 = time.perf_counter()
-        report = import_file(pool, path, source="learning", owner=OWNER)
+        with CpuMeter() as import_cpu:
+            report = import_file(pool, path, source="learning", owner=OWNER)
         to_searchable = time.perf_counter() - t0
         instant = InstantEmbedder(args.rows)
         found = searchable(pool, instant, OWNER, last)
@@ -194,12 +247,14 @@ def main() -> None:
             "to_embedded_rows_per_second": round(args.rows / (to_searchable + embed_seconds), 1),
             "reimport_unchanged_seconds": round(reimport_seconds, 2),
             "reimport_rows_per_second": round(args.rows / reimport_seconds, 1),
+            "cpu_seconds": import_cpu.seconds,
+            "to_searchable_rows_per_second_from_cpu": import_cpu.capacity(args.rows),
         }
 
         log(f"posting {args.http_rows} learnings one by one to POST /api/learnings of `memory-pipelines serve`")
         _kid, key = create_key(pool, HTTP_OWNER, "import-bench")
-        with serving(url, tmp_path) as base:
-            out["single_item_http"] = post_one_by_one(base, key, args.http_rows, seed=2)
+        with serving(url, tmp_path) as (base, server):
+            out["single_item_http"] = post_one_by_one(base, server, key, args.http_rows, seed=2)
         log(f"  {out['single_item_http']['rows_per_second']} rows/s")
 
         if args.profile:
@@ -209,6 +264,8 @@ def main() -> None:
     rate = out["import"]["to_searchable_rows_per_second"]
     single = out["single_item_http"]["rows_per_second"]
     out["ratio_import_to_single_item"] = round(rate / single, 1)
+    out["ratio_from_cpu"] = round(out["import"]["to_searchable_rows_per_second_from_cpu"]
+                                  / out["single_item_http"]["rows_per_second_from_cpu"], 1)
     out["floors"] = {"ratio_min": FLOOR_RATIO, "rows_per_second_min": FLOOR_ROWS_PER_SECOND,
                      "ratio_met": rate / single >= FLOOR_RATIO, "rows_per_second_met": rate >= FLOOR_ROWS_PER_SECOND}
     out["machine_after"] = machine()
