@@ -15,9 +15,9 @@ from memory_pipelines.embeddings.base import to_array
 from memory_pipelines.index.vectors import count_pending
 from memory_pipelines.infra.errors import ValidationError
 from memory_pipelines.infra.llm import ChatLLM
-from memory_pipelines.pipelines.deferred import finish_deferred
 from memory_pipelines.store.ingest import (
     conflict_threshold_for,
+    finish_deferred,
     ingest_memory,
 )
 from memory_pipelines.store.read import get_memories, search_memories

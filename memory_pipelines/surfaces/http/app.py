@@ -36,7 +36,7 @@ from fastapi.staticfiles import StaticFiles
 from ...face import Memory
 from ...infra.db import RETRY_AFTER_SECONDS
 from ...infra.errors import ConfigError, NotFoundError, UserError, ValidationError
-from ...pipelines.embed_worker import EmbedWorker
+from ...store.ingest.worker import EmbedWorker
 from ...vocabulary import (
     MAX_BODY_BYTES,
     MAX_BUILDS,

@@ -13,13 +13,13 @@ import numpy as np
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from ..embeddings import Embedder
-from ..embeddings.base import to_array
-from ..index.vectors import embed_source, finish_memories
-from ..infra.db import transaction
-from ..infra.llm import ChatLLM
-from ..store.arbitration import arbitrate
-from ..store.ingest import (
+from ...embeddings import Embedder
+from ...embeddings.base import to_array
+from ...index.vectors import embed_source, finish_memories
+from ...infra.db import transaction
+from ...infra.llm import ChatLLM
+from ..arbitration import arbitrate
+from .write import (
     NewContent,
     conflict_threshold_for,
     drop_fragments,

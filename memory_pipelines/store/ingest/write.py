@@ -13,7 +13,7 @@ Flow of `ingest_memory`:
    `memory_arbitrations`; keyword-index the new fragments.
 
 If the embedding provider fails, the memory and its fragments are stored with embedding and
-arbitration status 'pending' and a DEFERRED arbitration row; `pipelines.deferred.finish_deferred`
+arbitration status 'pending' and a DEFERRED arbitration row; `deferred.finish_deferred`
 embeds them later and runs the same conflict detection and arbitration.
 
 `ts` is the memory's own time (Unix seconds, default now): a new memory's `created_at` is set to it, so
@@ -35,13 +35,13 @@ import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from ..embeddings import Embedder, EmbeddingError, normalise
-from ..index.keywords import index_rows
-from ..infra.db import transaction
-from ..infra.errors import ValidationError, check_storable
-from ..infra.llm import ChatLLM
-from ..text.chunks import chunk_text
-from ..vocabulary import (
+from ...embeddings import Embedder, EmbeddingError, normalise
+from ...index.keywords import index_rows
+from ...infra.db import transaction
+from ...infra.errors import ValidationError, check_storable
+from ...infra.llm import ChatLLM
+from ...text.chunks import chunk_text
+from ...vocabulary import (
     CONTENT_TYPES,
     INDEXED,
     LOCK_PROJECT,
@@ -51,9 +51,9 @@ from ..vocabulary import (
     MIN_TS,
     TS_FUTURE_SLACK,
 )
-from .arbitration import Decision, Neighbour, arbitrate, clean_text, summarise
-from .memories import content_hash, fragment_id, fragment_rows, new_memory_id, previous_turn
-from .projects import ensure_project, project_key_from_name
+from ..arbitration import Decision, Neighbour, arbitrate, clean_text, summarise
+from ..memories import content_hash, fragment_id, fragment_rows, new_memory_id, previous_turn
+from ..projects import ensure_project, project_key_from_name
 
 log = logging.getLogger(__name__)
 
@@ -562,7 +562,7 @@ def ingest_memory(
 
     `session` names the conversation the memory is a turn of: it is then indexed with the session's previous
     turn, and search can lift its neighbouring turns (sql/008). `wait=False` stores it without embedding
-    (action DEFERRED, keyword-searchable at once): a background worker (`pipelines.embed_worker`) or the
+    (action DEFERRED, keyword-searchable at once): a background worker (`worker.EmbedWorker`) or the
     pipelines embed and arbitrate it, as after a provider outage."""
     inp = validate_input(
         owner, content, content_type, project_name, project_key, machine_name, project_path, ts, speaker,
