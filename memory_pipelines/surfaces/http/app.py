@@ -449,12 +449,7 @@ def create_app(memory: Memory, *, wait_ingest: bool = True) -> FastAPI:
         it answers once the memory is stored (DEFERRED) and does the embedding and the comparison in the
         background; GET /memories then shows the outcome (`duplicate_of` / `merged_into` when it was one)."""
         _same_owner(body.owner_id, owner)
-        done = memory.ingest(
-            owner, content=body.content, content_type=body.content_type, project_name=body.project_name,
-            project_key=body.project_key, machine_name=body.machine_name, project_path=body.project_path,
-            ts=body.ts, speaker=body.speaker, session=body.session,
-            wait=wait_ingest if body.wait is None else body.wait,
-        )
+        done = memory.ingest(owner, wait=wait_ingest if body.wait is None else body.wait, **body.memory_fields())
         if done.deferred:
             worker.notify()
         return to_json(done)
