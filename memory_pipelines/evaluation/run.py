@@ -43,8 +43,6 @@ from .stats import (
     query_scores,
     summarise_scores,
 )
-from .stats import ndcg_at as ndcg_at  # re-exported: the metrics used to live here
-from .stats import recall_at as recall_at
 
 METHODS = ("keyword", "semantic", "hybrid", "hybrid_no_lift", "hybrid_no_speaker", "hybrid_no_prior",
            "hybrid_weighted", "hybrid_rrf", "context", "hybrid_matched")
