@@ -53,21 +53,21 @@ def _ts(value: object) -> int:
 @dataclass(frozen=True)
 class MemoryInput:
     """One memory to write. Build it with `parse` from raw input; the plain constructor takes values already
-    checked (a stored row).
-
-    `ts` is the memory's own time (Unix seconds): a new memory's `created_at` is set to it. `session` names the
-    conversation the memory is a turn of."""
+    checked (a stored row)."""
 
     owner: str
     content: str
     content_type: str
     project_key: str
+    """Stable across machines; derived from the name when not given."""
     project_name: str
     ts: int
+    """The memory's own time (Unix seconds): a new memory's `created_at` is set to it."""
     machine_name: str | None = None
     project_path: str | None = None
     speaker: str | None = None
     session: str | None = None
+    """The conversation the memory is a turn of."""
 
     @classmethod
     def parse(cls, owner: object, /, **given: object) -> MemoryInput:

@@ -7,7 +7,7 @@ Every error answer is `{"detail": ...}`; a 422 also names the rejected `field`, 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
@@ -120,6 +120,17 @@ def _where(request: Request, field: str) -> str:
     return "body"
 
 
+_STATUS: dict[type[Exception], int] = {NotFoundError: 404, ConfigError: 503, UserError: 400, Unauthorized: 401}
+"""The answer to a library error (the most specific class decides: a ValidationError is a UserError)."""
+
+
+def _answer(status: int) -> Callable[[Request, Exception], Awaitable[JSONResponse]]:
+    async def handle(_req: Request, exc: Exception) -> JSONResponse:
+        return error(status, str(exc))
+
+    return handle
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _request_invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:
@@ -133,21 +144,8 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _lib_invalid(req: Request, exc: ValidationError) -> JSONResponse:
         return _invalid(exc.field, exc.message, _where(req, FIELD_ALIASES.get(exc.field, exc.field)))
 
-    @app.exception_handler(NotFoundError)
-    async def _not_found(_req: Request, exc: NotFoundError) -> JSONResponse:
-        return error(404, str(exc))
-
-    @app.exception_handler(ConfigError)
-    async def _config(_req: Request, exc: ConfigError) -> JSONResponse:
-        return error(503, str(exc))
-
-    @app.exception_handler(UserError)
-    async def _user(_req: Request, exc: UserError) -> JSONResponse:
-        return error(400, str(exc))
-
-    @app.exception_handler(Unauthorized)
-    async def _unauthorized(_req: Request, exc: Unauthorized) -> JSONResponse:
-        return error(401, str(exc))
+    for kind, status in _STATUS.items():
+        app.add_exception_handler(kind, _answer(status))
 
     @app.exception_handler(psycopg.OperationalError)  # psycopg_pool's PoolTimeout is one: no connection in time
     async def _db_down(_req: Request, exc: psycopg.OperationalError) -> JSONResponse:
