@@ -56,7 +56,7 @@ import numpy as np
 import psutil
 from _common import emit, log, out_path, pyplot, save_plot
 
-from memory_pipelines.pipelines.demo import read_demo
+from memory_pipelines.demo.corpus import read_demo
 from memory_pipelines.vocabulary import CONTENT_TYPES, CONTEXT_MODES
 
 OWNER = "team-alpha"

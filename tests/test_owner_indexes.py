@@ -9,7 +9,7 @@ import psycopg
 from memory_pipelines.index import owner_indexes
 from memory_pipelines.index.owner_indexes import existing_owner_indexes, owner_index_name, sync_owner_indexes
 from memory_pipelines.index.vectors import embed_all, embed_source
-from memory_pipelines.pipelines.status import collect_status, format_status
+from memory_pipelines.operations.status import collect_status, format_status
 from memory_pipelines.retrieval import search as search_module
 from memory_pipelines.retrieval.search import PLANS, SearchFilters, search
 from tests.factories import add_task

@@ -19,9 +19,9 @@ from memory_pipelines.infra.errors import ValidationError
 from memory_pipelines.tuning.evaluate import rerank_scores
 from memory_pipelines.tuning.fit import FitOptions
 from memory_pipelines.tuning.frames import load_log, time_split
-from memory_pipelines.tuning.pipeline import run_tuning, tune_and_evaluate
 from memory_pipelines.tuning.publish import Gate, decide
 from memory_pipelines.tuning.ranker import RankerOptions, fit_ranker
+from memory_pipelines.tuning.run import run_tuning, tune_and_evaluate
 from memory_pipelines.tuning.simulate import simulate_feature_log, write_log_rows
 from tests.factories import add_event, add_goal, add_learning, add_memory, add_task
 

@@ -32,9 +32,9 @@ from memory_pipelines.tuning.fit import (
     poisson_interval,
 )
 from memory_pipelines.tuning.frames import load_log, time_split
-from memory_pipelines.tuning.pipeline import run_tuning, tune_and_evaluate
 from memory_pipelines.tuning.publish import Gate, decide
 from memory_pipelines.tuning.report import format_result, hit_rate_table, write_plots
+from memory_pipelines.tuning.run import run_tuning, tune_and_evaluate
 from memory_pipelines.tuning.simulate import (
     HIDDEN_DECAY_FLOOR,
     HIDDEN_SOURCE_WEIGHTS,

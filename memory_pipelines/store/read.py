@@ -19,7 +19,7 @@ from ..infra.errors import NotFoundError, ValidationError, check_storable
 from ..retrieval.search import SearchFilters, embed_query, search
 from ..text.keywords import terms
 from ..vocabulary import CONTENT_TYPES, MAX_IDS, MAX_SEARCH_LIMIT, MAX_TIMELINE_LIMIT, MAX_TS
-from .ingest import validate_owner
+from .ingest.inputs import validate_owner
 from .projects import project_key_from_name
 
 SNIPPET_CHARS = 200

@@ -35,7 +35,7 @@ from ..store.memories import insert_memory
 from ..store.projects import ensure_project
 from ..text.focus import focus
 from ..vocabulary import CONTEXT_MODES, MAX_BUDGET, MIN_BUDGET
-from .eval_stats import (
+from .stats import (
     METRICS,
     N_RESAMPLES,
     SEED,
@@ -43,8 +43,6 @@ from .eval_stats import (
     query_scores,
     summarise_scores,
 )
-from .eval_stats import ndcg_at as ndcg_at  # re-exported: the metrics used to live here
-from .eval_stats import recall_at as recall_at
 
 METHODS = ("keyword", "semantic", "hybrid", "hybrid_no_lift", "hybrid_no_speaker", "hybrid_no_prior",
            "hybrid_weighted", "hybrid_rrf", "context", "hybrid_matched")
