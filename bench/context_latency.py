@@ -62,7 +62,8 @@ import memory_pipelines.retrieval.semantic as semantic_module
 from memory_pipelines.context.builder import build_memory_context
 from memory_pipelines.embeddings import FakeEmbedder
 from memory_pipelines.index.keywords import index_source
-from memory_pipelines.infra.db import connect, embedded_pgdata, get_pool
+from memory_pipelines.infra.db import connect, get_pool
+from memory_pipelines.infra.embedded import embedded_pgdata
 from memory_pipelines.infra.prewarm import prewarm
 from memory_pipelines.infra.settings import get_settings
 from memory_pipelines.runtime import warm_up
