@@ -60,7 +60,8 @@ from memory_pipelines.embeddings import make_embedder
 from memory_pipelines.evaluation.run import load_memories, memory_id_for, read_dataset, scratch_database
 from memory_pipelines.index.keywords import index_source
 from memory_pipelines.index.vectors import embed_source
-from memory_pipelines.infra.db import database_url, get_pool
+from memory_pipelines.infra.db import get_pool
+from memory_pipelines.infra.embedded import database_url
 from memory_pipelines.infra.settings import get_settings
 from memory_pipelines.tuning.evaluate import feature_matrix, per_build_metrics, ranker_probability
 from memory_pipelines.tuning.fit import FitOptions

@@ -29,7 +29,8 @@ from memory_pipelines.embeddings import make_embedder
 from memory_pipelines.evaluation.run import scratch_database
 from memory_pipelines.index.keywords import index_all
 from memory_pipelines.index.vectors import embed_all, finish_memories
-from memory_pipelines.infra.db import database_url, get_pool
+from memory_pipelines.infra.db import get_pool
+from memory_pipelines.infra.embedded import database_url
 from memory_pipelines.infra.settings import get_settings
 
 THRESHOLDS = [round(t, 2) for t in np.arange(0.10, 0.91, 0.05)]

@@ -55,7 +55,8 @@ def _bar(total: int, desc: str):
 def cmd_migrate(args: argparse.Namespace) -> int:
     from ...embeddings import make_embedder
     from ...index.owner_indexes import sync_owner_indexes
-    from ...infra.db import connect, database_url, describe_url
+    from ...infra.db import connect, describe_url
+    from ...infra.embedded import database_url
     from ...infra.migrate import migrate, reembed
     from ...infra.settings import get_settings
 
@@ -182,7 +183,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     from ...embeddings import make_embedder
     from ...evaluation.run import evaluate, format_table
-    from ...infra.db import database_url
+    from ...infra.embedded import database_url
     from ...infra.settings import get_settings
 
     settings = get_settings()
