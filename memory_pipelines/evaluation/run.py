@@ -1,4 +1,4 @@
-"""Retrieval evaluation on a folder of `memories.jsonl` + `queries.jsonl` (docs/architecture.md, "Benchmarks").
+"""Retrieval evaluation on a folder of `memories.jsonl` + `queries.jsonl` (docs/retrieval-quality.md).
 
 The memories are loaded into a throwaway database on the same server (dropped afterwards), embedded
 with the configured model and keyword-indexed; each query is answered within its owner by keyword,
@@ -60,7 +60,7 @@ class Method(NamedTuple):
 
 # `hybrid` is the default hybrid search; the others are ablations of it: without the neighbour lift, without the
 # named-speaker handling (retrieval/speakers.py), without the turn priors (retrieval/turns.py), with the
-# advanced-search spec's weighted fusion (the default before issue 12) and with naive reciprocal-rank fusion, both
+# advanced-search spec's weighted fusion and with naive reciprocal-rank fusion, both
 # without the lift, the speaker handling and the priors.
 SEARCH_METHODS = {
     "keyword": Method("keyword"),
