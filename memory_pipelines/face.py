@@ -13,7 +13,7 @@ first and reads or writes that owner's rows only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -110,12 +110,13 @@ class Memory:
         return related(self.pool, self.embedder, owner, base_id, top_k=top_k, exclude_self=exclude_self)
 
     def context(self, owner: str, query: str, *, mode: str = "execute",
-                token_budget: int = DEFAULT_BUDGET) -> ContextResult:
-        """The token-budgeted context block for a query (logged for feedback and tuning)."""
+                token_budget: int = DEFAULT_BUDGET, task: Mapping[str, Any] | None = None) -> ContextResult:
+        """The token-budgeted context block for a query (logged for feedback and tuning). `task`: {task_type,
+        failure_class, event_type} of the work at hand; learnings matching it rank higher (the learnings spec)."""
         from .context.builder import build_memory_context
 
         return build_memory_context(self.pool, self.embedder, owner, query, mode=mode, token_budget=token_budget,
-                                    exploration=self.settings.explore_rate)
+                                    exploration=self.settings.explore_rate, task=task)
 
     def feedback(self, owner: str, retrieval_id: str, used_ids: Sequence[str]) -> int:
         """Mark which injected items of one of the owner's builds were used; returns how many were marked."""
@@ -212,3 +213,53 @@ class Memory:
         from .infra.auth import revoke_key
 
         return revoke_key(self.pool, key_id_or_prefix)
+
+    # -- items: tasks, learnings, capabilities, goals, events ----------------------------------------------------
+
+    embed_worker: Any = None
+    """The server's background embedder (`EmbedWorker`), notified after every write when one runs."""
+
+    def _written(self, changed: int) -> None:
+        if changed and self.embed_worker is not None:
+            self.embed_worker.notify()
+
+    def write(self, owner: str, source: str, item: Mapping[str, Any]) -> dict[str, Any]:
+        """Write one task, learning, capability, goal or event (vocabulary.WRITE_CONTRACTS); with a `key`, the
+        owner's item of that key is updated. Keyword-searchable on return, embedded in the background.
+        Returns {id, key, action}: created, updated or unchanged."""
+        from .store.items import ItemError, write_items
+
+        try:
+            done = write_items(self.pool, owner, source, [item])
+        except ItemError as exc:
+            raise type(exc)(exc.field, exc.message) from None  # one item: no index to name
+        result = {k: v for k, v in done.results[0].items() if k != "index"}
+        self._written(result["action"] != "unchanged")
+        return result
+
+    def write_many(self, owner: str, source: str, items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """Write a batch of one source in one transaction: all or, when one item is bad (ItemError names its
+        index and field), none. Returns {source, results: [{index, id, key, action}], counts}."""
+        from .store.items import write_items
+
+        done = write_items(self.pool, owner, source, items)
+        self._written(done.counts["created"] + done.counts["updated"])
+        return done.as_dict()
+
+    def update(self, owner: str, source: str, ref: str, changes: Mapping[str, Any]) -> dict[str, Any]:
+        """Change some fields of one item found by id or key (a task's status, a goal's progress, `active: false`
+        to deactivate it). Another owner's id or key is not found, like an unknown one. Returns {id, key, action}."""
+        from .store.items import update_item
+
+        done = update_item(self.pool, owner, source, ref, changes)
+        self._written(done["action"] == "updated")
+        return done
+
+    def relevant_learnings(self, owner: str, *, task_type: str | None = None, failure_class: str | None = None,
+                           event_type: str | None = None, limit: int = 10) -> list[dict[str, Any]]:
+        """The owner's learnings most relevant to a task (task type, failure class, trigger event, failure
+        patterns first, then freshness), best first, each with the parts of its score."""
+        from .store.items import relevant_learnings
+
+        return relevant_learnings(self.pool, owner, task_type=task_type, failure_class=failure_class,
+                                  event_type=event_type, limit=limit)

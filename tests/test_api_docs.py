@@ -25,6 +25,7 @@ from memory_pipelines.surfaces.http import create_app
 from memory_pipelines.surfaces.http import errors as e
 from memory_pipelines.surfaces.http import models as m
 from memory_pipelines.surfaces.http import responses as r
+from memory_pipelines.surfaces.http.routes import items as it
 from memory_pipelines.vocabulary import MAX_BODY_BYTES
 from tests.factories import add_task
 from tests.test_api import LiveServer
@@ -71,7 +72,7 @@ def test_every_endpoint_documents_its_answer_errors_and_what_it_does(spec):
         seen += 1
         where = f"{method.upper()} {path}"
         assert len(op.get("description", "")) > len(op["summary"]) > 0, where
-        ok = op["responses"]["200"]["content"]["application/json"]["schema"]
+        ok = (op["responses"].get("200") or op["responses"]["201"])["content"]["application/json"]["schema"]
         assert ok.get("$ref"), f"{where}: an empty 200 schema"
         model = spec["components"]["schemas"][_ref(ok)]
         assert model.get("examples") and model.get("properties"), where
@@ -81,7 +82,7 @@ def test_every_endpoint_documents_its_answer_errors_and_what_it_does(spec):
             continue
         assert op["security"] == [{"HTTPBearer": []}], where
         assert {"401", "422", "503"} <= codes, where
-        for code in codes - {"200"}:
+        for code in codes - {"200", "201"}:
             schema = op["responses"][code]["content"]["application/json"]["schema"]
             assert _ref(schema) == ("ValidationProblem" if code == "422" else "Error"), (where, code)
             assert op["responses"][code]["description"], (where, code)
@@ -89,14 +90,17 @@ def test_every_endpoint_documents_its_answer_errors_and_what_it_does(spec):
             assert "404" in codes, where
         if method == "post":
             assert {"400", "413"} <= codes, where
-    assert seen == 17
+    assert seen == 17 + 16  # and the item resources: 5 sources × (write, batch, update), relevant learnings
 
 
 def test_request_examples_are_valid_and_never_name_the_owner(spec):
     bodies = {"SearchRequest": m.SearchRequest, "RelatedRequest": m.RelatedRequest, "IngestRequest": m.IngestRequest,
               "ContextRequest": m.ContextRequest, "FeedbackRequest": m.FeedbackRequest,
-              "ImplicitFeedbackRequest": m.ImplicitFeedbackRequest}
-    posts = [op for method, _p, op in _operations(spec) if method == "post"]
+              "ImplicitFeedbackRequest": m.ImplicitFeedbackRequest,
+              "RelevantLearningsRequest": it.RelevantLearningsRequest,
+              **{model.__name__: model for model in [*it.ITEM_MODELS.values(), *it.BATCH_MODELS.values(),
+                                                      *it.CHANGE_MODELS.values()]}}
+    posts = [op for method, _p, op in _operations(spec) if method in ("post", "patch")]
     assert len(posts) == len(bodies)
     for op in posts:
         name = _ref(op["requestBody"]["content"]["application/json"]["schema"])
@@ -110,7 +114,7 @@ def test_request_examples_are_valid_and_never_name_the_owner(spec):
 
 
 def test_response_examples_validate_against_their_models():
-    models = [v for module in (r, e) for v in vars(module).values()
+    models = [v for module in (r, e, it) for v in vars(module).values()
               if isinstance(v, type) and issubclass(v, BaseModel) and v.__module__ == module.__name__]
     checked = 0
     for model in models:
@@ -169,13 +173,22 @@ def test_real_answers_match_the_documented_models_field_for_field(app, live, run
         ("GET", "/memories/timeline", "/memories/timeline", {"limit": 1}),
         ("GET", "/memories/{memory_id}/versions", f"/memories/{zh['id']}/versions", None),
         ("GET", "/projects", "/projects", None),
+        ("POST", "/api/learnings/relevant", "/api/learnings/relevant", {"task_type": "dev"}),
     ]
+    for source, plural in it.PLURAL.items():
+        calls += [
+            ("POST", f"/api/{plural}", f"/api/{plural}", it.EXAMPLES[source]),
+            ("POST", f"/api/{plural}/batch", f"/api/{plural}/batch", {"items": [it.EXAMPLES[source]]}),
+            ("PATCH", f"/api/{plural}/{{ref}}", f"/api/{plural}/{it.EXAMPLES[source]['key']}",
+             it.CHANGE_EXAMPLES[source]),
+        ]
     documented = {(route.path, method) for route in _api_routes(app) if route.include_in_schema
                   for method in route.methods}
     assert {(t, mth) for mth, t, _p, _b in calls} == documented  # every endpoint is checked
     for method, template, path, payload in calls:
-        answer = c.get(path, params=payload) if method == "GET" else c.post(path, json=payload)
-        assert answer.status_code == 200, (path, answer.text)
+        answer = c.get(path, params=payload) if method == "GET" else c.request(method, path, json=payload)
+        created = method == "POST" and template in {f"/api/{plural}" for plural in it.PLURAL.values()}
+        assert answer.status_code == (201 if created else 200), (path, answer.text)
         _documented(app, method, template).model_validate(answer.json())  # extra fields are forbidden
 
     errors = [
@@ -223,6 +236,19 @@ def test_request_examples_succeed_as_written(spec, live, runtime):
     r.ImplicitFeedback.model_validate(implicit.json())
     fb = c.post("/api/brain/memory/feedback", json={"retrieval_id": ctx["retrieval_id"], "used_ids": [mem]})
     assert fb.status_code == 200 and fb.json()["marked"] == 1
+    # The item resources' examples: a write (201), a batch, then the update of the written item by its key.
+    for source, plural in it.PLURAL.items():
+        name = source.capitalize()
+        for body in schemas[f"{name}Item"]["examples"]:
+            assert c.post(f"/api/{plural}", json=body).status_code == 201, (plural, body)
+        for body in schemas[f"{name}Batch"]["examples"]:
+            assert c.post(f"/api/{plural}/batch", json=body).status_code == 200, (plural, body)
+        for body in schemas[f"{name}Changes"]["examples"]:
+            answer = c.patch(f"/api/{plural}/{it.EXAMPLES[source]['key']}", json=body)
+            assert answer.status_code == 200, (plural, answer.text)
+    for body in schemas["RelevantLearningsRequest"]["examples"]:
+        answer = c.post("/api/learnings/relevant", json=body)
+        assert answer.status_code == 200 and answer.json()["learnings"], answer.text
 
 
 # -- offline docs ------------------------------------------------------------------------------------------

@@ -428,6 +428,7 @@ FUZZ_EXAMPLES = int(os.environ.get("MP_FUZZ_EXAMPLES", "12"))
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # 33 operations × 2 modes × FUZZ_EXAMPLES requests: minutes on a busy 2-core machine
 def test_schemathesis_fuzz_of_the_http_api(live, key):
     """Every operation of the OpenAPI schema, schema-valid and schema-violating requests, every schemathesis
     check: no 5xx, every status, header and body as documented, invalid input refused and valid input accepted

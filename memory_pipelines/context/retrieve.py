@@ -13,6 +13,14 @@ from ..embeddings import Embedder
 from ..infra.db import reading
 from ..retrieval.filters import SearchFilters
 from ..retrieval.hits import Hit
+from ..retrieval.learnings import (
+    BOOST_WEIGHT,
+    MAX_SCORE,
+    LearningQuery,
+    ScoredLearning,
+    matches_task,
+    structured_learnings,
+)
 from ..retrieval.query import Query
 from ..retrieval.search import search
 from ..retrieval.semantic import calibrated_similarity
@@ -121,6 +129,38 @@ def event_candidates(
     return _search(pool, embedder, owner, query, qvec, filters, limit)
 
 
+def task_learnings(
+    pool: ConnectionPool, owner: str, task: LearningQuery, now: datetime, depth: int = 20
+) -> dict[str, ScoredLearning]:
+    """The owner's learnings that match the task context (its type, failure class or trigger event), by the
+    learnings spec's score (retrieval/learnings.py), best first, as of `now`."""
+    scored = structured_learnings(pool, owner, task, limit=depth, now=now)
+    return {s.id: s for s in scored if matches_task(s)}
+
+
+def with_task_learnings(candidates: list[Candidate], matched: dict[str, ScoredLearning]) -> list[Candidate]:
+    """The candidates plus the task-matched learnings search did not bring (the task match is their evidence;
+    relevance 0 until `boost_task_learnings`)."""
+    found = {c.id for c in candidates if c.source == "learning"}
+    added = [
+        Candidate(source="learning", id=s.id, title=s.title, text=f"{s.title}\n{s.content}", created_at=s.created_at,
+                  relevance=0.0, extra={"task_type": s.task_type, "failure_class": s.failure_class,
+                                        "trigger_event": s.trigger_event, "category": s.category})
+        for s in matched.values() if s.id not in found
+    ]
+    return candidates + added
+
+
+def boost_task_learnings(candidates: list[Candidate], matched: dict[str, ScoredLearning]) -> None:
+    """Add the learnings spec's score, scaled into [0, BOOST_WEIGHT] (as its phase 2 does), to the relevance of
+    each task-matched learning, and score it again (after `score_all`: a ranker's relevance is boosted alike)."""
+    for c in candidates:
+        s = matched.get(c.id) if c.source == "learning" else None
+        if s is not None:
+            c.relevance += BOOST_WEIGHT * s.score / MAX_SCORE
+            c.score = c.relevance * c.decay * c.mode_weight
+
+
 @dataclass
 class Profile:
     snippet: str
@@ -134,7 +174,7 @@ def load_profile(pool: ConnectionPool, owner: str, mode: str, limit: int = 3) ->
     with reading(pool) as conn:
         rows = conn.execute(
             "SELECT id::text, title, status, progress, created_at FROM goals"
-            " WHERE owner_id = %s AND status IN ('in_progress', 'pending')"
+            " WHERE owner_id = %s AND is_active AND status IN ('in_progress', 'pending')"
             " ORDER BY priority ASC, progress DESC LIMIT %s",
             (owner, limit),
         ).fetchall()

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import psycopg
 from psycopg_pool import ConnectionPool
@@ -341,3 +342,58 @@ def embed_buckets(
                 count_pending(conn, source_name, model, bucket=b, buckets=buckets)[0] for b in todo)
     result.seconds = time.perf_counter() - started
     return result
+
+
+# --- the items a write left pending (the server's background worker) ----------------------------------------------
+
+ITEM_SOURCES: tuple[str, ...] = ("task", "learning", "capability", "event")
+"""The embedded sources callers write (store/items.py); goals are not embedded."""
+
+_UNEMBEDDED = "t.embedded_hash IS DISTINCT FROM t.content_hash"
+"""A live row whose indexed text has no current embedding: what `<table>_unembedded` (sql/013) lists."""
+
+
+def embed_pending_items(
+    pool: ConnectionPool, embedder: Embedder, owners: Sequence[str] | None = None, *, batch_size: int | None = None
+) -> dict[str, Any]:
+    """Embed the live task, learning, capability and event rows (of `owners`; None: every owner) whose indexed
+    text changed since it was embedded or never was, then build the graphs of the owners who crossed the
+    exact-scan cap. The rows are found through the small partial indexes of such rows, so a pass costs what it
+    embeds, not the size of the tables. A provider failure leaves the rest pending (the next pass, the backfill).
+    Returns {embedded, failed, pending, errors}."""
+    model = embedder.model_name
+    size = batch_size or max(embedder.batch_size, 16)
+    out: dict[str, Any] = {"embedded": 0, "failed": 0, "pending": 0, "errors": []}
+    scope = " AND t.owner_id = ANY(%(owners)s)" if owners is not None else ""
+    for name in ITEM_SOURCES:
+        source = INDEXED[name]
+        where = f"{source.active_sql} AND {_UNEMBEDDED}{scope}"
+        params: dict[str, Any] = {"owners": list(owners or []), "after": None, "limit": size, "model": model}
+        touched: set[str] = set()
+        while True:
+            with pool.connection() as conn:
+                rows = conn.execute(
+                    f"SELECT t.id::text, {source.text_sql}, t.content_hash, t.owner_id FROM {source.from_sql}"
+                    f" WHERE {where} AND (%(after)s::uuid IS NULL OR t.id > %(after)s::uuid)"
+                    " ORDER BY t.id LIMIT %(limit)s", params).fetchall()
+            if not rows:
+                break
+            params["after"] = rows[-1][0]
+            try:
+                vectors = embedder.embed([r[1] for r in rows], kind="passage")
+            except EmbeddingAuthError:
+                raise
+            except EmbeddingError as exc:
+                out["failed"] += len(rows)
+                out["errors"].append(f"{name}: {exc}")
+                log.warning("embedding written %s rows failed (%s left pending): %s", name, len(rows), exc)
+                break
+            with pool.connection() as conn:
+                out["embedded"] += _write_batch(conn, source, rows, vectors, model)
+            touched.update(r[3] for r in rows)
+        with pool.connection() as conn:
+            if touched:
+                sync_owner_indexes(conn, embedder.dimension, tables=[source.table], owners=sorted(touched))
+            out["pending"] += conn.execute(
+                f"SELECT count(*) FROM {source.from_sql} WHERE {where}", params).fetchone()[0]
+    return out

@@ -14,6 +14,7 @@ import threading
 import time
 from typing import Any
 
+from ...index.vectors import embed_pending_items
 from ...infra.priority import BACKGROUND_NICE, set_thread_nice
 from .deferred import finish_deferred
 
@@ -83,6 +84,7 @@ class EmbedWorker:
         try:
             m = self.memory
             out = finish_deferred(m.pool, m.embedder, m.llm, live=True)
+            items = embed_pending_items(m.pool, m.embedder)  # tasks, learnings, ... written through Memory.write*
         except Exception:  # the database restarting, the provider failing: retried later, nothing lost
             log.exception("background embedding failed; retried in %.0f s", self.retry_seconds)
             return True
@@ -91,7 +93,8 @@ class EmbedWorker:
             "embedded_fragments": out["embedded_fragments"],
             "arbitrated": out["arbitrated"],
             "still_pending": out["still_pending"],
+            "embedded_items": items["embedded"],
             "seconds": round(time.perf_counter() - started, 3),
         }
         log.info("background embedding: %s", self.last)
-        return bool(out["still_pending"] or out["failed_fragments"])
+        return bool(out["still_pending"] or out["failed_fragments"] or items["pending"])

@@ -18,9 +18,10 @@ from fastapi import FastAPI
 from ...face import Memory
 from ...store.ingest.worker import EmbedWorker
 from ...vocabulary import MAX_BODY_BYTES
+from .deps import Owner
 from .errors import BodyLimit, install_error_handlers
 from .pages import install_docs, install_web_view
-from .routes import agentmem, context, feedback, history, ops, search
+from .routes import agentmem, context, feedback, history, items, ops, search
 
 ROUTERS = (ops.router, search.router, context.router, feedback.router, history.router, agentmem.router)
 """Included in this order (the order of the OpenAPI document)."""
@@ -49,6 +50,7 @@ def create_app(memory: Memory, *, wait_ingest: bool = True) -> FastAPI:
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if not wait_ingest:
             worker.notify()  # memories queued before a restart
+        memory.embed_worker = worker  # Memory.write* notify it
         yield
         await asyncio.to_thread(worker.stop)
 
@@ -78,4 +80,5 @@ def create_app(memory: Memory, *, wait_ingest: bool = True) -> FastAPI:
     install_web_view(app)
     for router in ROUTERS:
         app.include_router(router)
+    app.include_router(items.router(memory, Owner))  # tasks, learnings, capabilities, goals, events
     return app

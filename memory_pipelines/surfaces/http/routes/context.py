@@ -22,4 +22,5 @@ def memory_context(body: m.ContextRequest, owner: Owner, memory: MemoryDep) -> J
     (MMR) and cut to `tokenBudget` real cl100k tokens. The build is logged: send `retrieval_id` back with
     feedback once the agent has answered."""
     same_owner(body.owner_id, owner)
-    return to_json(memory.context(owner, body.query, mode=body.mode, token_budget=body.token_budget))
+    return to_json(memory.context(owner, body.query, mode=body.mode, token_budget=body.token_budget,
+                                  task=body.task.model_dump(exclude_none=True) if body.task else None))
