@@ -18,11 +18,12 @@ from memory_pipelines.operations.main_job import RANGE_TAGS
 
 from .demo import DEMO_GROUP
 from .embeddings import memory_vectors, vector_indexes
+from .ingest import INGEST_GROUP
 from .keywords import keyword_assets
 from .resources import RESOURCES
 from .tuning import TUNING_GROUP
 
-MAIN_SELECTION = dg.AssetSelection.all() - dg.AssetSelection.groups(TUNING_GROUP, DEMO_GROUP)
+MAIN_SELECTION = dg.AssetSelection.all() - dg.AssetSelection.groups(TUNING_GROUP, DEMO_GROUP, INGEST_GROUP)
 
 main_job = dg.define_asset_job(
     "main_job", selection=MAIN_SELECTION, executor_def=dg.in_process_executor,

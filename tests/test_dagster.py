@@ -109,8 +109,8 @@ def test_definitions_load():
     jobs = {"embedding_backfill", "index_maintenance", "memory_context", "weekly_tuning"}
     assert jobs <= set(repo.job_names)
     assert {s.name for s in repo.schedule_defs} == {"nightly_embedding_backfill", "nightly_maintenance",
-                                                   "weekly_tuning"}
-    assert [s.name for s in repo.sensor_defs] == ["unembedded_rows_sensor"]
+                                                   "weekly_tuning", "source_sync_schedule"}
+    assert sorted(s.name for s in repo.sensor_defs) == ["inbox_sensor", "index_after_ingest", "unembedded_rows_sensor"]
     graph = defs.resolve_asset_graph()
     for source in INDEXED_NAMES:
         node = graph.get(dg.AssetKey(f"{source}_embeddings"))
