@@ -2,10 +2,10 @@
 
 - `inbox_import` (one dynamic partition per file dropped into `$MEMORY_PIPELINES_HOME/inbox/`): imports the file
   (memory_pipelines/store/imports.py), then moves it to `inbox/done/`, or to `inbox/rejected/` with the reasons
-  beside it (memory_pipelines/pipelines/inbox.py). `inbox_sensor` adds the partition and requests its run once per
+  beside it (memory_pipelines/operations/inbox.py). `inbox_sensor` adds the partition and requests its run once per
   file: run_key = path + size + mtime, and its cursor remembers the files it requested while they wait. A run that
   fails for another reason (the database down) leaves the file where it is: re-execute its partition from the UI.
-- `source_sync`: the syncs of `$MEMORY_PIPELINES_HOME/sync.yaml` (memory_pipelines/pipelines/source_sync.py),
+- `source_sync`: the syncs of `$MEMORY_PIPELINES_HOME/sync.yaml` (memory_pipelines/operations/source_sync.py),
   incremental from the watermark stored in our database; with `since` / `until` in its run config, exactly that
   range again. `source_sync_schedule` runs it every 15 minutes once switched on.
 - `index_after_ingest`: when an import or sync run succeeds, launches `ingest_indexing` over every bucket: the
@@ -20,7 +20,7 @@ import time
 import dagster as dg
 
 from memory_pipelines.infra.errors import UserError
-from memory_pipelines.pipelines.inbox import (
+from memory_pipelines.operations.inbox import (
     DONE,
     REJECTED,
     inbox_dir,
@@ -30,8 +30,8 @@ from memory_pipelines.pipelines.inbox import (
     waiting_files,
     write_rejects,
 )
-from memory_pipelines.pipelines.main_job import RANGE_TAGS
-from memory_pipelines.pipelines.source_sync import config_path, load_syncs, parse_bound, sync
+from memory_pipelines.operations.main_job import RANGE_TAGS
+from memory_pipelines.operations.source_sync import config_path, load_syncs, parse_bound, sync
 from memory_pipelines.store.imports import ImportFileError, import_file
 
 from .embeddings import DB_WRITE_POOL, embedding_assets, memory_vectors, vector_indexes

@@ -22,9 +22,10 @@ from memory_pipelines.index.vectors import embed_all
 from memory_pipelines.infra.auth import create_key
 from memory_pipelines.infra.errors import ValidationError
 from memory_pipelines.surfaces.http import create_app
-from memory_pipelines.surfaces.http import items as it
+from memory_pipelines.surfaces.http import errors as e
 from memory_pipelines.surfaces.http import models as m
 from memory_pipelines.surfaces.http import responses as r
+from memory_pipelines.surfaces.http.routes import items as it
 from memory_pipelines.vocabulary import MAX_BODY_BYTES
 from tests.factories import add_task
 from tests.test_api import LiveServer
@@ -113,7 +114,7 @@ def test_request_examples_are_valid_and_never_name_the_owner(spec):
 
 
 def test_response_examples_validate_against_their_models():
-    models = [v for module in (r, it) for v in vars(module).values()
+    models = [v for module in (r, e, it) for v in vars(module).values()
               if isinstance(v, type) and issubclass(v, BaseModel) and v.__module__ == module.__name__]
     checked = 0
     for model in models:
@@ -191,15 +192,15 @@ def test_real_answers_match_the_documented_models_field_for_field(app, live, run
         _documented(app, method, template).model_validate(answer.json())  # extra fields are forbidden
 
     errors = [
-        (httpx.get(f"{live}/projects"), 401, r.Error),
-        (c.get(f"/api/brain/memory/detail/{'mem_' + '0' * 20}"), 404, r.Error),
-        (c.get("/api/brain/memory/builds/00000000-0000-0000-0000-000000000000"), 404, r.Error),
-        (c.post("/api/brain/memory/search", json={"query": "x", "topK": 0}), 422, r.ValidationProblem),
-        (c.get("/api/brain/memory/builds", params={"limit": 0}), 422, r.ValidationProblem),
-        (c.get("/api/brain/memory/builds", params={"cursor": "not-a-cursor"}), 422, r.ValidationProblem),
-        (c.get("/api/brain/memory/hit-rates", params={"days": 0}), 422, r.ValidationProblem),
+        (httpx.get(f"{live}/projects"), 401, e.Error),
+        (c.get(f"/api/brain/memory/detail/{'mem_' + '0' * 20}"), 404, e.Error),
+        (c.get("/api/brain/memory/builds/00000000-0000-0000-0000-000000000000"), 404, e.Error),
+        (c.post("/api/brain/memory/search", json={"query": "x", "topK": 0}), 422, e.ValidationProblem),
+        (c.get("/api/brain/memory/builds", params={"limit": 0}), 422, e.ValidationProblem),
+        (c.get("/api/brain/memory/builds", params={"cursor": "not-a-cursor"}), 422, e.ValidationProblem),
+        (c.get("/api/brain/memory/hit-rates", params={"days": 0}), 422, e.ValidationProblem),
         (c.post("/ingest/memory", content=b"x" * (MAX_BODY_BYTES + 1),
-                headers={"content-type": "application/json"}), 413, r.Error),
+                headers={"content-type": "application/json"}), 413, e.Error),
     ]
     for answer, status, model in errors:
         assert answer.status_code == status, (answer.request.url, answer.text)

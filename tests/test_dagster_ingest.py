@@ -20,7 +20,7 @@ from assets.keywords import keyword_assets
 from assets.materialize import RANGE_TAGS
 from assets.resources import MemoryResource
 from memory_pipelines.index.vectors import count_pending
-from memory_pipelines.pipelines.source_sync import read_watermark
+from memory_pipelines.operations.source_sync import read_watermark
 
 warnings.filterwarnings("ignore", category=dg.BetaWarning)
 QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}

@@ -330,7 +330,7 @@ def test_stored_keyword_statistics_follow_the_writes(pool):
 @pytest.fixture
 def memory(runtime):
     from memory_pipelines import Memory
-    from memory_pipelines.pipelines.embed_worker import EmbedWorker
+    from memory_pipelines.store.ingest.worker import EmbedWorker
 
     mem = Memory(runtime, llm=None)
     mem.embed_worker = EmbedWorker(mem, nice=0)

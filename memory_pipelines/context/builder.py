@@ -14,9 +14,9 @@ import numpy as np
 from psycopg_pool import ConnectionPool
 
 from ..embeddings import Embedder
-from ..infra.errors import ValidationError, check_storable
+from ..infra.errors import ValidationError
 from ..retrieval.learnings import task_query
-from ..retrieval.search import embed_query, language
+from ..retrieval.query import Query, embed_query
 from ..vocabulary import CONTEXT_MODES, DEFAULT_BUDGET, MAX_BUDGET, MIN_BUDGET
 from .budget import fit_to_budget
 from .config import active_config
@@ -103,14 +103,14 @@ def format_line(c: Candidate) -> str:
     return f"{head}: {body[:240]}" if body else head
 
 
-def _validate(query: str, mode: str, budget: int) -> None:
-    if not isinstance(query, str) or not query.strip():
-        raise ValidationError("query", "must be a non-empty string")
-    check_storable("query", query)
+def _validate(query: str, mode: str, budget: int) -> Query:
+    """The checked query (search takes it as checked); ValidationError naming the field otherwise."""
+    checked = Query.checked(query)
     if mode not in CONTEXT_MODES:
         raise ValidationError("mode", f"must be one of {list(CONTEXT_MODES)}")
     if not isinstance(budget, int) or isinstance(budget, bool) or not MIN_BUDGET <= budget <= MAX_BUDGET:
         raise ValidationError("token_budget", f"must be an integer from {MIN_BUDGET} to {MAX_BUDGET}")
+    return checked
 
 
 def build_memory_context(
@@ -137,7 +137,7 @@ def build_memory_context(
     `task` ({task_type, failure_class, event_type}): the learnings matching it join the candidates and rank by the
     learnings spec's score too.
     """
-    _validate(query, mode, token_budget)
+    checked = _validate(query, mode, token_budget)
     task_q = task_query(task, "task.") if task is not None else None
     t0 = time.perf_counter()
     now = as_of or datetime.now(UTC)
@@ -147,11 +147,11 @@ def build_memory_context(
         qvec, degraded = embed_query(embedder, query)
     t_embed = time.perf_counter()
     config = active_config(pool)
-    semantic = _executor.submit(semantic_candidates, pool, embedder, owner, query, qvec, as_of, depth)
-    events = _executor.submit(event_candidates, pool, embedder, owner, query, qvec, mode, now)
+    semantic = _executor.submit(semantic_candidates, pool, embedder, owner, checked, qvec, as_of, depth)
+    events = _executor.submit(event_candidates, pool, embedder, owner, checked, qvec, mode, now)
     profile = _executor.submit(load_profile, pool, owner, mode)
     matched = _executor.submit(task_learnings, pool, owner, task_q, now, depth) if task_q else None
-    qlang = language(query)
+    qlang = checked.language
     retrieved = semantic.result(), events.result()
     for group in retrieved:  # channel ranks are within each retrieval, before the floor
         add_features(group, qlang, now)

@@ -47,7 +47,7 @@ from psycopg_pool import ConnectionPool
 from ..infra.errors import UserError, ValidationError
 from ..infra.llm import ChatLLM
 from ..vocabulary import WRITABLE_SOURCES, WRITE_CONTRACTS
-from .ingest import ingest_memory, validate_input, validate_owner
+from .ingest import MemoryInput, ingest_memory, validate_owner
 from .items import ItemError, parse_time, validate_item, write_items
 from .memories import content_hash
 from .projects import project_key_from_name
@@ -368,9 +368,7 @@ def prepare_row(raw: Mapping[str, Any], *, source: str | None, owner: str | None
     raw = _coerce(src, raw, cells_are_text)
     if src == "memory":
         raw = _memory_fields(raw, now)
-        validate_input(who, raw.get("content"), raw.get("content_type"), raw.get("project_name"),
-                       raw.get("project_key"), raw.get("machine_name"), raw.get("project_path"), raw.get("ts"),
-                       raw.get("speaker"), session=raw.get("session"), now=now.timestamp())
+        MemoryInput.parse(who, **raw)
         return _Row(0, src, who, raw)
     return _Row(0, src, who, raw, validate_item(src, raw, now=now))
 

@@ -420,12 +420,13 @@ def index_items(conn: psycopg.Connection, source: str, owner: str, ids: list[str
         if rows:
             refresh_stats(conn, source, [owner])
         return len(rows)
-    n, added = conn.execute(
+    kept = conn.execute(
         "UPDATE keyword_stats SET n = %s, total_len = %s, added = added + %s WHERE owner_id = %s AND source = %s"
         " RETURNING n, added",
         (totals[owner][1], int(totals[owner][0]), gained, owner, source),
     ).fetchone()
-    if added > STATS_REFRESH_SHARE * max(n - added, 0):
+    # Rewritten in full when she grew by half since, or when a keyword pass rewrote them meanwhile (row gone).
+    if kept is None or kept[1] > STATS_REFRESH_SHARE * max(kept[0] - kept[1], 0):
         refresh_stats(conn, source, [owner])
     return len(rows)
 

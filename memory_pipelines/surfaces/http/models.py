@@ -99,6 +99,10 @@ class IngestRequest(_Body):
                               "Default: the server's (`serve --ingest`, background unless set).")
     owner_id: OwnerField = None
 
+    def memory_fields(self) -> dict[str, object]:
+        """The fields of the memory itself (`MemoryInput`'s), for `Memory.ingest`."""
+        return self.model_dump(exclude={"wait", "owner_id"})
+
 
 class TaskContext(_Body):
     """The task at hand: the learnings matching it join the context's candidates and rank higher (the learnings

@@ -27,9 +27,9 @@ from pydantic import (
     create_model,
 )
 
-from ...face import Memory
-from ...store.items import ItemConflict, ItemError
-from ...vocabulary import (
+from ....face import Memory
+from ....store.items import ItemConflict, ItemError
+from ....vocabulary import (
     ITEM_TIME_TEXT,
     MAX_BATCH,
     MAX_BODY_BYTES,
@@ -43,9 +43,9 @@ from ...vocabulary import (
     WRITE_TABLES,
     FieldSpec,
 )
-from ..encode import jsonable, to_json
-from ..schema import TEXT_PATTERN, Documented, Int, Text, storable
-from . import responses as r
+from ...encode import jsonable, to_json
+from ...schema import TEXT_PATTERN, Documented, Int, Text, storable
+from .. import errors as e
 
 PLURAL = {"task": "tasks", "learning": "learnings", "capability": "capabilities", "goal": "goals", "event": "events"}
 """The resource of each source: /api/<plural>."""
@@ -283,11 +283,11 @@ def _invalid(exc: ItemError) -> JSONResponse:
                         status_code=422)
 
 
-_TOO_MANY = {413: {"model": r.Error, "description": f"More than {MAX_BATCH} items, or a body over {MAX_BODY_BYTES} "
+_TOO_MANY = {413: {"model": e.Error, "description": f"More than {MAX_BATCH} items, or a body over {MAX_BODY_BYTES} "
                    "bytes. Nothing was written.",
                    "content": {"application/json": {"example": {"detail": f"a batch holds at most {MAX_BATCH} "
                                                                           "items; this one has 1200"}}}}}
-_CONFLICT = {409: {"model": r.Error, "description": "The item collides with another of this owner's (a capability's "
+_CONFLICT = {409: {"model": e.Error, "description": "The item collides with another of this owner's (a capability's "
                    "name, a key another item has). Nothing was written.",
                    "content": {"application/json": {"example": {
                        "detail": "name: another capability of this owner is named 'Translate manuals into German' "
@@ -320,7 +320,7 @@ def source_router(memory: Memory, owner_type: Any, source: str) -> APIRouter:
     api.add_api_route("", write, methods=["POST"], status_code=201, summary=f"Write one {source}",
                       response_model=ItemWritten,
                       responses={201: {"description": f"The {source} was stored."},
-                                 **r.errors(r.BAD_REQUEST, r.TOO_LARGE, conflict)})
+                                 **e.errors(e.BAD_REQUEST, e.TOO_LARGE, conflict)})
 
     def write_batch(body: Annotated[Batch, Body()], owner: owner_type) -> JSONResponse:  # type: ignore[valid-type]
         if len(body.items) > MAX_BATCH:
@@ -336,7 +336,7 @@ def source_router(memory: Memory, owner_type: Any, source: str) -> APIRouter:
                            f"would: all of them, or, when one is bad, none (a 422 naming `items[i].field`). Each "
                            "item's result in the order sent, and the counts.")
     api.add_api_route("/batch", write_batch, methods=["POST"], summary=f"Write a batch of {plural}",
-                      response_model=BatchWritten, responses=r.errors(r.BAD_REQUEST, _TOO_MANY, conflict))
+                      response_model=BatchWritten, responses=e.errors(e.BAD_REQUEST, _TOO_MANY, conflict))
 
     def update(ref: Ref, body: Annotated[Changes, Body()], owner: owner_type) -> JSONResponse:  # type: ignore
         try:
@@ -352,8 +352,8 @@ def source_router(memory: Memory, owner_type: Any, source: str) -> APIRouter:
                       "changed indexed text is re-embedded in the background. An id or key of another owner is a "
                       "404, exactly like an unknown one.")
     api.add_api_route("/{ref}", update, methods=["PATCH"], summary=f"Update one {source}", response_model=ItemWritten,
-                      responses=r.errors(r.BAD_REQUEST, r.TOO_LARGE, _CONFLICT,
-                                         r.not_found(source, f"no {source} 'JIRA-1432'")))
+                      responses=e.errors(e.BAD_REQUEST, e.TOO_LARGE, _CONFLICT,
+                                         e.not_found(source, f"no {source} 'JIRA-1432'")))
     return api
 
 
@@ -365,7 +365,7 @@ def router(memory: Memory, owner_type: Any) -> APIRouter:
         api.include_router(source_router(memory, owner_type, source))
 
     @api.post("/api/learnings/relevant", tags=["items"], summary="Learnings relevant to a task",
-              response_model=RelevantLearnings, responses=r.errors(r.BAD_REQUEST, r.TOO_LARGE))
+              response_model=RelevantLearnings, responses=e.errors(e.BAD_REQUEST, e.TOO_LARGE))
     def relevant(body: RelevantLearningsRequest, owner: owner_type) -> JSONResponse:  # type: ignore[valid-type]
         """The owner's learnings scored by the learnings spec: task type 10, failure class 8 (its class, or its
         content naming it), trigger event 6, category `failure_pattern` 4, freshness 3 (7 days) / 2 (30 days) / 1;

@@ -14,8 +14,8 @@ import threading
 import time
 from typing import Any
 
-from ..index.vectors import embed_pending_items
-from ..infra.priority import BACKGROUND_NICE, set_thread_nice
+from ...index.vectors import embed_pending_items
+from ...infra.priority import BACKGROUND_NICE, set_thread_nice
 from .deferred import finish_deferred
 
 log = logging.getLogger(__name__)
