@@ -305,6 +305,39 @@ def _check_capability_names(
                                        + (f" (key {key[:60]!r})" if key else " (without a key)"), i)
 
 
+def _results(
+    conn: psycopg.Connection, source: str, owner: str, items: list[dict[str, Any]], staged_ids: list[uuid.UUID],
+    written: list[tuple[str, str | None, str | None, bool]],
+) -> WriteResult:
+    """Each item's id and action: from the rows the upserts returned (by key, a keyless capability by name, any
+    other keyless item by the id staged for it); an item they did not return was unchanged, its id read by key
+    (or name)."""
+    table = WRITE_TABLES[source]
+    by_key = {k: (i, c) for i, k, _n, c in written if k is not None}
+    by_name = {n: (i, c) for i, k, n, c in written if k is None and n is not None}
+    by_id = {i: (i, c) for i, _k, _n, c in written}
+    missing_keys = [it["key"] for it in items if it["key"] is not None and it["key"] not in by_key]
+    unchanged_keys = dict(conn.execute(
+        f"SELECT key, id::text FROM {table} WHERE owner_id = %s AND key = ANY(%s)", (owner, missing_keys)
+    ).fetchall()) if missing_keys else {}
+    names = [it["name"] for it in items if source == "capability" and it["key"] is None and it["name"] not in by_name]
+    unchanged_names = dict(conn.execute(
+        "SELECT name, id::text FROM capabilities WHERE owner_id = %s AND name = ANY(%s)", (owner, names)
+    ).fetchall()) if names else {}
+    result = WriteResult(source=source)
+    for index, (item, staged) in enumerate(zip(items, staged_ids, strict=True)):
+        if item["key"] is not None:
+            hit, unchanged = by_key.get(item["key"]), unchanged_keys.get(item["key"])
+        elif source == "capability":
+            hit, unchanged = by_name.get(item["name"]), unchanged_names.get(item["name"])
+        else:
+            hit, unchanged = by_id.get(str(staged)), None
+        item_id, action = (hit[0], "created" if hit[1] else "updated") if hit else (unchanged, "unchanged")
+        result.results.append({"index": index, "id": item_id, "key": item["key"], "action": action})
+        result.counts[action] += 1
+    return result
+
+
 def write_items(pool: ConnectionPool, owner: str, source: str, items: Sequence[Mapping]) -> WriteResult:
     """Validate every item, then upsert them all in one transaction and keyword-index the rows written.
 
@@ -314,48 +347,20 @@ def write_items(pool: ConnectionPool, owner: str, source: str, items: Sequence[M
     owner = validate_owner(owner)
     source = _source(source)
     valid = validate_items(source, items)
-    result = WriteResult(source=source)
     if not valid:
-        return result
+        return WriteResult(source=source)
     staged_ids = [uuid.uuid4() for _ in valid]
     with pool.connection() as conn, conn.transaction():
         if source == "capability":
             _check_capability_names(conn, owner, valid)
         stage = _stage(conn, source, valid, staged_ids)
-        table = WRITE_TABLES[source]
         written = _upsert(conn, source, owner, stage, "s.key IS NOT NULL", "(owner_id, key) WHERE key IS NOT NULL",
                           "e.key = s.key")
         if source == "capability":  # the name is unique per owner: a capability without a key is found by it
             written += _upsert(conn, source, owner, stage, "s.key IS NULL", "(owner_id, name)", "e.name = s.name")
         else:
             written += _upsert(conn, source, owner, stage, "s.key IS NULL", None, "false")
-        by_key = {k: (i, c) for i, k, _n, c in written if k is not None}
-        by_name = {n: (i, c) for i, k, n, c in written if k is None and n is not None}
-        by_id = {i: (i, c) for i, k, _n, c in written}
-        missing_keys = [it["key"] for it in valid if it["key"] is not None and it["key"] not in by_key]
-        unchanged_keys = dict(conn.execute(
-            f"SELECT key, id::text FROM {table} WHERE owner_id = %s AND key = ANY(%s)", (owner, missing_keys)
-        ).fetchall()) if missing_keys else {}
-        unchanged_names: dict[str, str] = {}
-        if source == "capability":
-            names = [it["name"] for it in valid if it["key"] is None and it["name"] not in by_name]
-            if names:
-                unchanged_names = dict(conn.execute(
-                    "SELECT name, id::text FROM capabilities WHERE owner_id = %s AND name = ANY(%s)", (owner, names)
-                ).fetchall())
-        for index, (item, staged) in enumerate(zip(valid, staged_ids, strict=True)):
-            if item["key"] is not None:
-                hit, unchanged = by_key.get(item["key"]), unchanged_keys.get(item["key"])
-            elif source == "capability":
-                hit, unchanged = by_name.get(item["name"]), unchanged_names.get(item["name"])
-            else:
-                hit, unchanged = by_id.get(str(staged)), None
-            if hit is not None:
-                item_id, action = hit[0], "created" if hit[1] else "updated"
-            else:
-                item_id, action = unchanged, "unchanged"
-            result.results.append({"index": index, "id": item_id, "key": item["key"], "action": action})
-            result.counts[action] += 1
+        result = _results(conn, source, owner, valid, staged_ids, written)
         changed = [r["id"] for r in result.results if r["action"] != "unchanged"]
         if source in INDEXED and changed:
             index_items(conn, source, owner, changed)
