@@ -8,13 +8,15 @@ from __future__ import annotations
 import pytest
 
 from memory_pipelines.index import owner_indexes
-from memory_pipelines.index.keywords import index_all
+from memory_pipelines.index.keywords import STORED_DF_MIN, index_all, index_rows
 from memory_pipelines.index.owner_indexes import existing_owner_indexes, sync_owner_indexes
 from memory_pipelines.infra.auth import create_key, resolve_key
 from memory_pipelines.infra.errors import NotFoundError, ValidationError
 from memory_pipelines.store.removal import audit_trail, drop_project, erase_owner, forget
 from memory_pipelines.store.removal.erase import GLOBAL_TABLES, owner_tables
 from memory_pipelines.store.removal.unindex import FORGOTTEN_PREFIX
+from memory_pipelines.vocabulary import INDEXED
+from tests.factories import add_task
 from tests.removal_world import (
     builds_with_feedback,
     fresh_keyword_state,
@@ -248,3 +250,25 @@ def test_every_table_holding_an_owners_rows_is_erased(pool, fake_embedder, world
     assert resolve_key(pool, key) is None
     assert {t: n for t, n in owner_rows(pool, "carol").items() if n} == {"removals": 1}
     assert owner_rows(pool, "alice")["tasks"] == 58  # nobody else's rows
+
+
+def test_statistics_follow_a_term_under_the_stored_floor_and_ignore_documents_they_never_counted(pool) -> None:
+    with pool.connection() as conn:
+        tasks = [add_task(conn, "dana", f"alpha step {i}", "routine") for i in range(STORED_DF_MIN)]
+    index_all(pool)
+    assert ("dana", "task", "alpha", STORED_DF_MIN) in keyword_state(pool)["df"]
+    forget(pool, "dana", "task", tasks[0])  # alpha falls to 49 documents: counted live from now on, as a refresh would
+    state = keyword_state(pool)
+    assert not any(k == "alpha" for _o, _s, k, _df in state["df"])
+    assert {k: state[k] for k in ("stats", "df")} == stats_of_docs(pool)
+    with pool.connection() as conn:  # written (and keyword-indexed) after the refresh: the statistics never saw it
+        late = add_task(conn, "dana", "alpha late", "routine")
+        spec = INDEXED["task"]
+        index_rows(conn, "task", conn.execute(f"SELECT t.id::text, t.owner_id, {spec.text_sql}, t.content_hash"
+                                              f" FROM {spec.from_sql} WHERE t.id = %s", (late,)).fetchall())
+    before = keyword_state(pool)["stats"]
+    forget(pool, "dana", "task", late)
+    assert keyword_state(pool)["stats"] == before == stats_of_docs(pool)["stats"]
+    for task in tasks[1:]:
+        forget(pool, "dana", "task", task)
+    assert keyword_state(pool) == {"docs": set(), "postings": set(), "stats": set(), "df": set()}

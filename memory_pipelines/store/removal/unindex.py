@@ -17,10 +17,11 @@ def unindex(conn: psycopg.Connection, source: str, owner: str, item_ids: Sequenc
     """Delete the keyword documents (and postings) of `item_ids` of one keyword source; returns documents removed.
 
     The stored statistics (`keyword_stats`: documents and total length; `keyword_df`: terms in at least
-    STORED_DF_MIN documents) counted a document when it was indexed by their last refresh (`indexed_at` at or
-    before `refreshed_at`); for those they are decremented, a term falling under the floor is dropped (it is
-    counted live, as after a refresh), and an owner left with no documents loses her row. A document indexed
-    since was never counted, so nothing is taken off for it."""
+    STORED_DF_MIN documents) count the documents their last refresh read: those indexed at or before
+    `refreshed_at`. For those they are decremented, a term falling under the floor is dropped (it is counted
+    live, as after a refresh) and an owner left with no documents loses her row: statistics that were exact stay
+    exact, equal to a refresh's. A document (re)indexed since was not read by that refresh; the statistics were
+    already behind the documents (`stale_stat_owners` reports the owner) and the next keyword pass rewrites them."""
     ids = sorted(set(item_ids))
     if not ids:
         return 0
