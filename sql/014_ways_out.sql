@@ -66,3 +66,7 @@ CREATE INDEX memories_folded_into
 -- age runs out. The partial index is what the next prune reads: the builds whose candidates are still kept.
 ALTER TABLE retrievals ADD COLUMN candidates_pruned_at timestamptz;
 CREATE INDEX retrievals_candidates_kept ON retrievals (created_at) WHERE candidates_pruned_at IS NULL;
+
+-- A removal counts the owner's documents and their length again from her entries alone (an index-only read).
+CREATE INDEX keyword_docs_owner_len ON keyword_docs (owner_id, source) INCLUDE (doc_len);
+DROP INDEX IF EXISTS keyword_docs_owner;
