@@ -172,7 +172,7 @@ def sentence(rng: random.Random) -> str:
 
 # Dense vectors with the geometry of the bundled model's embeddings (`fit_geometry.py`): topic centres drawn
 # from the between-topic spread of the development sets' real embeddings, items from the within-topic spread,
-# normalised. BENCH_GEOMETRY=isotropic gives the earlier generator instead (each item its random topic centre
+# normalised. BENCH_GEOMETRY=isotropic gives the simpler generator instead (each item its random topic centre
 # plus isotropic Gaussian noise, cosine ~0.7 to the centre): nearest neighbours barely nearer than the rest,
 # which no real text model produces and which is the hardest case for an HNSW graph.
 GEOMETRY = os.environ.get("BENCH_GEOMETRY", "e5")
@@ -450,9 +450,42 @@ def percentiles(samples_ms: list[float]) -> dict[str, float]:
     }
 
 
-def emit(result: dict) -> None:
-    """The benchmark's figures as one JSON object on the last line of stdout."""
-    print(json.dumps(result, ensure_ascii=False))
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def size_label(n: int) -> str:
+    """A row count as result file names carry it: 100000 -> 100k, 1000000 -> 1m."""
+    for unit, step in (("m", 1_000_000), ("k", 1_000)):
+        if n >= step and n % step == 0:
+            return f"{n // step}{unit}"
+    return str(n)
+
+
+def geometry_suffix() -> str:
+    """`_isotropic` for results on the isotropic vectors, so they never overwrite the default geometry's."""
+    return "_isotropic" if GEOMETRY == "isotropic" else ""
+
+
+def add_out_argument(parser) -> None:
+    """`--out`: where the JSON goes; by default the configuration's current file in bench/results/."""
+    parser.add_argument("--out", metavar="PATH", help="write the JSON here (default: the configuration's file in "
+                        "bench/results/, which a rerun overwrites; '-': print it only)")
+
+
+def out_path(arg: str | None, name: str) -> Path | None:
+    """The file a run writes: `--out` when given ('-': none), else bench/results/NAME.json."""
+    if arg == "-":
+        return None
+    return Path(arg) if arg else RESULTS / f"{name}.json"
+
+
+def emit(result: dict, out: Path | None = None) -> None:
+    """The benchmark's figures as one JSON object on the last line of stdout, and in `out` when given."""
+    line = json.dumps(result, ensure_ascii=False, default=str)
+    if out is not None:
+        out.write_text(line + "\n", encoding="utf-8")
+        log(f"wrote {out}")
+    print(line)
 
 
 def pyplot():

@@ -18,7 +18,7 @@ the same run on the same data and the same pool: sequential vector search of tas
 channel, no memories and no log. The baseline does far less work (and finds less: see
 bench/filtered_recall.py and the eval table), so the ratio says what the project's retrieval costs over it.
 The median time of the project's steps is reported too. Query embedding with the local model is measured
-apart. Prints one JSON object.
+apart. Prints one JSON object and writes it to bench/results/context_latency_<sizes>.json (`--out`).
 
     python bench/context_latency.py [--sizes 10000 100000] [--builds 200]
 """
@@ -37,17 +37,21 @@ from _common import (
     SPEAKERS,
     WORDS,
     ZH,
+    add_out_argument,
     database_size,
     emit,
+    geometry_suffix,
     load_conversations,
     load_tasks,
     loaded_facts,
     log,
     machine,
+    out_path,
     percentiles,
     record_loaded,
     scratch,
     sentence,
+    size_label,
     topic_count,
     topic_vector,
     topic_word,
@@ -425,7 +429,9 @@ def main() -> None:
         "--no-prewarm", action="store_true", help="skip reading the database's files into the page cache first, "
         "as `serve` does at start (infra/prewarm.py)"
     )
+    add_out_argument(parser)
     args = parser.parse_args()
+    out = out_path(args.out, "context_latency_" + "_".join(map(size_label, args.sizes)) + geometry_suffix())
     probe = Probe()
     sizes = {
         str(n): run_size(n, args.builds, probe, args.keep, args.warmup, not args.no_prewarm) for n in args.sizes
@@ -448,7 +454,8 @@ def main() -> None:
             "query_embedding_local_model": query_embedding_ms(),
             "floor_p99_ms": 100,
             "max_p99_ms": max(r["project"]["p99_ms"] for r in sizes.values()),
-        }
+        },
+        out,
     )
 
 

@@ -9,7 +9,7 @@ made distinct by a few words of another item; a share (`--repeat`, 0.3) repeats 
 as agents do.
 
 1. Baseline, in the same run: one closed-loop client (throughput, p50/p99), and one client doing only
-   context builds (the builds/s and latency of the first look in issue 15).
+   context builds (builds/s and latency).
 2. Saturation: closed loop with 2, 4, 8, ... clients until throughput stops rising (< 5 % over the best);
    also builds only at the saturating client count. Reports requests/s and builds/s. `serve` answers ingests
    before embedding them (`--ingest background`), so after each step the bench waits until the memories it
@@ -23,8 +23,8 @@ as agents do.
    server's CPU per HTTP build minus the in-process CPU.
 
 The server is stopped with SIGTERM; the bench checks that no PostgreSQL of its home is left. The load
-generator runs on the same machine (its CPU per request is reported). Prints one JSON object; `--out`
-also writes it (and a plot of latency against offered load next to it).
+generator runs on the same machine (its CPU per request is reported). Prints one JSON object and writes it to
+bench/results/load.json (`--out`), with a plot of latency against offered load beside it.
 
     python bench/load.py [--duration 300] [--step-duration 30] [--mix 70/20/10] [--home DIR]
 """
@@ -54,7 +54,7 @@ from typing import Any
 import httpx
 import numpy as np
 import psutil
-from _common import emit, log, pyplot, save_plot
+from _common import emit, log, out_path, pyplot, save_plot
 
 from memory_pipelines.pipelines.demo import read_demo
 from memory_pipelines.vocabulary import CONTENT_TYPES, CONTEXT_MODES
@@ -536,7 +536,8 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--ingest", choices=["background", "wait"], default="background",
                         help="serve's ingest mode (`serve --ingest`; background, its default)")
-    parser.add_argument("--out", type=Path, help="also write the JSON here (and the plot beside it)")
+    parser.add_argument("--out", help="write the JSON here, the plot beside it (default bench/results/load.json; "
+                        "'-': print only)")
     parser.add_argument("--cli", help="command that runs memory-pipelines (default: the venv's), e.g. to "
                         "serve an earlier version for a before/after comparison")
     args = parser.parse_args()
@@ -638,10 +639,11 @@ def main() -> None:
     }
     if left:
         log(f"WARNING: {len(left)} PostgreSQL processes of {args.home} are still running")
-    if args.out:
-        args.out.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
-        if plot(result, args.out.with_suffix(".png")):
-            log(f"plot: {args.out.with_suffix('.png')}")
+    out = out_path(args.out, "load")
+    if out is not None:
+        out.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+        if plot(result, out.with_suffix(".png")):
+            log(f"plot: {out.with_suffix('.png')}")
     emit(result)
 
 

@@ -31,7 +31,8 @@ local model by default; `--embedding-cache` keeps the vectors for a re-run) and 
 measures such a ranker on another dataset (no folds, every question), e.g. a LoCoMo ranker on
 memorybank_cross_dev (Chinese ↔ English), to see whether it transfers.
 
-The last stdout line is one JSON object; progress goes to stderr.
+The last stdout line is one JSON object, also written to bench/results/ranker_<dataset>.json
+(ranker_transfer_<dataset>.json with --apply-ranker; `--out`); progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from _common import add_out_argument, emit, out_path
 
 from memory_pipelines.context.builder import build_memory_context
 from memory_pipelines.context.config import activate, active_config, add_config
@@ -335,11 +337,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--write-ranker", metavar="FILE", help="also fit the ranker on every question, write it (JSON)")
     p.add_argument("--apply-ranker", metavar="FILE",
                    help="no folds: measure this ranker (a --write-ranker file) on every question of DIR")
+    add_out_argument(p)
     args = p.parse_args(argv)
     started = time.perf_counter()
     out = run(args)
     out["seconds"]["total"] = round(time.perf_counter() - started, 1)
-    print(json.dumps(jsonable(out), ensure_ascii=False, default=str))
+    dataset = Path(args.dir).name.removesuffix("_dev")
+    name = f"ranker_transfer_{dataset}" if args.apply_ranker else f"ranker_{dataset}"
+    emit(jsonable(out), None if args.limit and not args.out else out_path(args.out, name))  # a partial run: no file
     return 0
 
 

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/tune_locomo.py [DIR] [--embedder local|openai|fake] [--limit N]
 
-DIR (a LoCoMo folder, format in docs/architecture.md) holds memories.jsonl + queries.jsonl. For each of two variants
+DIR (a LoCoMo folder; format: docs/retrieval-quality.md) has memories.jsonl + queries.jsonl. For each of two variants
 the memories go into a scratch database on the configured server (dropped afterwards), are embedded with
 the configured model (the local one by default) and keyword-indexed; then every question with gold
 evidence is a `build_memory_context` call (budget 800, `as_of` = the question's time, logged), its mode
@@ -19,14 +19,14 @@ candidates are marked too (oracle labels: the replay can then re-rank everything
 Split by conversation: tune on the first half of the owners (sorted), evaluate on the other half with
 `tune_and_evaluate`, and the swapped split as a second fold. Progress goes to stderr; the last stdout line
 is one JSON object with the before / after held-out figures, the fitted parameters and the gate decision,
-for both label scopes (oracle: all candidates; feedback: injected items only).
+for both label scopes (oracle: all candidates; feedback: injected items only), also written to
+bench/results/tune_<dataset>.json (`--out`; a run with `--limit` writes no file unless asked).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
 import uuid
@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _common import add_out_argument, emit, out_path
 
 from memory_pipelines.context.builder import build_memory_context
 from memory_pipelines.context.config import active_config
@@ -265,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bootstrap", type=int, default=50, help="bootstrap refits for parameter CIs")
     p.add_argument("--eval-bootstrap", type=int, default=1000, help="paired bootstrap resamples for deltas")
     p.add_argument("--variants", default="memory,task", help="comma-separated: memory, task")
+    add_out_argument(p)
     args = p.parse_args(argv)
     started = time.perf_counter()
     settings = get_settings()
@@ -293,7 +295,8 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"unknown variant {name!r}")
         out["variants"][name] = run_variant(name, server, embedder, memories, queries, qvecs, args)
     out["seconds"] = round(time.perf_counter() - started, 1)
-    print(json.dumps(jsonable(out), ensure_ascii=False, default=str))
+    name = "tune_" + Path(args.dir).name.removesuffix("_dev")
+    emit(jsonable(out), None if args.limit and not args.out else out_path(args.out, name))  # a partial run: no file
     return 0
 
 

@@ -97,10 +97,9 @@ LOCK_PREWARM = 7_245_006
 EXACT_SCAN_MAX_ROWS = 10_000
 """At or below this many filtered rows, vector search scans exactly; an owner with more embedded rows of a table
 gets an HNSW index of her own there (index/owner_indexes.py), and is scanned exactly until it is built.
-Measured on PostgreSQL 18 with the rows in shared buffers, an exact scan costs ~2 µs a row (a 10,000-row owner
-in a 1M-row table: 17 ms), while an index scan that must find 10 of that owner's rows in a whole-table graph
-needs the largest candidate list and took 28-38 ms there for recall@10 0.91 (bench/filtered_recall.py, README
-"Filtered search at one million")."""
+An exact scan costs ~2 µs a row with the rows in shared buffers, so the cap's owner is answered exactly in
+about the time an index scan of a shared graph takes for a worse recall (bench/filtered_recall.py,
+docs/performance.md)."""
 
 # -- partitions ---------------------------------------------------------------------------------------------------
 

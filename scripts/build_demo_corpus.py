@@ -13,9 +13,10 @@ are written out by hand.
 
 Run from the repository root::
 
-    python -m memory_pipelines.corpus.build_demo
+    python scripts/build_demo_corpus.py
 
-It validates the corpus with :func:`check` and writes ``memory_pipelines/pipelines/data/demo.json``.
+It validates the corpus with :func:`check` and writes the bundled data file (``OUT_PATH``). ``memory-pipelines
+run`` loads that file into the database (the ``demo_corpus`` asset), so run it again after regenerating.
 Standard library only, no network.
 """
 

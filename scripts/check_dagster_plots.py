@@ -1,4 +1,4 @@
-"""Check that the tuning plots render in the Dagster UI (issue 11), end to end.
+"""Check that the tuning plots render in the Dagster UI, end to end.
 
 Starts the UI as `make dagster` does (`python -m memory_pipelines.pipelines.dagster_home dagster dev -w
 workspace.yaml`) on a free port, waits until it answers, asks its GraphQL API which assets' latest

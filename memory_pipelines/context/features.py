@@ -1,4 +1,4 @@
-"""What a learned ranker sees of one candidate, and the ranker itself (issue 12, item 5). Pure: no I/O.
+"""What a learned ranker sees of one candidate, and the ranker itself. Pure: no I/O.
 
 `candidate_features` turns the candidates of one retrieval into compact dicts, written with every logged
 candidate (`retrieval_candidates.features`, sql/009):

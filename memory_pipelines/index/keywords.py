@@ -143,8 +143,8 @@ def analyze_if_grown(conn: psycopg.Connection, written: dict[str, int]) -> list[
     """ANALYZE each table that just took more rows (`written`: table -> rows) than autovacuum's threshold for an
     analyze (50 + 10 % of the table as last analyzed, or never analyzed); returns those analyzed. Statements
     that join what a bulk pass wrote come next, and autovacuum may not have run yet (nor even seen the writes:
-    a backend reports them when idle): planned on the empty table's statistics, the weight refresh after the
-    demo corpus's first keyword pass (11k postings) ran a nested loop for 53-65 s instead of 0.4 s."""
+    a backend reports them when idle): planned on the empty table's statistics, the weight refresh that follows a
+    first keyword pass runs a nested loop for a minute instead of under a second."""
     due = []
     for table, rows in written.items():
         if rows <= 50:  # under the threshold of any table: no need to ask its size

@@ -5,7 +5,7 @@ Phase 1 (`relevance_score`, in SQL and in Python for tests): task type match 10,
 `failure_pattern` 4, freshness 3 (≤ 7 days) / 2 (≤ 30 days) / 1; highest total first.
 Phase 2 (the context-builder spec): when the context has a description and learnings carry current-model embeddings,
 vector similarity plus a keyword boost (the phase-1 score scaled into [0, BOOST_WEIGHT]); if the
-embedding provider fails it falls back to phase 1. `get_recent_learnings` is kept as the old fallback.
+embedding provider fails it falls back to phase 1. `get_recent_learnings` (newest first) is the spec's fallback.
 """
 
 from __future__ import annotations

@@ -8,9 +8,8 @@ score: a turn already among the hits gains that much; one that was not is read f
 by its own vector (its semantic channel) plus the lift. The work is bounded: at most 2 × NEIGHBOUR_TOP rows
 are read, in one query.
 
-On locomo_dev (README, "Retrieval quality") the lift raised hybrid recall@10 from 0.739 to 0.776. On
-memorybank_cross_dev, where every memory is a whole User/AI exchange (speaker "User") and a session is a day of
-unrelated ones, lifting same-speaker neighbours cost 0.05 (0.956 to 0.906); `other_party` keeps them out.
+Where every memory is a whole User/AI exchange (speaker "User") and a session a day of unrelated ones, lifting
+same-speaker neighbours costs recall, so `other_party` keeps them out (docs/retrieval-quality.md).
 """
 
 from __future__ import annotations
