@@ -119,6 +119,8 @@ def main() -> None:
     parser.add_argument("--builds", type=int, default=180_000)
     parser.add_argument("--tasks", type=int, default=20_000)
     parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--pause-share", type=float, default=None,
+                        help="pause after each batch, as a share of its time (default: the library's)")
     parser.add_argument("--keep", default=None, help="keep the database under this name (the load is paid once)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
@@ -140,7 +142,8 @@ def main() -> None:
         t_before = time.perf_counter()
         time.sleep(args.seconds)
         t_prune = time.perf_counter()
-        result = prune(pool, RetentionPolicy())
+        policy = RetentionPolicy() if args.pause_share is None else RetentionPolicy(pause_share=args.pause_share)
+        result = prune(pool, policy)
         t_done = time.perf_counter()
         time.sleep(2)
         builder.stop.set()
@@ -157,7 +160,9 @@ def main() -> None:
         "bench": "retention",
         "machine": machine(),
         "log": made,
-        "policy": {"candidates_days": 30, "builds_days": 90, "events_days": 90, "batch_builds": 1000},
+        "policy": {"candidates_days": policy.candidates.days, "builds_days": policy.builds.days,
+                   "events_days": policy.events.days, "batch_builds": policy.batch_builds,
+                   "pause_share": policy.pause_share},
         "prune": {**result.as_dict(), "rows_per_second": round(rows / result.seconds) if result.seconds else None},
         "context_builds": {
             "before": {"builds": len(before), **percentiles(before)},

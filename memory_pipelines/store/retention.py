@@ -41,6 +41,7 @@ DEFAULT_AGES = {"candidates": timedelta(days=30), "builds": timedelta(days=90), 
 BATCH_BUILDS = 1_000
 """Builds per prune transaction: about 30,000 candidate rows."""
 BATCH_EVENTS = 20_000
+PAUSE_SHARE = 1.0
 LOCK_TIMEOUT = "200ms"
 RETRIES = 20
 """A batch that met a lock is tried again this many times (after a growing pause), then left to the next run."""
@@ -84,6 +85,20 @@ class RetentionPolicy:
     events: timedelta = DEFAULT_AGES["events"]
     batch_builds: int = BATCH_BUILDS
     batch_events: int = BATCH_EVENTS
+    pause_share: float = PAUSE_SHARE
+    """After each batch, a pause of this share of the batch's own time: the prune takes at most 1 / (1 + share)
+    of a core and of the disk's writes, whatever the machine."""
+
+    def __post_init__(self) -> None:
+        for name in ("batch_builds", "batch_events"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValidationError(name, f"must be a positive integer, got {value!r}")
+        share = self.pause_share
+        if isinstance(share, bool) or not isinstance(share, int | float) or not 0 <= share <= 100:
+            raise ValidationError("pause_share", f"must be a number from 0 to 100, got {share!r}")
+        for name in ("candidates", "builds", "events"):
+            parse_age(name, getattr(self, name))
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> RetentionPolicy:
@@ -202,15 +217,18 @@ def _events_batch(conn: psycopg.Connection, before: datetime, limit: int, remove
 Batch = Callable[[psycopg.Connection, datetime, int, dict[str, int]], int]
 
 
-def _run(pool: ConnectionPool, batch: Batch, before: datetime, limit: int, result: PruneResult,
+def _run(pool: ConnectionPool, batch: Batch, before: datetime, limit: int, pause_share: float, result: PruneResult,
          progress: Callable[[PruneResult], None] | None) -> None:
     """Run `batch` in its own short transaction until it finds nothing; a lock it met is retried after a pause."""
     failures = 0
     while True:
         removed = dict.fromkeys(result.removed, 0)
+        started = time.perf_counter()
         try:
             with transaction(pool) as conn:
                 conn.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
+                # A crash loses the batch's deletes and its roll-up together (one transaction): no flush to wait for.
+                conn.execute("SET LOCAL synchronous_commit = off")
                 found = batch(conn, before, limit, removed)
         except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected):
             failures += 1
@@ -228,6 +246,7 @@ def _run(pool: ConnectionPool, batch: Batch, before: datetime, limit: int, resul
             result.removed[table] += n
         if progress:
             progress(result)
+        time.sleep(pause_share * (time.perf_counter() - started))
 
 
 def prune(
@@ -244,9 +263,10 @@ def prune(
     cutoffs = policy.cutoffs(now)
     result = PruneResult(cutoffs={k: v.isoformat() for k, v in cutoffs.items()})
     started = time.perf_counter()
-    _run(pool, _candidates_batch, cutoffs["candidates"], policy.batch_builds, result, progress)
-    _run(pool, _builds_batch, cutoffs["builds"], policy.batch_builds, result, progress)
-    _run(pool, _events_batch, cutoffs["events"], policy.batch_events, result, progress)
+    for batch, part, size in ((_candidates_batch, "candidates", policy.batch_builds),
+                              (_builds_batch, "builds", policy.batch_builds),
+                              (_events_batch, "events", policy.batch_events)):
+        _run(pool, batch, cutoffs[part], size, policy.pause_share, result, progress)
     result.seconds = time.perf_counter() - started
     return result
 
