@@ -35,7 +35,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check memory_pipelines assets tests bench scripts
 
 dagster: $(STAMP)  ## the Dagster UI on the instance `make run` records into ($$MEMORY_PIPELINES_HOME/dagster)
-	$(PY) -m memory_pipelines.pipelines.dagster_home $(VENV)/bin/dagster dev -w workspace.yaml $(DAGSTER_ARGS)
+	$(PY) -m memory_pipelines.operations.dagster_home $(VENV)/bin/dagster dev -w workspace.yaml $(DAGSTER_ARGS)
 
 serve: $(STAMP)  ## the HTTP API on 127.0.0.1:8000
 	$(VENV)/bin/memory-pipelines serve

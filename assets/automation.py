@@ -14,7 +14,7 @@ Elsewhere: `embedding_backfill`, its nightly schedule and `unembedded_rows_senso
 
 import dagster as dg
 
-from memory_pipelines.pipelines.main_job import RANGE_TAGS
+from memory_pipelines.operations.main_job import RANGE_TAGS
 
 from .demo import DEMO_GROUP
 from .embeddings import memory_vectors, vector_indexes

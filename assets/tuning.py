@@ -215,8 +215,8 @@ def fitted_scoring_params(
     retrieval_log_frames: dict[str, Any],
 ) -> dg.Output[dict[str, Any]]:
     from memory_pipelines.tuning.fit import FitOptions
-    from memory_pipelines.tuning.pipeline import fit_on_train
     from memory_pipelines.tuning.publish import jsonable
+    from memory_pipelines.tuning.run import fit_on_train
 
     active = active_config(memory.runtime.pool)
     f = retrieval_log_frames
@@ -265,9 +265,9 @@ def scoring_evaluation(
     fitted_scoring_params: dict[str, Any],
 ) -> dg.Output[dict[str, Any]]:
     from memory_pipelines.tuning.evaluate import METRICS
-    from memory_pipelines.tuning.pipeline import evaluate_on_test
     from memory_pipelines.tuning.publish import decide
     from memory_pipelines.tuning.report import write_plots
+    from memory_pipelines.tuning.run import evaluate_on_test
 
     f = retrieval_log_frames
     result = evaluate_on_test(

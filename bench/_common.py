@@ -21,11 +21,12 @@ from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
 
 from memory_pipelines.embeddings import FakeEmbedder
+from memory_pipelines.evaluation.run import scratch_database
 from memory_pipelines.index.owner_indexes import drop_owner_indexes, sync_owner_indexes
-from memory_pipelines.infra.db import close_pool, connect, database_url, get_pool
+from memory_pipelines.infra.db import close_pool, connect, get_pool
+from memory_pipelines.infra.embedded import database_url
 from memory_pipelines.infra.migrate import index_build_memory_mb, migrate
 from memory_pipelines.infra.settings import get_settings
-from memory_pipelines.pipelines.evaluation import scratch_database
 
 WORDS = [
     "deploy",

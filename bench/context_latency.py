@@ -59,11 +59,15 @@ from _common import (
 from psycopg.types.json import Jsonb
 
 import memory_pipelines.context.retrieve as retrieve_module
+import memory_pipelines.retrieval.keyword as keyword_module
+import memory_pipelines.retrieval.query as query_module
 import memory_pipelines.retrieval.search as search_module
+import memory_pipelines.retrieval.semantic as semantic_module
 from memory_pipelines.context.builder import build_memory_context
 from memory_pipelines.embeddings import FakeEmbedder
 from memory_pipelines.index.keywords import index_source
-from memory_pipelines.infra.db import connect, embedded_pgdata, get_pool
+from memory_pipelines.infra.db import connect, get_pool
+from memory_pipelines.infra.embedded import embedded_pgdata
 from memory_pipelines.infra.prewarm import prewarm
 from memory_pipelines.infra.settings import get_settings
 from memory_pipelines.runtime import warm_up
@@ -131,10 +135,11 @@ class Probe:
             self.now[key] += value
 
     def _wrap(self) -> None:
-        s, r = search_module, retrieve_module
-        rows, expand, foc, unnamed = s.neighbour_rows, s.expand_terms, s.focus, s.without_speaker
-        semantic, keyword, search = s._semantic_channel, s._keyword_channel, r.search
-        sem_source, kw_source, plan = s._semantic_source, s._keyword_source, s._plan_vector_scan
+        s, r, q = search_module, retrieve_module, query_module
+        sm, km = semantic_module, keyword_module
+        rows, expand, foc, unnamed = s.neighbour_rows, q.expand_terms, q.focus, s.without_speaker
+        semantic, keyword, search = s.semantic_channel, s.keyword_channel, r.search
+        sem_source, kw_source, plan = sm._semantic_source, km._keyword_source, sm.plan_vector_scan
 
         def timed(name, fn, *args):
             t = time.perf_counter()
@@ -192,10 +197,10 @@ class Probe:
                 self.now["memory_hits"] += sum(h.source == "memory" for h in out.hits)
             return out
 
-        s.neighbour_rows, s.expand_terms, s.focus = neighbour_rows, expand_terms, focus_
+        s.neighbour_rows, q.expand_terms, q.focus, s.focus = neighbour_rows, expand_terms, focus_, focus_
         s.without_speaker = without_speaker
-        s._semantic_channel, s._keyword_channel, r.search = semantic_channel, keyword_channel, search_
-        s._semantic_source, s._keyword_source, s._plan_vector_scan = semantic_source, keyword_source, plan_vector_scan
+        s.semantic_channel, s.keyword_channel, r.search = semantic_channel, keyword_channel, search_
+        sm._semantic_source, km._keyword_source, sm.plan_vector_scan = semantic_source, keyword_source, plan_vector_scan
 
     def build(self) -> None:
         self.now, self.lifted = Counter(), set()

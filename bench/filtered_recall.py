@@ -43,7 +43,8 @@ from _common import (
 from memory_pipelines.embeddings import FakeEmbedder
 from memory_pipelines.index.owner_indexes import existing_owner_indexes
 from memory_pipelines.infra.db import connect, get_pool
-from memory_pipelines.retrieval.search import PLANS, SearchFilters, search
+from memory_pipelines.retrieval.planning import PLANS
+from memory_pipelines.retrieval.search import SearchFilters, search
 
 # ann-benchmarks' k-nn recall also counts a result no farther than the exact 10th one plus this (cosine
 # distance): near-ties at rank 10 (0.1088 against 0.1091) then do not count as misses.

@@ -28,7 +28,7 @@ from _common import add_out_argument, emit, loaded_facts, log, machine, out_path
 from context_latency import make_queries
 
 from memory_pipelines.infra.db import get_pool
-from memory_pipelines.retrieval import search as s
+from memory_pipelines.retrieval import keyword as s
 from memory_pipelines.text.focus import focus
 
 K = 60  # the channel's depth in a context build (hybrid search at limit 20)
@@ -43,7 +43,7 @@ def _params(source: str, qterms: dict[str, float], per_term: int, k: int) -> tup
         "per_term": per_term,
         "over": (s.KEYWORD_OVERFETCH_FRAGMENTS if s.SOURCES[source].chunked else s.KEYWORD_OVERFETCH) * k,
     }
-    clauses = s._where(source, "owner", s.SearchFilters(sources=(source,)), params)
+    clauses = s.where_clauses(source, "owner", s.SearchFilters(sources=(source,)), params)
     params["ksource"] = s.SOURCES[source].indexed_as
     return clauses, params
 

@@ -56,7 +56,7 @@ import numpy as np
 import psutil
 from _common import emit, log, out_path, pyplot, save_plot
 
-from memory_pipelines.pipelines.demo import read_demo
+from memory_pipelines.demo.corpus import read_demo
 from memory_pipelines.vocabulary import CONTENT_TYPES, CONTEXT_MODES
 
 OWNER = "team-alpha"
@@ -472,7 +472,8 @@ def cpu_breakdown(home: Path, queries: list[str], http_build: dict[str, Any], wh
     encode = {"wall_ms": (time.perf_counter() - wall) * 1000 / n, "cpu_ms": (time.process_time() - cpu) * 1000 / n}
     med = {k: float(np.median([r.timings_ms[k] for r in results])) for k in ("retrieve", "score_mmr_budget", "log")}
     in_process_cpu = embed["cpu_ms"] + build_cpu + encode["cpu_ms"]
-    from memory_pipelines.infra.db import close_pools, leave_embedded
+    from memory_pipelines.infra.db import close_pools
+    from memory_pipelines.infra.embedded import leave_embedded
 
     close_pools()
     leave_embedded()  # the server's process is then the last one out: its SIGTERM stops PostgreSQL

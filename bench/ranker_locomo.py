@@ -57,17 +57,18 @@ from memory_pipelines.context.config import activate, active_config, add_config
 from memory_pipelines.context.features import Ranker
 from memory_pipelines.context.log import record_feedback
 from memory_pipelines.embeddings import make_embedder
+from memory_pipelines.evaluation.run import load_memories, memory_id_for, read_dataset, scratch_database
 from memory_pipelines.index.keywords import index_source
 from memory_pipelines.index.vectors import embed_source
-from memory_pipelines.infra.db import database_url, get_pool
+from memory_pipelines.infra.db import get_pool
+from memory_pipelines.infra.embedded import database_url
 from memory_pipelines.infra.settings import get_settings
-from memory_pipelines.pipelines.evaluation import load_memories, memory_id_for, read_dataset, scratch_database
 from memory_pipelines.tuning.evaluate import feature_matrix, per_build_metrics, ranker_probability
 from memory_pipelines.tuning.fit import FitOptions
 from memory_pipelines.tuning.frames import FEATURES, load_log
-from memory_pipelines.tuning.pipeline import tune_and_evaluate
 from memory_pipelines.tuning.publish import decide, jsonable
 from memory_pipelines.tuning.ranker import RankerOptions, fit_model, training_rows
+from memory_pipelines.tuning.run import tune_and_evaluate
 from memory_pipelines.vocabulary import CONTEXT_MODES as MODES
 
 DEFAULT_DIR = Path(__file__).resolve().parents[2] / "shared" / "bench" / "locomo_dev"

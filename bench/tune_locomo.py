@@ -42,15 +42,16 @@ from memory_pipelines.context.builder import build_memory_context
 from memory_pipelines.context.config import active_config
 from memory_pipelines.context.log import record_feedback
 from memory_pipelines.embeddings import Embedder, make_embedder
+from memory_pipelines.evaluation.run import Query, load_memories, memory_id_for, read_dataset, scratch_database
 from memory_pipelines.index.keywords import index_source
 from memory_pipelines.index.vectors import embed_source
-from memory_pipelines.infra.db import database_url, get_pool
+from memory_pipelines.infra.db import get_pool
+from memory_pipelines.infra.embedded import database_url
 from memory_pipelines.infra.settings import get_settings
-from memory_pipelines.pipelines.evaluation import Query, load_memories, memory_id_for, read_dataset, scratch_database
 from memory_pipelines.tuning.fit import FitOptions
 from memory_pipelines.tuning.frames import LogFrames, load_log
-from memory_pipelines.tuning.pipeline import tune_and_evaluate
 from memory_pipelines.tuning.publish import Gate, decide, jsonable
+from memory_pipelines.tuning.run import tune_and_evaluate
 from memory_pipelines.vocabulary import CONTEXT_MODES as MODES
 
 DEFAULT_DIR = Path(__file__).resolve().parents[2] / "shared" / "bench" / "locomo_dev"
@@ -63,7 +64,7 @@ def log(msg: str) -> None:
 
 
 def parse_time(value: str) -> datetime:
-    """Dataset times are naive ISO strings: UTC, as `memory_pipelines.pipelines.evaluation` reads them."""
+    """Dataset times are naive ISO strings: UTC, as `memory_pipelines.evaluation.run` reads them."""
     ts = datetime.fromisoformat(value)
     return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
 

@@ -148,19 +148,15 @@ class Memory:
 
         return hit_rates(self.pool, owner, days=days)
 
-    def ingest(self, owner: str, *, content: str, content_type: str, project_name: str | None = None,
-               project_key: str | None = None, machine_name: str | None = None, project_path: str | None = None,
-               ts: int | None = None, speaker: str | None = None, session: str | None = None,
-               wait: bool = True) -> IngestResult:
-        """Store one memory: chunked, embedded, summarised, tagged and arbitrated against similar ones. A memory
-        with a `session` is that conversation's next turn: indexed with the turn before it, and lifted by
-        search when a neighbouring turn is a strong hit. `wait=False` stores it unembedded (action DEFERRED)
-        for a background worker or the pipelines to embed and judge."""
+    def ingest(self, owner: str, *, wait: bool = True, **fields: Any) -> IngestResult:
+        """Store one memory: chunked, embedded, summarised, tagged and arbitrated against similar ones. `fields`:
+        content, content_type, project_name or project_key, and optionally machine_name, project_path, ts,
+        speaker, session (`MemoryInput`). A memory with a `session` is that conversation's next turn: indexed
+        with the turn before it, and lifted by search when a neighbouring turn is a strong hit. `wait=False`
+        stores it unembedded (action DEFERRED) for a background worker or the pipelines to embed and judge."""
         from .store.ingest import ingest_memory
 
-        return ingest_memory(self.pool, self.embedder, self.llm, owner, content=content, content_type=content_type,
-                             project_name=project_name, project_key=project_key, machine_name=machine_name,
-                             project_path=project_path, ts=ts, speaker=speaker, session=session, wait=wait)
+        return ingest_memory(self.pool, self.embedder, self.llm, owner, wait=wait, **fields)
 
     def find(self, owner: str, query: str, *, project_key: str | None = None, project_name: str | None = None,
              scope: str = "all", limit: int = 20) -> dict[str, Any]:

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from psycopg_pool import ConnectionPool
 
 from .embeddings import Embedder, make_embedder
-from .infra.db import database_url, get_pool
+from .infra.db import get_pool
+from .infra.embedded import database_url
 from .infra.migrate import migrate
 from .infra.settings import Settings, get_settings
 

@@ -16,7 +16,8 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 from memory_pipelines.embeddings import FakeEmbedder
-from memory_pipelines.infra.db import close_pools, get_pool, start_embedded_server
+from memory_pipelines.infra.db import close_pools, get_pool
+from memory_pipelines.infra.embedded import start_embedded_server
 from memory_pipelines.infra.migrate import migrate
 from memory_pipelines.infra.settings import Settings
 from memory_pipelines.runtime import Runtime

@@ -12,7 +12,7 @@ from datetime import UTC, date, datetime, timedelta
 
 import httpx
 import pytest
-from fastapi.routing import APIRoute
+from fastapi.routing import APIRoute, iter_route_contexts
 from pydantic import BaseModel
 
 from memory_pipelines import Memory
@@ -22,6 +22,7 @@ from memory_pipelines.index.vectors import embed_all
 from memory_pipelines.infra.auth import create_key
 from memory_pipelines.infra.errors import ValidationError
 from memory_pipelines.surfaces.http import create_app
+from memory_pipelines.surfaces.http import errors as e
 from memory_pipelines.surfaces.http import models as m
 from memory_pipelines.surfaces.http import responses as r
 from memory_pipelines.vocabulary import MAX_BODY_BYTES
@@ -109,8 +110,8 @@ def test_request_examples_are_valid_and_never_name_the_owner(spec):
 
 
 def test_response_examples_validate_against_their_models():
-    models = [v for v in vars(r).values()
-              if isinstance(v, type) and issubclass(v, BaseModel) and v.__module__ == r.__name__]
+    models = [v for module in (r, e) for v in vars(module).values()
+              if isinstance(v, type) and issubclass(v, BaseModel) and v.__module__ == module.__name__]
     checked = 0
     for model in models:
         for example in (model.model_config.get("json_schema_extra") or {}).get("examples", []):
@@ -121,9 +122,14 @@ def test_response_examples_validate_against_their_models():
 
 # -- real answers against the documented models ----------------------------------------------------------
 
+def _api_routes(app) -> list[APIRoute]:
+    """The app's API routes, those of its included routers too."""
+    return [c.original_route for c in iter_route_contexts(app.routes) if isinstance(c.original_route, APIRoute)]
+
+
 def _documented(app, method: str, path: str) -> type[BaseModel]:
-    for route in app.routes:
-        if isinstance(route, APIRoute) and route.path == path and method.upper() in route.methods:
+    for route in _api_routes(app):
+        if route.path == path and method.upper() in route.methods:
             return route.response_model
     raise AssertionError(f"no route {method} {path}")
 
@@ -164,8 +170,8 @@ def test_real_answers_match_the_documented_models_field_for_field(app, live, run
         ("GET", "/memories/{memory_id}/versions", f"/memories/{zh['id']}/versions", None),
         ("GET", "/projects", "/projects", None),
     ]
-    documented = {(route.path, method) for route in app.routes
-                  if isinstance(route, APIRoute) and route.include_in_schema for method in route.methods}
+    documented = {(route.path, method) for route in _api_routes(app) if route.include_in_schema
+                  for method in route.methods}
     assert {(t, mth) for mth, t, _p, _b in calls} == documented  # every endpoint is checked
     for method, template, path, payload in calls:
         answer = c.get(path, params=payload) if method == "GET" else c.post(path, json=payload)
@@ -173,15 +179,15 @@ def test_real_answers_match_the_documented_models_field_for_field(app, live, run
         _documented(app, method, template).model_validate(answer.json())  # extra fields are forbidden
 
     errors = [
-        (httpx.get(f"{live}/projects"), 401, r.Error),
-        (c.get(f"/api/brain/memory/detail/{'mem_' + '0' * 20}"), 404, r.Error),
-        (c.get("/api/brain/memory/builds/00000000-0000-0000-0000-000000000000"), 404, r.Error),
-        (c.post("/api/brain/memory/search", json={"query": "x", "topK": 0}), 422, r.ValidationProblem),
-        (c.get("/api/brain/memory/builds", params={"limit": 0}), 422, r.ValidationProblem),
-        (c.get("/api/brain/memory/builds", params={"cursor": "not-a-cursor"}), 422, r.ValidationProblem),
-        (c.get("/api/brain/memory/hit-rates", params={"days": 0}), 422, r.ValidationProblem),
+        (httpx.get(f"{live}/projects"), 401, e.Error),
+        (c.get(f"/api/brain/memory/detail/{'mem_' + '0' * 20}"), 404, e.Error),
+        (c.get("/api/brain/memory/builds/00000000-0000-0000-0000-000000000000"), 404, e.Error),
+        (c.post("/api/brain/memory/search", json={"query": "x", "topK": 0}), 422, e.ValidationProblem),
+        (c.get("/api/brain/memory/builds", params={"limit": 0}), 422, e.ValidationProblem),
+        (c.get("/api/brain/memory/builds", params={"cursor": "not-a-cursor"}), 422, e.ValidationProblem),
+        (c.get("/api/brain/memory/hit-rates", params={"days": 0}), 422, e.ValidationProblem),
         (c.post("/ingest/memory", content=b"x" * (MAX_BODY_BYTES + 1),
-                headers={"content-type": "application/json"}), 413, r.Error),
+                headers={"content-type": "application/json"}), 413, e.Error),
     ]
     for answer, status, model in errors:
         assert answer.status_code == status, (answer.request.url, answer.text)

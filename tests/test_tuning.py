@@ -24,17 +24,12 @@ from memory_pipelines.index.vectors import embed_all
 from memory_pipelines.infra.db import get_pool
 from memory_pipelines.infra.errors import ConfigError, NotFoundError
 from memory_pipelines.tuning.evaluate import evaluate, per_build_metrics, rerank_scores, summarize
-from memory_pipelines.tuning.fit import (
-    FitOptions,
-    _relevance_floor_params,
-    config_from_dict,
-    fit_parameters,
-    poisson_interval,
-)
+from memory_pipelines.tuning.fit import FitOptions, config_from_dict, fit_parameters
+from memory_pipelines.tuning.floors import relevance_floor_params
 from memory_pipelines.tuning.frames import load_log, time_split
-from memory_pipelines.tuning.pipeline import run_tuning, tune_and_evaluate
 from memory_pipelines.tuning.publish import Gate, decide
 from memory_pipelines.tuning.report import format_result, hit_rate_table, write_plots
+from memory_pipelines.tuning.run import run_tuning, tune_and_evaluate
 from memory_pipelines.tuning.simulate import (
     HIDDEN_DECAY_FLOOR,
     HIDDEN_SOURCE_WEIGHTS,
@@ -44,6 +39,7 @@ from memory_pipelines.tuning.simulate import (
     simulate_log,
     write_log_rows,
 )
+from memory_pipelines.tuning.sparse import poisson_interval
 from memory_pipelines.vocabulary import CONTEXT_MODES as MODES
 from tests.factories import add_event, add_goal, add_learning, add_task
 
@@ -282,11 +278,11 @@ def test_a_raised_relevance_floor_is_replayed_and_fitted_from_logged_channel_sco
     row = per_build_metrics(cands, too_high).iloc[0]  # the used memory floored: counted, never found
     assert (row["n_used"], row["ndcg@10"], row["hit@5"]) == (1, 0.0, 0.0)
 
-    params = {p.name: p for p in _relevance_floor_params(cands, active, active, True, FitOptions(n_boot=20))}
+    params = {p.name: p for p in relevance_floor_params(cands, active, active, True, FitOptions(n_boot=20))}
     sem, kw = params["relevance_floor.semantic"], params["relevance_floor.keyword"]
     assert sem.status == "fitted" and sem.value == pytest.approx(0.40) and sem.active == pytest.approx(0.30)
     assert kw.status == "no_change" and kw.value == kw.active  # raising it removes nothing that matters
-    thin = _relevance_floor_params(_floor_log(50), active, active, True, FitOptions(n_boot=5))
+    thin = relevance_floor_params(_floor_log(50), active, active, True, FitOptions(n_boot=5))
     assert {p.status for p in thin} == {"thin"} and all(p.value == p.active for p in thin)
 
 

@@ -13,8 +13,8 @@ import numpy as np
 from psycopg_pool import ConnectionPool
 
 from ..embeddings import Embedder
-from ..infra.errors import ValidationError, check_storable
-from ..retrieval.search import embed_query, language
+from ..infra.errors import ValidationError
+from ..retrieval.query import Query, embed_query
 from ..vocabulary import CONTEXT_MODES, DEFAULT_BUDGET, MAX_BUDGET, MIN_BUDGET
 from .budget import fit_to_budget
 from .config import active_config
@@ -91,14 +91,14 @@ def format_line(c: Candidate) -> str:
     return f"{head}: {body[:240]}" if body else head
 
 
-def _validate(query: str, mode: str, budget: int) -> None:
-    if not isinstance(query, str) or not query.strip():
-        raise ValidationError("query", "must be a non-empty string")
-    check_storable("query", query)
+def _validate(query: str, mode: str, budget: int) -> Query:
+    """The checked query (search takes it as checked); ValidationError naming the field otherwise."""
+    checked = Query.checked(query)
     if mode not in CONTEXT_MODES:
         raise ValidationError("mode", f"must be one of {list(CONTEXT_MODES)}")
     if not isinstance(budget, int) or isinstance(budget, bool) or not MIN_BUDGET <= budget <= MAX_BUDGET:
         raise ValidationError("token_budget", f"must be an integer from {MIN_BUDGET} to {MAX_BUDGET}")
+    return checked
 
 
 def build_memory_context(
@@ -122,7 +122,7 @@ def build_memory_context(
     `exploration` is the share of builds injected in random order (default MEMORY_PIPELINES_EXPLORE_RATE,
     off when unset); such builds are logged as randomized for unbiased offline evaluation.
     """
-    _validate(query, mode, token_budget)
+    checked = _validate(query, mode, token_budget)
     t0 = time.perf_counter()
     now = as_of or datetime.now(UTC)
     degraded = None
@@ -131,10 +131,10 @@ def build_memory_context(
         qvec, degraded = embed_query(embedder, query)
     t_embed = time.perf_counter()
     config = active_config(pool)
-    semantic = _executor.submit(semantic_candidates, pool, embedder, owner, query, qvec, as_of, depth)
-    events = _executor.submit(event_candidates, pool, embedder, owner, query, qvec, mode, now)
+    semantic = _executor.submit(semantic_candidates, pool, embedder, owner, checked, qvec, as_of, depth)
+    events = _executor.submit(event_candidates, pool, embedder, owner, checked, qvec, mode, now)
     profile = _executor.submit(load_profile, pool, owner, mode)
-    qlang = language(query)
+    qlang = checked.language
     retrieved = semantic.result(), events.result()
     for group in retrieved:  # channel ranks are within each retrieval, before the floor
         add_features(group, qlang, now)

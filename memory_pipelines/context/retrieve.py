@@ -11,7 +11,11 @@ from psycopg_pool import ConnectionPool
 
 from ..embeddings import Embedder
 from ..infra.db import reading
-from ..retrieval.search import Hit, SearchFilters, calibrated_similarity, language, search
+from ..retrieval.filters import SearchFilters
+from ..retrieval.hits import Hit
+from ..retrieval.query import Query
+from ..retrieval.search import search
+from ..retrieval.semantic import calibrated_similarity
 from ..vocabulary import EVENT_WINDOW_HOURS, SEARCH_SOURCES
 from .features import candidate_features
 from .scoring import ScoringConfig
@@ -38,14 +42,13 @@ class Candidate:
     keyword: float | None = None
     """The keyword channel's calibrated score, None if not found."""
     keyword_evidence: float | None = None
-    """The keyword match against the corpus's strongest possible one-term match (`search.Hit.keyword_evidence`)."""
+    """The keyword match against the corpus's strongest possible one-term match (`hits.Hit.keyword_evidence`)."""
     features: dict[str, Any] | None = None
     """What a learned ranker sees (`features.candidate_features`), logged with the candidate."""
 
 
-def _candidates(hits: list[Hit], embedder: Embedder, query: str) -> list[Candidate]:
+def _candidates(hits: list[Hit], embedder: Embedder, qlang: str) -> list[Candidate]:
     """Search hits as candidates, with both channels on the calibrated scale (for the relevance floor)."""
-    qlang = language(query)
     return [
         Candidate(
             source=h.source,
@@ -68,7 +71,7 @@ def _search(
     pool: ConnectionPool,
     embedder: Embedder,
     owner: str,
-    query: str,
+    query: Query,
     qvec: np.ndarray | None,
     filters: SearchFilters,
     limit: int,
@@ -84,14 +87,14 @@ def _search(
         limit=limit,
         query_vector=qvec,
     )
-    return _candidates(result.hits, embedder, query)
+    return _candidates(result.hits, embedder, query.language)
 
 
 def semantic_candidates(
     pool: ConnectionPool,
     embedder: Embedder,
     owner: str,
-    query: str,
+    query: Query,
     qvec: np.ndarray | None,
     as_of: datetime | None,
     depth: int = 20,
@@ -104,7 +107,7 @@ def event_candidates(
     pool: ConnectionPool,
     embedder: Embedder,
     owner: str,
-    query: str,
+    query: Query,
     qvec: np.ndarray | None,
     mode: str,
     now: datetime,

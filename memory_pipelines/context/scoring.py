@@ -4,7 +4,7 @@ The context-builder spec's `relevance × timeDecay(halfLife[source]) × modeWeig
 recency and mode weights reorder relevant items but never bury them:
 
 - **floor**: a candidate enters only when one of its channels clears that channel's floor on the calibrated
-  scale of search (`retrieval/search.calibrate_*`: 0 is the model's floor for unrelated texts of the language
+  scale of search (`retrieval/*.calibrate_*`: 0 is the model's floor for unrelated texts of the language
   pair; keyword BM25 saturated), or when it is a conversation turn lifted by an adjacent top hit. An empty
   slot is better than noise.
 - **decay** = decay_floor + (1 − decay_floor) · exp(−age · ln 2 / half-life): an item keeps at least 80 % of its
@@ -33,9 +33,9 @@ from .features import Ranker
 SEED_HALF_LIVES: dict[str, float | None] = seed_half_lives()
 SEED_MODE_WEIGHTS: dict[str, dict[str, float]] = seed_mode_weights()
 
-# Floors on the calibrated channel scores (search.calibrate_semantic / calibrate_keyword), chosen from what the
+# Floors on the calibrated channel scores (retrieval calibrate_semantic / calibrate_keyword), chosen from what the
 # calibration means and checked on three sets, not fitted to one (docs/retrieval-quality.md). The keyword floor
-# reads the match's evidence (BM25 over the corpus's strongest one-term match, search.Hit.keyword_evidence), so
+# reads the match's evidence (BM25 over the corpus's strongest one-term match, hits.Hit.keyword_evidence), so
 # it means the same in a corpus of 2 documents or of 100,000.
 RELEVANCE_FLOORS: dict[str, float] = {"semantic": 0.30, "keyword": 0.25}
 DECAY_FLOOR = 0.8

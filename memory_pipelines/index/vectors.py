@@ -227,8 +227,13 @@ def _load(
 def embed_all(
     pool: ConnectionPool, embedder: Embedder, progress: ProgressFn | None = None
 ) -> list[BackfillResult]:
-    """Embed every pending row of every embedded source."""
-    return [embed_source(pool, embedder, name, progress=progress) for name in INDEXED_NAMES]
+    """Embed every pending row of every embedded source, then build the table-wide HNSW indexes that are missing
+    (`ensure_vector_indexes`), also when no row was pending: an index an interrupted load dropped comes back."""
+    results = [embed_source(pool, embedder, name, progress=progress) for name in INDEXED_NAMES]
+    with pool.connection() as conn:
+        for index in ensure_vector_indexes(conn):
+            log.warning("HNSW index %s was missing (an interrupted bulk load?); rebuilt it", index)
+    return results
 
 
 def pending_total(pool: ConnectionPool, model: str) -> int:

@@ -77,7 +77,7 @@ def neighbour_rows(
 ) -> list[tuple]:
     """(hit id, id, title, body, created_at, 0.0, extra, vector) of the turn before and after each of `ids`.
 
-    `clauses` and `params` are the memory source's filters (search._where): the neighbours obey the same
+    `clauses` and `params` are the memory source's filters (filters.where_clauses): the neighbours obey the same
     owner, project, type and time filters as the hits.
     """
     src = SOURCES["memory"]

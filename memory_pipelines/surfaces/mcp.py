@@ -24,6 +24,7 @@ from pydantic import Field
 from ..face import Memory
 from ..infra.db import RETRY_AFTER_SECONDS
 from ..infra.errors import NotFoundError, UserError, ValidationError
+from ..store.ingest.inputs import FIELDS as MEMORY_FIELDS
 from ..vocabulary import (
     CONTENT_TYPES_TEXT,
     DEFAULT_BUDGET,
@@ -193,12 +194,9 @@ def build_server(memory: Memory, owner_resolver: OwnerResolver) -> MCPServer:
         session: Annotated[OptName, Field(description="The conversation it is a turn of: indexed with the turn "
                                           "before it; search lifts its neighbouring turns.")] = None,
     ) -> dict[str, Any]:
+        fields = {k: v for k, v in locals().items() if k in MEMORY_FIELDS}  # the arguments above, named as stored
         owner = owner_of(ctx)
-        return _call(lambda: memory.ingest(
-            owner, content=content, content_type=content_type,
-            project_name=project_name, project_key=project_key, machine_name=machine_name,
-            project_path=project_path, ts=ts, speaker=speaker, session=session,
-        ).as_dict())
+        return _call(lambda: memory.ingest(owner, **fields).as_dict())
 
     @tool(
         name="mem.search",

@@ -96,6 +96,10 @@ class IngestRequest(_Body):
                               "Default: the server's (`serve --ingest`, background unless set).")
     owner_id: OwnerField = None
 
+    def memory_fields(self) -> dict[str, object]:
+        """The fields of the memory itself (`MemoryInput`'s), for `Memory.ingest`."""
+        return self.model_dump(exclude={"wait", "owner_id"})
+
 
 class ContextRequest(_Body):
     """Token-budgeted context (the context-builder spec)."""

@@ -10,8 +10,8 @@ psycopg2 driver (`postgresql+psycopg2://`), which psycopg 3, the library's drive
 we wrote is rewritten when the storage it should name changed (DATABASE_URL set or unset, folder moved);
 remove its first line to keep edits of your own.
 
-`python -m memory_pipelines.pipelines.dagster_home` prints the folder (creating it);
-`python -m memory_pipelines.pipelines.dagster_home CMD ARGS...` runs CMD in the shared instance's
+`python -m memory_pipelines.operations.dagster_home` prints the folder (creating it);
+`python -m memory_pipelines.operations.dagster_home CMD ARGS...` runs CMD in the shared instance's
 environment (the Makefile's `dagster` target: `... dagster_home dagster dev -w workspace.yaml`).
 """
 

@@ -13,22 +13,15 @@ import numpy as np
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from ..embeddings import Embedder
-from ..embeddings.base import to_array
-from ..index.vectors import embed_source, finish_memories
-from ..infra.db import transaction
-from ..infra.llm import ChatLLM
-from ..store.arbitration import arbitrate
-from ..store.ingest import (
-    NewContent,
-    conflict_threshold_for,
-    drop_fragments,
-    find_candidates,
-    lock_project,
-    log_decision,
-    replace_memory,
-    texts_for,
-)
+from ...embeddings import Embedder
+from ...embeddings.base import to_array
+from ...index.vectors import embed_source, finish_memories
+from ...infra.db import transaction
+from ...infra.llm import ChatLLM
+from ..arbitration import arbitrate
+from .inputs import MemoryInput
+from .rows import NewContent, drop_fragments, find_candidates, lock_project, log_decision, replace_memory, texts_for
+from .write import conflict_threshold_for
 
 
 def _pending_ids(pool: ConnectionPool, model: str) -> list[str]:
@@ -53,7 +46,7 @@ def _settle_one(
     with transaction(pool) as conn:
         lock_project(conn, head[0])
         row = conn.execute(
-            "SELECT m.owner_id, m.project_id::text, p.project_name, m.content, m.content_type, m.ts,"
+            "SELECT m.owner_id, m.project_id::text, p.project_key, p.project_name, m.content, m.content_type, m.ts,"
             " m.speaker, coalesce(m.summary, ''), m.tags,"
             " coalesce(m.metadata->>'summary_by', 'extractive'), m.avg_embedding, m.created_at, m.context"
             " FROM memories m JOIN projects p ON p.id = m.project_id WHERE m.id = %s AND m.is_active"
@@ -62,7 +55,7 @@ def _settle_one(
         ).fetchone()
         if row is None:  # settled by another worker meanwhile
             return None
-        owner, project_id, project_name, content, ctype, ts, speaker, summary, tags, by, vec, own_date, ctx = row
+        owner, project_id, key, project_name, content, ctype, ts, speaker, summary, tags, by, vec, own_date, ctx = row
         limit = threshold if threshold is not None else conflict_threshold_for(model)
         candidates = find_candidates(conn, owner, project_id, to_array(vec), model, limit, exclude=memory_id)
         d = arbitrate(llm, summary, content, ctype, candidates)
@@ -75,19 +68,17 @@ def _settle_one(
                     (memory_id,),
                 ).fetchall()
                 chunks = [f[0] for f in frags if not f[2]]
+                stored = MemoryInput(owner, content, ctype, key, project_name, int(ts), speaker=speaker)
                 new = NewContent(
-                    content,
-                    ctype,
-                    int(ts),
-                    speaker,
+                    stored,
                     summary,
                     list(tags or []),
                     by,
                     chunks,
-                    np.vstack([to_array(f[1]) for f in frags]),
                     texts_for(conn, chunks, speaker, project_name, ctype, own_date, ctx),
+                    np.vstack([to_array(f[1]) for f in frags]),
                 )
-                replace_memory(conn, embedder, c.id, owner, project_name, new)
+                replace_memory(conn, embedder, c.id, project_name, new)
             drop_fragments(conn, memory_id)
             conn.execute(
                 "UPDATE memories SET is_active = false, arbitration_status = 'done', updated_at = now(),"

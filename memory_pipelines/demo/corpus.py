@@ -28,7 +28,7 @@ def stable_id(key: str) -> uuid.UUID:
 
 def read_demo() -> dict[str, Any]:
     """The demo corpus as a dict of sections."""
-    text = resources.files("memory_pipelines.pipelines").joinpath("data/demo.json").read_text(encoding="utf-8")
+    text = resources.files("memory_pipelines.demo").joinpath("data/demo.json").read_text(encoding="utf-8")
     return json.loads(text)
 
 

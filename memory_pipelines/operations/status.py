@@ -6,7 +6,8 @@ from typing import Any
 
 from ..index.owner_indexes import existing_owner_indexes, missing_owner_indexes, owner_index_tables
 from ..index.vectors import count_pending
-from ..infra.db import describe_url, embedded_pgdata, pgvector_version
+from ..infra.db import describe_url, pgvector_version
+from ..infra.embedded import embedded_pgdata
 from ..infra.migrate import missing_vector_indexes, stored_dimension
 from ..infra.prewarm import cache_warmth
 from ..runtime import Runtime

@@ -1,4 +1,4 @@
-"""Retrieval evaluation on a folder of `memories.jsonl` + `queries.jsonl` (docs/architecture.md, "Benchmarks").
+"""Retrieval evaluation on a folder of `memories.jsonl` + `queries.jsonl` (docs/retrieval-quality.md).
 
 The memories are loaded into a throwaway database on the same server (dropped afterwards), embedded
 with the configured model and keyword-indexed; each query is answered within its owner by keyword,
@@ -35,7 +35,7 @@ from ..store.memories import insert_memory
 from ..store.projects import ensure_project
 from ..text.focus import focus
 from ..vocabulary import CONTEXT_MODES, MAX_BUDGET, MIN_BUDGET
-from .eval_stats import (
+from .stats import (
     METRICS,
     N_RESAMPLES,
     SEED,
@@ -43,8 +43,6 @@ from .eval_stats import (
     query_scores,
     summarise_scores,
 )
-from .eval_stats import ndcg_at as ndcg_at  # re-exported: the metrics used to live here
-from .eval_stats import recall_at as recall_at
 
 METHODS = ("keyword", "semantic", "hybrid", "hybrid_no_lift", "hybrid_no_speaker", "hybrid_no_prior",
            "hybrid_weighted", "hybrid_rrf", "context", "hybrid_matched")
@@ -62,7 +60,7 @@ class Method(NamedTuple):
 
 # `hybrid` is the default hybrid search; the others are ablations of it: without the neighbour lift, without the
 # named-speaker handling (retrieval/speakers.py), without the turn priors (retrieval/turns.py), with the
-# advanced-search spec's weighted fusion (the default before issue 12) and with naive reciprocal-rank fusion, both
+# advanced-search spec's weighted fusion and with naive reciprocal-rank fusion, both
 # without the lift, the speaker handling and the priors.
 SEARCH_METHODS = {
     "keyword": Method("keyword"),

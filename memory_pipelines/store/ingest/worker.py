@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Any
 
-from ..infra.priority import BACKGROUND_NICE, set_thread_nice
+from ...infra.priority import BACKGROUND_NICE, set_thread_nice
 from .deferred import finish_deferred
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ from ..context.builder import build_memory_context
 from ..context.log import record_implicit_feedback
 from ..embeddings import Embedder
 from ..vocabulary import DEFAULT_BUDGET, LOCK_DEMO_LOG
-from .demo import read_demo, stable_id
+from .corpus import read_demo, stable_id
 
 ANSWER_MINUTES = 4
 """Minutes between a session's build and its feedback (the agent's working time)."""
