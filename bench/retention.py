@@ -8,7 +8,7 @@ spread over the last 120 days across 50 owners, a third with feedback. Then:
 
 1. before: one thread builds contexts for `--seconds` seconds (the library's build_memory_context, its log
    written), the latencies kept;
-2. during: the same thread keeps building while `store.retention.prune` runs with the default ages (candidates
+2. during: the same thread keeps building while `operations.retention.prune` runs with the default ages (candidates
    30 days, builds and events 90), batches of 1,000 builds; the latencies of the builds that overlapped it kept.
 
 Reports the rows removed per table, batches, seconds, rows per second, and p50/p95/p99 of the builds before and
@@ -34,8 +34,8 @@ from memory_pipelines.context.history import hit_rates
 from memory_pipelines.embeddings import FakeEmbedder
 from memory_pipelines.index.keywords import index_source
 from memory_pipelines.infra.db import get_pool
+from memory_pipelines.operations.retention import RetentionPolicy, log_status, prune
 from memory_pipelines.runtime import warm_up
-from memory_pipelines.store.retention import RetentionPolicy, log_status, prune
 
 OWNER = "bench"
 LOG_OWNERS = 50

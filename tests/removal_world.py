@@ -16,10 +16,9 @@ from memory_pipelines.index.keywords import STORED_DF_MIN, index_all
 from memory_pipelines.index.vectors import embed_all
 from memory_pipelines.infra.errors import NotFoundError
 from memory_pipelines.infra.llm import ChatLLM
-from memory_pipelines.pipelines.deferred import finish_deferred
 from memory_pipelines.retrieval.disclosure import detail, related, summary_search
 from memory_pipelines.retrieval.search import search
-from memory_pipelines.store.ingest import ingest_memory
+from memory_pipelines.store.ingest import finish_deferred, ingest_memory
 from memory_pipelines.store.read import get_memories, list_projects, memory_versions, search_memories, timeline
 from tests.factories import add_capability, add_event, add_goal, add_learning, add_task
 from tests.fake_openai import FakeOpenAI

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from memory_pipelines.infra.errors import ValidationError
-from memory_pipelines.store.export import export_owner
+from memory_pipelines.operations.export import export_owner
 from memory_pipelines.store.removal import forget
 from tests.removal_world import builds_with_feedback, settle, write_owner
 

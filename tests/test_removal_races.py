@@ -16,8 +16,7 @@ from memory_pipelines.embeddings import FakeEmbedder
 from memory_pipelines.index.keywords import index_all, index_rows, refresh_stats
 from memory_pipelines.index.vectors import embed_source
 from memory_pipelines.infra.errors import NotFoundError
-from memory_pipelines.pipelines.deferred import finish_deferred
-from memory_pipelines.store.ingest import ingest_memory
+from memory_pipelines.store.ingest import finish_deferred, ingest_memory
 from memory_pipelines.store.removal import erase_owner, forget
 from memory_pipelines.vocabulary import INDEXED
 from tests.factories import add_task

@@ -14,8 +14,8 @@ import pytest
 from memory_pipelines.context.history import hit_rates
 from memory_pipelines.index.keywords import index_all
 from memory_pipelines.infra.errors import ValidationError
-from memory_pipelines.store import retention
-from memory_pipelines.store.retention import RetentionPolicy, log_status, parse_age, prune
+from memory_pipelines.operations import retention
+from memory_pipelines.operations.retention import RetentionPolicy, log_status, parse_age, prune
 from memory_pipelines.tuning import report
 from memory_pipelines.tuning.frames import load_log
 from memory_pipelines.tuning.report import hit_rate_table

@@ -179,7 +179,7 @@ def hit_rates(pool: ConnectionPool, owner: str, *, days: int = 30, today: date |
     until = since + timedelta(days=days)
     window = {"owner": owner, "since": since, "until": until, "first": start, "end": start + timedelta(days=days)}
     with pool.connection() as conn:
-        # Live rows plus the roll-up of pruned ones (store/retention.py): each row is counted in one of the two.
+        # Live rows plus the roll-up of pruned ones (operations/retention.py): each row is counted in one of the two.
         per_day = conn.execute(
             "SELECT day, sum(n)::bigint, sum(fb)::bigint FROM ("
             " SELECT (r.created_at AT TIME ZONE 'UTC')::date AS day, count(*) AS n, count(r.feedback_at) AS fb"

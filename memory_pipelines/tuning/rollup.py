@@ -1,5 +1,5 @@
 """The tuner's hit-rate report over the whole log: the live candidates' table (`report.hit_rate_table`) plus the
-daily roll-up of the candidates retention pruned (`store.retention.rolled_up_counts`), so the report reads the
+daily roll-up of the candidates retention pruned (`operations.retention.rolled_up_counts`), so the report reads the
 same before and after a prune. (The fits need each candidate's features: they read the live log only.)"""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 from psycopg_pool import ConnectionPool
 
-from ..store.retention import rolled_up_counts
+from ..operations.retention import rolled_up_counts
 from .report import AGE_LABELS, MODES, NO_AGE, SOURCES, _wilson
 
 COUNTS = ("candidates", "injected", "labelled", "used")

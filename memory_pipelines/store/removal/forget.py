@@ -31,7 +31,8 @@ from ...infra.errors import NotFoundError, ValidationError, check_storable
 from ...infra.ids import is_uuid
 from ...retrieval.neighbours import other_party
 from ...vocabulary import MAX_ID
-from ..ingest import lock_project, validate_owner
+from ..ingest import validate_owner
+from ..ingest.rows import lock_project
 from ..memories import CONTEXT_CHARS, fragment_id
 from .audit import CLI_ACTOR, check_actor, write_audit
 from .unindex import scrub_log, unindex

@@ -29,7 +29,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from ..infra.errors import ValidationError
-from .ingest import validate_owner
+from ..store.ingest import validate_owner
 
 FORMAT_VERSION = 1
 STREAM_ROWS = 2_000

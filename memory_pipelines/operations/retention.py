@@ -28,7 +28,7 @@ from psycopg_pool import ConnectionPool
 
 from ..infra.db import transaction
 from ..infra.errors import ValidationError
-from .removal.unindex import unindex
+from ..store.removal.unindex import unindex
 
 log = logging.getLogger(__name__)
 
