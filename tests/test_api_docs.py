@@ -26,7 +26,7 @@ from memory_pipelines.surfaces.http import errors as e
 from memory_pipelines.surfaces.http import models as m
 from memory_pipelines.surfaces.http import responses as r
 from memory_pipelines.vocabulary import MAX_BODY_BYTES
-from tests.factories import add_task
+from tests.factories import add_capability, add_event, add_goal, add_learning, add_task
 from tests.test_api import LiveServer
 
 ZH = "我们选择 pgvector 存储向量，因为 PostgreSQL 已经在用，运维成本低，支持 HNSW 索引。"
@@ -89,7 +89,7 @@ def test_every_endpoint_documents_its_answer_errors_and_what_it_does(spec):
             assert "404" in codes, where
         if method == "post":
             assert {"400", "413"} <= codes, where
-    assert seen == 17
+    assert seen == 26
 
 
 def test_request_examples_are_valid_and_never_name_the_owner(spec):
@@ -142,6 +142,9 @@ def test_real_answers_match_the_documented_models_field_for_field(app, live, run
     c.post("/ingest/memory", json={"project_name": "web-app", "content_type": "requirement", "content": EN})
     with runtime.pool.connection() as conn:
         task = add_task(conn, "alice", "feat(auth): cross-subdomain cookie auth", "cookie auth on subdomains")
+        gone = {"tasks": add_task(conn, "alice", "an old task"), "learnings": add_learning(conn, "alice", "a lesson"),
+                "capabilities": add_capability(conn, "alice", "a skill"), "goals": add_goal(conn, "alice", "a goal"),
+                "events": add_event(conn, "alice", "alert", {"disk": "full"})}
     embed_all(runtime.pool, runtime.embedder)
     index_all(runtime.pool)
     ctx = c.post("/api/brain/memory/context", json={"query": "pgvector cookie", "mode": "debug"}).json()
@@ -169,12 +172,17 @@ def test_real_answers_match_the_documented_models_field_for_field(app, live, run
         ("GET", "/memories/timeline", "/memories/timeline", {"limit": 1}),
         ("GET", "/memories/{memory_id}/versions", f"/memories/{zh['id']}/versions", None),
         ("GET", "/projects", "/projects", None),
+        *(("DELETE", f"/api/{plural}/{{id}}", f"/api/{plural}/{item}", None) for plural, item in gone.items()),
+        ("DELETE", "/memories/{memory_id}", f"/memories/{zh['id']}", None),
+        ("DELETE", "/projects/{project_key}", "/projects/web-app", None),
+        ("GET", "/api/removals", "/api/removals", {"limit": 5}),
+        ("DELETE", "/api/owner", "/api/owner", {"dry_run": "true"}),
     ]
     documented = {(route.path, method) for route in _api_routes(app) if route.include_in_schema
                   for method in route.methods}
     assert {(t, mth) for mth, t, _p, _b in calls} == documented  # every endpoint is checked
     for method, template, path, payload in calls:
-        answer = c.get(path, params=payload) if method == "GET" else c.post(path, json=payload)
+        answer = c.post(path, json=payload) if method == "POST" else c.request(method, path, params=payload)
         assert answer.status_code == 200, (path, answer.text)
         _documented(app, method, template).model_validate(answer.json())  # extra fields are forbidden
 

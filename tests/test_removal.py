@@ -84,10 +84,10 @@ def test_forget_drop_and_erase_leave_nothing_behind_and_change_nothing_else(pool
     gone_markers = {alice.markers[i] for i in gone_ids if i in alice.markers}
 
     dry = erase_owner(pool, "bob", dry_run=True)
-    assert dry["would_remove"]["api_keys"] == 1 and dry["would_remove"]["tasks"] == 58
+    assert dry["counts"]["api_keys"] == 1 and dry["counts"]["tasks"] == 58
     assert owner_rows(pool, "bob")["tasks"] == 58  # a dry run removes nothing
     erased = erase_owner(pool, "bob", confirm="bob")
-    assert erased["removed"]["tasks"] == 58 and erased["removed"]["api_keys"] == 1
+    assert erased["counts"]["tasks"] == 58 and erased["counts"]["api_keys"] == 1
 
     # Nothing removed is anywhere: no row of any table holds a removed item's id (the audit trail names it,
     # by design) or its words, and bob has no row left but the record of his erase.
@@ -242,11 +242,11 @@ def test_every_table_holding_an_owners_rows_is_erased(pool, fake_embedder, world
     key_id, key = create_key(pool, "carol")
     assert resolve_key(pool, key) == "carol"
     out = erase_owner(pool, "carol", confirm="carol")
-    assert sorted(out["indexes_dropped"]) == sorted(n for n in built if n in {
+    assert sorted(out["indexes"]) == sorted(n for n in built if n in {
         owner_indexes.owner_index_name(t, "carol") for t, _c in owner_indexes.owner_index_tables()})
     with pool.connection() as conn:
         assert not any(n in existing_owner_indexes(conn, t) for t, _c in owner_indexes.owner_index_tables()
-                       for n in out["indexes_dropped"])
+                       for n in out["indexes"])
     assert resolve_key(pool, key) is None
     assert {t: n for t, n in owner_rows(pool, "carol").items() if n} == {"removals": 1}
     assert owner_rows(pool, "alice")["tasks"] == 58  # nobody else's rows

@@ -246,7 +246,7 @@ def test_an_erase_meeting_a_statistics_refresh_leaves_no_statistic_behind(pool, 
             out = erasing.result(WAIT)
     finally:
         pool.putconn(refresher)
-    assert out["removed"]["tasks"] == 60
+    assert out["counts"]["tasks"] == 60
     assert rows_mentioning(pool, "zqrace6", skip=("removals",)) == {}
     with pool.connection() as conn:
         assert conn.execute("SELECT count(*) FROM keyword_stats WHERE owner_id = 'bob'").fetchone()[0] == 0

@@ -10,6 +10,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
+from ...infra.auth import hash_key
 from ...infra.errors import ValidationError
 from ...vocabulary import MAX_NAME
 
@@ -22,6 +23,14 @@ def check_actor(actor: object) -> str:
     if not isinstance(actor, str) or not actor.strip() or len(actor) > MAX_NAME:
         raise ValidationError("actor", f"must be a non-empty string of at most {MAX_NAME} characters")
     return actor.strip()
+
+
+def key_id(pool: ConnectionPool, key: str) -> str | None:
+    """The id of an active API key: who the audit trail names for a removal made with it."""
+    with pool.connection() as conn:
+        row = conn.execute("SELECT id::text FROM api_keys WHERE key_hash = %s AND revoked_at IS NULL",
+                           (hash_key(key),)).fetchone()
+    return row[0] if row else None
 
 
 def write_audit(

@@ -86,7 +86,8 @@ def erase_owner(
     pool: ConnectionPool, owner: str, *, confirm: str | None = None, dry_run: bool = False, actor: str = CLI_ACTOR
 ) -> dict[str, Any]:
     """Remove every row of `owner`; `confirm` must repeat the owner id. `dry_run` counts what would go (per
-    table, and her vector graphs) and removes nothing. Returns the rows removed per table."""
+    table, and her vector graphs) and removes nothing. Returns `counts` (rows removed, or that would be, per
+    table), `indexes` (her graphs dropped, or that would be), `swept` and the audit row's id (None: dry run)."""
     owner = validate_owner(owner)
     actor = check_actor(actor)
     if not isinstance(dry_run, bool):
@@ -95,7 +96,8 @@ def erase_owner(
         with pool.connection() as conn:
             counts = count_owner_rows(conn, owner)
             graphs = [name for _t, name in owner_graphs(conn, owner)]
-        return {"owner": owner, "dry_run": True, "would_remove": _nonzero(counts), "indexes": graphs}
+        return {"owner": owner, "dry_run": True, "counts": _nonzero(counts), "indexes": graphs, "swept": {},
+                "audit_id": None}
     check_confirm(owner, confirm)
     with transaction(pool) as conn:
         counts = {t: conn.execute(sql.SQL("DELETE FROM {} WHERE owner_id = %s").format(sql.Identifier(t)),
@@ -103,8 +105,8 @@ def erase_owner(
                   for t in owner_tables(conn)}
         audit = write_audit(conn, owner, actor, "erase", source=None, item_id=None, counts=counts)
     swept = _sweep(pool, owner)
-    return {"owner": owner, "dry_run": False, "removed": _nonzero(counts), "swept": _nonzero(swept),
-            "indexes_dropped": _drop_graphs(pool, owner), "audit_id": audit}
+    return {"owner": owner, "dry_run": False, "counts": _nonzero(counts), "indexes": _drop_graphs(pool, owner),
+            "swept": _nonzero(swept), "audit_id": audit}
 
 
 def _nonzero(counts: dict[str, int]) -> dict[str, int]:

@@ -20,9 +20,10 @@ from ...store.ingest.worker import EmbedWorker
 from ...vocabulary import MAX_BODY_BYTES
 from .errors import BodyLimit, install_error_handlers
 from .pages import install_docs, install_web_view
-from .routes import agentmem, context, feedback, history, ops, search
+from .routes import agentmem, context, feedback, history, ops, removal, search
 
-ROUTERS = (ops.router, search.router, context.router, feedback.router, history.router, agentmem.router)
+ROUTERS = (ops.router, search.router, context.router, feedback.router, history.router, agentmem.router,
+           removal.router)
 """Included in this order (the order of the OpenAPI document)."""
 
 _DESCRIPTION = """Long-term memory for AI agents: progressive search (summary → detail → related), the agent-mem
@@ -67,6 +68,8 @@ def create_app(memory: Memory, *, wait_ingest: bool = True) -> FastAPI:
             {"name": "memory centre", "description": "agent-mem: write memories; search (snippets) → get (full "
              "content); timeline; projects; versions."},
             {"name": "ops", "description": "Health and the key's owner."},
+            {"name": "ways out", "description": "Forget an item, drop a project, erase the key's owner; the "
+             "audit trail of removals."},
         ],
     )
     app.state.memory = memory
