@@ -20,6 +20,7 @@ from memory_pipelines.tuning import report
 from memory_pipelines.tuning.frames import load_log
 from memory_pipelines.tuning.report import hit_rate_table
 from memory_pipelines.tuning.rollup import rolled_up, with_rolled_up
+from memory_pipelines.tuning.run import run_tuning
 from tests.factories import add_event
 from tests.removal_world import builds_with_feedback, keyword_state, settle, stats_of_docs, write_owner
 
@@ -52,6 +53,13 @@ def _tuner_table(pool, since_days=None):
                           "injected")
 
 
+def _same_records(a: list[dict], b: list[dict]) -> bool:
+    """Equal rows, NaN equal to NaN (a cell without labels has no rate)."""
+    def norm(rows):
+        return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in rows]
+    return norm(a) == norm(b)
+
+
 def _counts(pool) -> dict[str, int]:
     with pool.connection() as conn:
         return {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
@@ -62,6 +70,7 @@ def test_prune_keeps_the_hit_rate_history_and_the_tuners_report(pool, logged) ->
     before = {o: hit_rates(pool, o, days=200) for o in ("alice", "carol")}
     table = _tuner_table(pool)
     window = _tuner_table(pool, since_days=45)
+    tuner_report = run_tuning(pool)["hit_rates"]
     counts = _counts(pool)
     assert before["alice"]["total"]["builds"] == 12 and before["alice"]["total"]["used"] > 0
 
@@ -88,6 +97,7 @@ def test_prune_keeps_the_hit_rate_history_and_the_tuners_report(pool, logged) ->
     assert {o: hit_rates(pool, o, days=200) for o in ("alice", "carol")} == before
     assert _tuner_table(pool).equals(table)
     assert _tuner_table(pool, since_days=45).equals(window)
+    assert _same_records(run_tuning(pool)["hit_rates"], tuner_report)
     # The pruned events' keyword entries went with them, the statistics exact.
     assert {k: keyword_state(pool)[k] for k in ("stats", "df")} == stats_of_docs(pool)
     # A second run finds nothing more to prune.
