@@ -252,3 +252,24 @@ def test_an_erase_meeting_a_statistics_refresh_leaves_no_statistic_behind(pool, 
         assert conn.execute("SELECT count(*) FROM keyword_stats WHERE owner_id = 'bob'").fetchone()[0] == 0
         assert conn.execute("SELECT count(*) FROM keyword_df WHERE owner_id = 'bob'").fetchone()[0] == 0
     _consistent(pool)
+
+
+def test_a_turn_written_while_the_turn_before_it_is_forgotten_is_not_indexed_with_it(pool) -> None:
+    embedder = GatedEmbedder()
+    embedder.release.set()
+    first = ingest_memory(pool, embedder, None, "alice", content="Ann says zqrace7 the hotel is by the sea",
+                          content_type="insight", project_name="chat", session="trip", speaker="Ann")
+    embedder.release.clear()
+    with ThreadPoolExecutor(1) as ex:  # the reply read its context (the first turn) and is being embedded
+        reply = ex.submit(ingest_memory, pool, embedder, None, "alice", content="Bo says lovely, book it",
+                          content_type="insight", project_name="chat", session="trip", speaker="Bo")
+        assert embedder.entered.wait(WAIT)
+        forget(pool, "alice", "memory", first.id)
+        embedder.release.set()
+        written = reply.result(WAIT)
+    assert written.action == "DEFERRED"  # indexed anew under the lock, embedded later
+    with pool.connection() as conn:
+        assert conn.execute("SELECT context FROM memories WHERE id = %s", (written.id,)).fetchone()[0] is None
+    assert rows_mentioning(pool, "zqrace7", skip=("removals",)) == {}
+    finish_deferred(pool, embedder, None, conflict_threshold=T)
+    assert rows_mentioning(pool, "zqrace7", skip=("removals",)) == {}
