@@ -12,6 +12,8 @@ from memory_pipelines.index.keywords import STORED_DF_MIN, index_all, index_rows
 from memory_pipelines.index.owner_indexes import existing_owner_indexes, sync_owner_indexes
 from memory_pipelines.infra.auth import create_key, resolve_key
 from memory_pipelines.infra.errors import NotFoundError, ValidationError
+from memory_pipelines.retrieval.planning import PLANS
+from memory_pipelines.retrieval.search import search
 from memory_pipelines.store.removal import audit_trail, drop_project, erase_owner, forget
 from memory_pipelines.store.removal.erase import GLOBAL_TABLES, owner_tables
 from memory_pipelines.store.removal.unindex import FORGOTTEN_PREFIX
@@ -32,6 +34,7 @@ from tests.removal_world import (
     tables,
     write_owner,
 )
+from tests.test_owner_indexes import ONLY_TASKS, _exact, _load, _nearest, _small_caps
 
 BUILD_QUERIES = ["deploy release checklist", "memory vectors pgvector", "trip to Lisbon", "deploy timeout retry"]
 
@@ -272,3 +275,20 @@ def test_statistics_follow_a_term_under_the_stored_floor_and_ignore_documents_th
     for task in tasks[1:]:
         forget(pool, "dana", "task", task)
     assert keyword_state(pool) == {"docs": set(), "postings": set(), "stats": set(), "df": set()}
+
+
+def test_searches_on_an_owners_own_graph_never_return_forgotten_rows(pool, fake_embedder, db_url, monkeypatch):
+    """alice is over the exact-scan cap, so her semantic search walks her own HNSW graph, which still holds the
+    forgotten rows' entries until a vacuum: her hits are her exact nearest of what is left, none forgotten."""
+    _small_caps(monkeypatch)
+    _load(pool, fake_embedder, {"alice": 60, "carol": 10})
+    qvec = fake_embedder.embed_query("alice note about topic 3")
+    nearest = [i for i, _d in _exact(pool, "alice", qvec)[:15]]
+    for item_id in nearest[:5]:
+        forget(pool, "alice", "task", item_id)
+    owned = PLANS["hnsw-owner"]
+    hits = search(pool, fake_embedder, "alice", "q", mode="semantic", limit=10, query_vector=qvec,
+                  filters=ONLY_TASKS).hits
+    assert PLANS["hnsw-owner"] == owned + 1  # her graph answered
+    assert not {h.id for h in hits} & set(nearest[:5])
+    assert _nearest(hits, _exact(pool, "alice", qvec))
