@@ -21,6 +21,8 @@ from .runtime import Runtime, open_runtime
 from .vocabulary import DEFAULT_BUDGET
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from psycopg_pool import ConnectionPool
 
     from .context.builder import ContextResult
@@ -263,3 +265,57 @@ class Memory:
 
         return relevant_learnings(self.pool, owner, task_type=task_type, failure_class=failure_class,
                                   event_type=event_type, limit=limit)
+    # -- ways out ----------------------------------------------------------------------------------------------
+
+    def forget(self, owner: str, source: str, item_id: str, *, actor: str = "cli") -> dict[str, Any]:
+        """Forget one of the owner's items (task, learning, capability, goal, event or memory, by id or key) with
+        everything of it: no read returns it after. `actor` (an API key's id, or 'cli') goes to the audit trail."""
+        from .store.removal import forget
+
+        return forget(self.pool, owner, source, item_id, actor=actor)
+
+    def drop_project(self, owner: str, project_key: str, *, actor: str = "cli") -> dict[str, Any]:
+        """Drop one of the owner's projects with all its memories."""
+        from .store.removal import drop_project
+
+        return drop_project(self.pool, owner, project_key, actor=actor)
+
+    def erase(self, owner: str, *, confirm: str | None = None, dry_run: bool = False,
+              actor: str = "cli") -> dict[str, Any]:
+        """Remove every row of the owner, her API keys included (`confirm` repeats the owner id); `dry_run`
+        counts what would go."""
+        from .store.removal import erase_owner
+
+        return erase_owner(self.pool, owner, confirm=confirm, dry_run=dry_run, actor=actor)
+
+    def removals(self, owner: str, *, limit: int = 50, cursor: str | None = None) -> dict[str, Any]:
+        """The owner's audit trail of removals, newest first (no removed content)."""
+        from .store.removal import audit_trail
+
+        return audit_trail(self.pool, owner, limit=limit, cursor=cursor)
+
+    def key_id(self, key: str | None) -> str | None:
+        """The id of an active API key (what the audit trail names as who removed), or None."""
+        from .store.removal.audit import key_id
+
+        return key_id(self.pool, key) if key else None
+
+    def export(self, owner: str, directory: str | Path, *, include_log: bool = False) -> dict[str, Any]:
+        """Write every source of the owner into a new folder as files `import` reads back; the manifest."""
+        from .operations.export import export_owner
+
+        return export_owner(self.pool, owner, directory, include_log=include_log)
+
+    def prune(self, **ages: Any) -> dict[str, Any]:
+        """Prune the retrieval log and the events past their retention ages (the settings', or `candidates=`,
+        `builds=`, `events=` given as '30d', '12h'...), the hit rates rolled up first; the rows removed."""
+        from .operations.retention import RetentionPolicy, prune
+
+        return prune(self.pool, RetentionPolicy.from_env(**ages)).as_dict()
+
+    def log_status(self) -> dict[str, Any]:
+        """The retrieval log's size and the oldest row kept, per table."""
+        from .operations.retention import log_status
+
+        with self.pool.connection() as conn:
+            return log_status(conn)

@@ -27,7 +27,7 @@ from memory_pipelines.surfaces.http import models as m
 from memory_pipelines.surfaces.http import responses as r
 from memory_pipelines.surfaces.http.routes import items as it
 from memory_pipelines.vocabulary import MAX_BODY_BYTES
-from tests.factories import add_task
+from tests.factories import add_capability, add_event, add_goal, add_learning, add_task
 from tests.test_api import LiveServer
 
 ZH = "我们选择 pgvector 存储向量，因为 PostgreSQL 已经在用，运维成本低，支持 HNSW 索引。"
@@ -90,7 +90,7 @@ def test_every_endpoint_documents_its_answer_errors_and_what_it_does(spec):
             assert "404" in codes, where
         if method == "post":
             assert {"400", "413"} <= codes, where
-    assert seen == 17 + 16  # and the item resources: 5 sources × (write, batch, update), relevant learnings
+    assert seen == 17 + 16 + 9  # the item resources (5 sources × write, batch, update; relevant) and the ways out
 
 
 def test_request_examples_are_valid_and_never_name_the_owner(spec):
@@ -146,6 +146,9 @@ def test_real_answers_match_the_documented_models_field_for_field(app, live, run
     c.post("/ingest/memory", json={"project_name": "web-app", "content_type": "requirement", "content": EN})
     with runtime.pool.connection() as conn:
         task = add_task(conn, "alice", "feat(auth): cross-subdomain cookie auth", "cookie auth on subdomains")
+        gone = {"tasks": add_task(conn, "alice", "an old task"), "learnings": add_learning(conn, "alice", "a lesson"),
+                "capabilities": add_capability(conn, "alice", "a skill"), "goals": add_goal(conn, "alice", "a goal"),
+                "events": add_event(conn, "alice", "alert", {"disk": "full"})}
     embed_all(runtime.pool, runtime.embedder)
     index_all(runtime.pool)
     ctx = c.post("/api/brain/memory/context", json={"query": "pgvector cookie", "mode": "debug"}).json()
@@ -174,6 +177,11 @@ def test_real_answers_match_the_documented_models_field_for_field(app, live, run
         ("GET", "/memories/{memory_id}/versions", f"/memories/{zh['id']}/versions", None),
         ("GET", "/projects", "/projects", None),
         ("POST", "/api/learnings/relevant", "/api/learnings/relevant", {"task_type": "dev"}),
+        *(("DELETE", f"/api/{plural}/{{id}}", f"/api/{plural}/{item}", None) for plural, item in gone.items()),
+        ("DELETE", "/memories/{memory_id}", f"/memories/{zh['id']}", None),
+        ("DELETE", "/projects/{project_key}", "/projects/web-app", None),
+        ("GET", "/api/removals", "/api/removals", {"limit": 5}),
+        ("DELETE", "/api/owner", "/api/owner", {"dry_run": "true"}),
     ]
     for source, plural in it.PLURAL.items():
         calls += [
@@ -186,7 +194,10 @@ def test_real_answers_match_the_documented_models_field_for_field(app, live, run
                   for method in route.methods}
     assert {(t, mth) for mth, t, _p, _b in calls} == documented  # every endpoint is checked
     for method, template, path, payload in calls:
-        answer = c.get(path, params=payload) if method == "GET" else c.request(method, path, json=payload)
+        if method in ("GET", "DELETE"):
+            answer = c.request(method, path, params=payload)
+        else:
+            answer = c.request(method, path, json=payload)
         created = method == "POST" and template in {f"/api/{plural}" for plural in it.PLURAL.values()}
         assert answer.status_code == (201 if created else 200), (path, answer.text)
         _documented(app, method, template).model_validate(answer.json())  # extra fields are forbidden

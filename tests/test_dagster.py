@@ -106,10 +106,10 @@ def _checks_of(asset: str) -> list[dg.AssetChecksDefinition]:
 def test_definitions_load():
     dg.Definitions.validate_loadable(defs)
     repo = defs.get_repository_def()
-    jobs = {"embedding_backfill", "index_maintenance", "memory_context", "weekly_tuning"}
+    jobs = {"embedding_backfill", "index_maintenance", "memory_context", "weekly_tuning", "retention"}
     assert jobs <= set(repo.job_names)
     assert {s.name for s in repo.schedule_defs} == {"nightly_embedding_backfill", "nightly_maintenance",
-                                                   "weekly_tuning", "source_sync_schedule"}
+                                                   "weekly_tuning", "source_sync_schedule", "daily_retention"}
     assert sorted(s.name for s in repo.sensor_defs) == ["inbox_sensor", "index_after_ingest", "unembedded_rows_sensor"]
     graph = defs.resolve_asset_graph()
     for source in INDEXED_NAMES:

@@ -93,7 +93,17 @@ def index_rows(
 ) -> int:
     """(Re)index the given (id, owner, text, hash) rows of one source; returns terms written. `totals`: the
     running per-owner lengths of a bulk pass (`_average_lengths`), kept current here. `counts`: the rows' term
-    counts when the caller made them already (in a thread, while the previous batch was being written)."""
+    counts when the caller made them already (in a thread, while the previous batch was being written). Rows
+    deleted since they were read are skipped; the others stay locked against deletion until the caller commits
+    (a removal waits, then deletes these postings too)."""
+    table = INDEXED[source_name]
+    live = {r[0] for r in conn.execute(
+        f"SELECT t.id::text FROM {table.table} t WHERE t.id = ANY(%s::{table.id_type}[]) FOR KEY SHARE",
+        ([r[0] for r in rows],),
+    )}
+    if counts is not None:
+        counts = [c for r, c in zip(rows, counts, strict=True) if r[0] in live]
+    rows = [r for r in rows if r[0] in live]
     ids = [r[0] for r in rows]
     replaced = conn.execute(
         "DELETE FROM keyword_docs WHERE source = %s AND item_id = ANY(%s) RETURNING owner_id, doc_len",

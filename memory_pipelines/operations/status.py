@@ -12,6 +12,7 @@ from ..infra.migrate import missing_vector_indexes, stored_dimension
 from ..infra.prewarm import cache_warmth
 from ..runtime import Runtime
 from ..vocabulary import INDEXED, INDEXED_NAMES
+from .retention import format_log_status, log_status
 
 _PLAIN_TABLES = (
     "goals",
@@ -63,6 +64,7 @@ def collect_status(rt: Runtime) -> dict[str, Any]:
                 info["owner_indexes"][table] = {"valid": valid, "invalid": len(found) - valid}
         for table in _PLAIN_TABLES:
             info["tables"][table] = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+        info["log"] = log_status(conn)  # the retrieval log's size and oldest rows kept (retention)
     return info
 
 
@@ -93,4 +95,6 @@ def format_status(info: dict[str, Any]) -> str:
     if warmth := info.get("page_cache"):
         lines.insert(3, f"page cache {warmth['resident_share']:.0%} of the {warmth['megabytes']:,.1f} MB the server "
                         f"reads most ({warmth['relations']} relations; `serve` and `mcp` prewarm them at start)")
+    if "log" in info:
+        lines += ["", *format_log_status(info["log"])]
     return "\n".join(lines)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import psycopg
 from mcp.server.mcpserver import Context, MCPServer
@@ -68,6 +68,7 @@ QueryArg = Annotated[str, Field(min_length=1, max_length=MAX_QUERY, description=
 ProjectKeyArg = Annotated[str | None, Field(max_length=MAX_NAME, description="Only this project."), Text]
 ProjectNameArg = Annotated[str | None, Field(max_length=MAX_NAME, description="Project, by name."), Text]
 OptName = Annotated[str | None, Field(max_length=MAX_NAME), Text]
+Forgettable = Literal["memory", "task", "learning", "capability", "goal", "event"]
 RetrievalIdArg = Annotated[str, Field(min_length=1, max_length=MAX_ID, description="retrieval_id of a mem.context "
                                                                                 "answer."), Text]
 
@@ -330,6 +331,26 @@ def build_server(memory: Memory, owner_resolver: OwnerResolver) -> MCPServer:
         return _call(memory.implicit_feedback, owner, retrieval_id, output)
 
     add_item_tools(server, memory, tool, owner_of)
+    @tool(
+        name="mem.forget",
+        description=(
+            "Forget one of your items for good: a memory (with its versions), task, learning, capability, goal "
+            "or event. source: which kind. id: its id (from mem.search, mem.get or mem.context), or the key you "
+            "wrote it with. Afterwards no search, get, timeline or context returns any of it. An id that is not "
+            "yours, unknown or already forgotten is 'not found' and nothing is removed. Returns the rows removed."
+        ),
+    )
+    def forget_tool(
+        ctx: Context,
+        source: Annotated[Forgettable, Field(description="The kind of item.")],
+        id: Annotated[str, Field(min_length=1, max_length=MAX_ID, description="The item's id or key."),  # noqa: A002
+                      Text],
+    ) -> dict[str, Any]:
+        owner = owner_of(ctx)
+        key = bearer_key(ctx.headers)
+        actor = (memory.key_id(key) if key else None) or "mcp"
+        return _call(memory.forget, owner, source, id, actor=actor)
+
     return server
 
 

@@ -132,6 +132,7 @@ def run_tuning(
     """
     from .publish import Gate, decide, publish_result
     from .report import hit_rate_table, write_plots
+    from .rollup import rolled_up, with_rolled_up
 
     frames = load_log(pool, since_days=since_days, owners=owners)
     active = active_config(pool)
@@ -140,7 +141,10 @@ def run_tuning(
     else:
         train = test = np.zeros(0, dtype=bool)
     result = tune_and_evaluate(frames.candidates, frames.builds, train, test, active, options=options)
-    result["hit_rates"] = hit_rate_table(frames.candidates, result["fit"]["population"]).to_dict("records")
+    population = result["fit"]["population"]
+    result["hit_rates"] = with_rolled_up(hit_rate_table(frames.candidates, population),
+                                         rolled_up(pool, since_days=since_days, owners=owners),
+                                         population).to_dict("records")
     result["plots"] = [str(p) for p in write_plots(frames.candidates, result, plots_dir)] if plots_dir else []
     gate = gate or Gate()
     result["decision"] = (

@@ -148,6 +148,13 @@ def ingest_memory(
         # Should the project have been created meanwhile under another name, the fragments' indexed texts
         # differ from the embedded ones (`embedded_hash`): they stay pending for the backfill.
         stored_name = _stored_name(conn, project_id)
+        turn = previous_turn(conn, inp.owner, project_id, inp.session, inp.speaker) if inp.session else context
+        requeued = turn != context
+        if requeued:  # the turn it was indexed with was forgotten (or another came) meanwhile: index it anew
+            context = turn
+            texts = texts_for(conn, chunks, inp.speaker, stored_name, inp.content_type, created_at, context)
+            new = NewContent(inp, summary, tags, summary_by, chunks, texts, None, context)
+            vectors = None
         if vectors is None:
             insert_new(conn, memory_id, project_id, new, model, created_at)
             log_arbitration(
@@ -163,7 +170,8 @@ def ingest_memory(
                 model=None,
                 reason=(
                     f"embedding provider unavailable: {embed_error[:400]}" if embed_error is not None
-                    else "queued: embedded and judged in the background"
+                    else "the previous turn changed while it was embedded: embedded and judged in the background"
+                    if requeued else "queued: embedded and judged in the background"
                 ),
             )
             return IngestResult("created", memory_id, "DEFERRED", deferred=True)

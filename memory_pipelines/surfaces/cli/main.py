@@ -20,7 +20,7 @@ from ..schema import Name, Query, check
 
 # Modules that add their own commands: each has `register(sub)` adding sub-parsers with
 # `set_defaults(func=...)`. Add a module here to add its commands.
-COMMAND_MODULES: list[str] = ["online", "tuning", "feedback", "items"]
+COMMAND_MODULES: list[str] = ["online", "tuning", "feedback", "items", "removal"]
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 

@@ -21,9 +21,10 @@ from ...vocabulary import MAX_BODY_BYTES
 from .deps import Owner
 from .errors import BodyLimit, install_error_handlers
 from .pages import install_docs, install_web_view
-from .routes import agentmem, context, feedback, history, items, ops, search
+from .routes import agentmem, context, feedback, history, items, ops, removal, search
 
-ROUTERS = (ops.router, search.router, context.router, feedback.router, history.router, agentmem.router)
+ROUTERS = (ops.router, search.router, context.router, feedback.router, history.router, agentmem.router,
+           removal.router)
 """Included in this order (the order of the OpenAPI document)."""
 
 _DESCRIPTION = """Long-term memory for AI agents: progressive search (summary → detail → related), the agent-mem
@@ -69,6 +70,8 @@ def create_app(memory: Memory, *, wait_ingest: bool = True) -> FastAPI:
             {"name": "memory centre", "description": "agent-mem: write memories; search (snippets) → get (full "
              "content); timeline; projects; versions."},
             {"name": "ops", "description": "Health and the key's owner."},
+            {"name": "ways out", "description": "Forget an item, drop a project, erase the key's owner; the "
+             "audit trail of removals."},
         ],
     )
     app.state.memory = memory
