@@ -30,9 +30,7 @@ import json
 import os
 import pstats
 import random
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,7 +39,7 @@ from pathlib import Path
 
 import httpx
 import psutil
-from _common import emit, log, machine, note, scratch, sentence
+from _common import cpu_seconds, log, machine, note, save_result, scratch, sentence, serve_until_stopped
 from backfill_throughput import BUCKETS, InstantEmbedder
 
 from memory_pipelines.index.vectors import count_pending, embed_buckets
@@ -56,19 +54,8 @@ OWNER, HTTP_OWNER, PROFILE_OWNER = "team-history", "team-http", "team-profile"
 RESULTS = Path(__file__).parent / "results" / "import_throughput.json"
 CLI = [str(Path(sys.executable).with_name("memory-pipelines"))]
 FLOOR_RATIO, FLOOR_ROWS_PER_SECOND = 20.0, 2_000.0
-PROFILED = ("import_rows", "prepare_row", "_derive_keys", "write_items", "validate_items", "_stage", "_upsert",
+PROFILED = ("import_rows", "prepare_row", "derive_keys", "write_items", "validate_items", "_stage", "_upsert",
             "index_items", "index_rows", "term_counts", "refresh_stats")
-
-
-def _cpu(procs: list[psutil.Process]) -> float:
-    total = 0.0
-    for p in procs:
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system
-        except psutil.Error:
-            pass
-    return total
 
 
 def postgres_processes() -> list[psutil.Process]:
@@ -90,8 +77,8 @@ class CpuMeter:
         self.extra = extra or []
 
     def _read(self) -> dict[str, float]:
-        return {"client": _cpu([psutil.Process()]), "postgres": _cpu(postgres_processes()),
-                "server": _cpu([q for p in self.extra for q in (p, *p.children(recursive=True))])}
+        return {"client": cpu_seconds([psutil.Process()]), "postgres": cpu_seconds(postgres_processes()),
+                "server": cpu_seconds([q for p in self.extra for q in (p, *p.children(recursive=True))])}
 
     def __enter__(self) -> CpuMeter:
         self.start = self._read()
@@ -153,28 +140,9 @@ def serving(url: str, home: Path):
     port = sock.getsockname()[1]
     sock.close()
     env = {**os.environ, "DATABASE_URL": url, "MEMORY_PIPELINES_EMBEDDER": "fake", "MEMORY_PIPELINES_HOME": str(home)}
-    logfile = (home / "serve.log").open("w")
-    proc = subprocess.Popen([*CLI, "serve", "--host", "127.0.0.1", "--port", str(port)], env=env, stdout=logfile,
-                            stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"serve exited with {proc.returncode}; see {logfile.name}")
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"serve did not answer /health in 120 s; see {logfile.name}")
-            time.sleep(0.5)
+    with (home / "serve.log").open("w") as logfile, serve_until_stopped(
+            [*CLI, "serve", "--host", "127.0.0.1", "--port", str(port)], env, port, logfile) as (base, proc):
         yield base, psutil.Process(proc.pid)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
-        logfile.close()
 
 
 def post_one_by_one(base: str, server: psutil.Process, key: str, rows: int, seed: int) -> dict:
@@ -268,10 +236,7 @@ def main() -> None:
                                   / out["single_item_http"]["rows_per_second_from_cpu"], 1)
     out["floors"] = {"ratio_min": FLOOR_RATIO, "rows_per_second_min": FLOOR_ROWS_PER_SECOND,
                      "ratio_met": rate / single >= FLOOR_RATIO, "rows_per_second_met": rate >= FLOOR_ROWS_PER_SECOND}
-    out["machine_after"] = machine()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=2) + "\n")
-    emit(out)
+    save_result(out, args.out)
 
 
 if __name__ == "__main__":

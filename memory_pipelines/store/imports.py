@@ -25,20 +25,12 @@ JSON Lines and CSV are read line by line (the standard library's `json` and `csv
 which line failed; Parquet through pyarrow, in record batches. The validated rows are held in memory until
 they are written (about the size of the file, a few times over).
 """
-
 from __future__ import annotations
 
-import csv
-import functools
-import hashlib
-import json
-import math
-import re
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -46,49 +38,20 @@ from psycopg_pool import ConnectionPool
 
 from ..infra.errors import UserError, ValidationError
 from ..infra.llm import ChatLLM
-from ..vocabulary import WRITABLE_SOURCES, WRITE_CONTRACTS
-from .ingest import MemoryInput, ingest_memory, validate_owner
-from .items import ItemError, parse_time, validate_item, write_items
+from .import_checks import IMPORT_SOURCES, ImportRow, derive_keys, prepare_row
+from .import_files import FORMATS, ImportFileError, Reject, file_format, read_rows
+from .ingest import ingest_memory, validate_owner
+from .items import ItemError, write_items
 from .memories import content_hash
 from .projects import project_key_from_name
 
-FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
-"""File suffix -> format."""
-IMPORT_SOURCES: tuple[str, ...] = (*WRITABLE_SOURCES, "memory")
-MEMORY_FIELDS: tuple[str, ...] = ("content", "content_type", "project_name", "project_key", "machine_name",
-                                  "project_path", "ts", "speaker", "session")
-"""The fields of a memory row (Memory.ingest's); `at` or `created_at` may stand for `ts`."""
-ROW_COLUMNS = ("source", "owner", "created_at")
-"""Columns that are not contract fields: where a row goes, and `at`'s other name."""
+__all__ = ["FORMATS", "IMPORT_SOURCES", "ImportFileError", "ImportReport", "Reject", "file_format", "import_file",
+           "import_rows", "prepare_row", "read_rows"]
+
 CHUNK_ROWS = 5_000
 """Items per `write_items` call: each is one transaction."""
 MEMORY_CHUNK_ROWS = 200
 """Memories looked up at once for the unchanged ones (each new one is then its own ingest)."""
-DERIVED_KEY_PREFIX = "row:"
-KEYED_BY_CONTENT = ("task", "learning", "goal", "event")
-"""Sources whose rows without a key get one derived from their content (a capability's name is its key)."""
-
-csv.field_size_limit(max(csv.field_size_limit(), 16 * 1024 * 1024))  # a long cell is a field over its limit
-
-_INT = re.compile(r"[+-]?\d+")
-_TRUE, _FALSE = {"true", "t", "yes", "y", "1"}, {"false", "f", "no", "n", "0"}
-
-
-class ImportFileError(UserError):
-    """The file as a whole cannot be read as the format it claims; nothing of it is imported."""
-
-
-@dataclass(frozen=True)
-class Reject:
-    """A line (CSV, JSON Lines) or row (Parquet) that is not imported, the field at fault and why."""
-
-    line: int
-    field: str
-    reason: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"line": self.line, "field": self.field, "reason": self.reason}
-
 
 @dataclass
 class ImportReport:
@@ -128,274 +91,13 @@ class ImportReport:
                 "read_seconds": round(self.read_seconds, 3), "write_seconds": round(self.write_seconds, 3)}
 
 
-@dataclass
-class _Row:
-    line: int
-    source: str
-    owner: str
-    item: dict[str, Any]  # what write_items takes, or a memory's fields
-    checked: dict[str, Any] | None = None  # the item as validate_item returned it (not for memories)
-
-
-# --- reading -------------------------------------------------------------------------------------------------
-
-
-def file_format(path: Path, given: str | None = None) -> str:
-    """The format named, or the one of the file's suffix; ImportFileError for a suffix it does not know."""
-    if given:
-        if given not in set(FORMATS.values()):
-            raise ImportFileError(f"format {given!r} is not one of jsonl, csv, parquet")
-        return given
-    fmt = FORMATS.get(path.suffix.lower())
-    if fmt is None:
-        raise ImportFileError(f"{path.name}: cannot tell the format from its suffix {path.suffix!r}. Fix: name it "
-                              f"{', '.join(FORMATS)}, or give the format (jsonl, csv, parquet)")
-    return fmt
-
-
-def _known_columns() -> set[str]:
-    names = {"key", "at", *ROW_COLUMNS, *MEMORY_FIELDS}
-    for specs in WRITE_CONTRACTS.values():
-        names.update(s.name for s in specs)
-    return names
-
-
-def _check_columns(path: Path, columns: list[str], what: str) -> None:
-    """A header must name each column once, and at least one of them must be a field of some source."""
-    blank = [i + 1 for i, c in enumerate(columns) if not c]
-    if blank:
-        raise ImportFileError(f"{path.name}: column {blank[0]} of the {what} has no name")
-    twice = sorted(c for c, n in Counter(columns).items() if n > 1)
-    if twice:
-        raise ImportFileError(f"{path.name}: the {what} names column {twice[0]!r} twice")
-    if columns and not set(columns) & _known_columns():
-        shown = ", ".join(repr(c[:40]) for c in columns[:5])
-        raise ImportFileError(f"{path.name}: none of the columns ({shown}) is a field of any source; is it really "
-                              f"{'CSV with a header row' if what == 'header' else 'a table of items'}?")
-
-
-def _decoded(path: Path, lineno: int, raw: bytes) -> str:
-    if b"\x00" in raw:
-        raise ImportFileError(f"{path.name}: line {lineno} holds a NUL byte: a binary file, not text")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ImportFileError(f"{path.name}: line {lineno} is not UTF-8 text (byte {exc.start + 1}): "
-                              "is it the format it claims?") from None
-
-
-def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any] | Reject]]:
-    """(line number, object) per non-blank line; a line that is not a JSON object is a Reject, unless it is the
-    first one: then the file is not JSON Lines (an ImportFileError)."""
-    first = True
-    with path.open("rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            text = _decoded(path, lineno, raw).strip()
-            if lineno == 1:
-                text = text.removeprefix("\ufeff")
-            if not text:
-                continue
-            try:
-                value = json.loads(text)
-                problem = None if isinstance(value, dict) else f"must be a JSON object, got {type(value).__name__}"
-            except json.JSONDecodeError as exc:
-                problem = f"is not valid JSON ({exc.msg} at column {exc.colno})"
-            if problem and first:
-                raise ImportFileError(f"{path.name}: line {lineno} {problem}: not JSON Lines (one JSON object "
-                                      "per line)")
-            first = False
-            yield lineno, Reject(lineno, "line", problem) if problem else value
-
-
-def read_csv(path: Path) -> Iterator[tuple[int, dict[str, str] | Reject]]:
-    """(line number where the record starts, {column: cell}) per record; empty cells are left out. A record with
-    more or fewer cells than the header is a Reject."""
-    with path.open("rb") as probe:
-        head = probe.read(1 << 16)
-    if b"\x00" in head:
-        raise ImportFileError(f"{path.name}: holds NUL bytes: a binary file, not CSV")
-    try:
-        with path.open(encoding="utf-8-sig", newline="") as f:
-            reader = csv.reader(f)
-            header = next(reader, None)
-            if header is None:
-                return
-            columns = [c.strip() for c in header]
-            _check_columns(path, columns, "header")
-            start = reader.line_num + 1
-            for cells in reader:
-                line, start = start, reader.line_num + 1
-                if not cells or cells == [""]:
-                    continue
-                if len(cells) != len(columns):
-                    yield line, Reject(line, "line", f"has {len(cells)} cells, the header {len(columns)}")
-                    continue
-                yield line, {c: v for c, v in zip(columns, cells, strict=True) if v != ""}
-    except UnicodeDecodeError as exc:
-        raise ImportFileError(f"{path.name}: is not UTF-8 text (byte {exc.start + 1}): is it CSV?") from None
-    except csv.Error as exc:
-        raise ImportFileError(f"{path.name}: is not readable CSV: {exc}") from None
-
-
-def _plain(value: Any) -> Any:
-    """A Parquet cell as the contract reads it: None for nulls and NaN, dates as ISO text, maps as dicts."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    if isinstance(value, date) and not isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, list) and value and all(isinstance(v, tuple) and len(v) == 2 for v in value):
-        return dict(value)  # a Parquet map column
-    return value
-
-
-def read_parquet(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(row number from 1, {column: value}) per row; nulls are left out."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        table = pq.ParquetFile(path)
-    except (pa.ArrowException, OSError) as exc:
-        raise ImportFileError(f"{path.name}: is not a Parquet file ({str(exc).splitlines()[0][:200]})") from None
-    _check_columns(path, list(table.schema_arrow.names), "schema")
-    row = 0
-    try:
-        for batch in table.iter_batches(batch_size=10_000):
-            for record in batch.to_pylist():
-                row += 1
-                yield row, {k: v for k, v in ((k, _plain(v)) for k, v in record.items()) if v is not None}
-    except pa.ArrowException as exc:
-        raise ImportFileError(f"{path.name}: row {row + 1} cannot be read ({str(exc).splitlines()[0][:200]})") from None
-
-
-def read_rows(path: Path, fmt: str) -> Iterator[tuple[int, dict[str, Any] | Reject]]:
-    """The file's rows with their line (row) numbers, parse failures as Rejects."""
-    return {"jsonl": read_jsonl, "csv": read_csv, "parquet": read_parquet}[fmt](path)
-
-
-# --- one row -------------------------------------------------------------------------------------------------
-
-
-def _from_text(kind: str, name: str, value: str) -> Any:
-    """A CSV cell as the contract's kind: integers, booleans and JSON objects are spelled as text there."""
-    text = value.strip()
-    if kind == "int":
-        if not _INT.fullmatch(text):
-            raise ItemError(name, f"must be an integer, got {value[:40]!r}")
-        return int(text)
-    if kind == "bool":
-        if text.lower() in _TRUE:
-            return True
-        if text.lower() in _FALSE:
-            return False
-        raise ItemError(name, f"must be true or false, got {value[:40]!r}")
-    if kind == "object":
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError:
-            raise ItemError(name, "must be a JSON object (JSON text in the cell)") from None
-    return value
-
-
-@functools.cache
-def _kinds(source: str) -> dict[str, str]:
-    return {s.name: s.kind for s in WRITE_CONTRACTS[source]}
-
-
-def _coerce(source: str, raw: dict[str, Any], cells_are_text: bool) -> dict[str, Any]:
-    """Typed values for the fields a file format can only spell as text (CSV: all; Parquet: JSON objects)."""
-    if source == "memory":
-        if cells_are_text and isinstance(raw.get("ts"), str):
-            raw["ts"] = _from_text("int", "ts", raw["ts"])
-        return raw
-    if isinstance(raw.get("key"), int) and not isinstance(raw["key"], bool):
-        raw["key"] = str(raw["key"])  # a database's integer id is a fine key
-    kinds = _kinds(source)
-    for name, value in raw.items():
-        kind = kinds.get(name)
-        if kind is None or not isinstance(value, str):
-            continue
-        if cells_are_text or kind == "object":
-            raw[name] = _from_text(kind, name, value)
-    return raw
-
-
-def _route(raw: dict[str, Any], source: str | None, owner: str | None, default_owner: str | None) -> tuple[str, str]:
-    """The row's (source, owner), taken out of `raw`."""
-    row_source = raw.pop("source", None)
-    if row_source is not None and source is not None and row_source != source:
-        raise ItemError("source", f"is {str(row_source)[:40]!r}, but the import is of {source!r}")
-    src = row_source if row_source is not None else source
-    if src is None:
-        raise ItemError("source", "is missing: give the row a source column, or the import its source")
-    if src not in IMPORT_SOURCES:
-        raise ItemError("source", f"must be one of {list(IMPORT_SOURCES)}, got {str(src)[:40]!r}")
-    row_owner = raw.pop("owner", None)
-    if row_owner is not None and owner is not None and row_owner != owner:
-        raise ItemError("owner", f"is {str(row_owner)[:40]!r}, but the import is {owner!r}'s")
-    who = row_owner if row_owner is not None else (owner or default_owner)
-    if who is None:
-        raise ItemError("owner", "is missing: give the row an owner column, or the import its owner")
-    return src, validate_owner(who)
-
-
-def _memory_fields(raw: dict[str, Any], now: datetime) -> dict[str, Any]:
-    for alias in ("at", "created_at"):
-        if alias in raw:
-            if "ts" in raw:
-                raise ItemError(alias, "and ts both give the memory's time: keep one")
-            try:
-                raw["ts"] = int(parse_time(raw.pop(alias), now).timestamp())
-            except ValueError as exc:
-                raise ItemError(alias, str(exc)) from None
-    for name in raw:
-        if name not in MEMORY_FIELDS:
-            raise ItemError(str(name)[:60], f"is not a field of a memory; the fields are {', '.join(MEMORY_FIELDS)}"
-                            " (a memory has no key: a re-import finds it by its content)")
-    return raw
-
-
-def prepare_row(raw: Mapping[str, Any], *, source: str | None, owner: str | None, default_owner: str | None,
-                now: datetime, cells_are_text: bool = False) -> _Row:
-    """A row routed, typed and checked against its contract (line 0: the caller sets it). ItemError (or the
-    memory ingest's ValidationError) names the field at fault."""
-    raw = dict(raw)
-    src, who = _route(raw, source, owner, default_owner)
-    if "created_at" in raw and src != "memory":
-        if "at" in raw:
-            raise ItemError("created_at", "and at both give the item's time: keep one")
-        raw["at"] = raw.pop("created_at")
-    raw = _coerce(src, raw, cells_are_text)
-    if src == "memory":
-        raw = _memory_fields(raw, now)
-        MemoryInput.parse(who, **raw)
-        return _Row(0, src, who, raw)
-    return _Row(0, src, who, raw, validate_item(src, raw, now=now))
-
-
-def _content_digest(checked: Mapping[str, Any]) -> str:
-    text = json.dumps(checked, sort_keys=True, ensure_ascii=False, default=str, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
-
-
-def _derive_keys(rows: list[_Row]) -> None:
-    """Give every keyless task, learning, goal and event a key from its content; repeats get .2, .3, ..."""
-    seen: Counter[tuple[str, str, str]] = Counter()
-    for row in rows:
-        if row.source in KEYED_BY_CONTENT and row.item.get("key") is None and row.checked is not None:
-            digest = _content_digest(row.checked)
-            seen[row.owner, row.source, digest] += 1
-            n = seen[row.owner, row.source, digest]
-            row.item["key"] = f"{DERIVED_KEY_PREFIX}{digest}" + (f".{n}" if n > 1 else "")
-
-
 # --- writing -------------------------------------------------------------------------------------------------
 
 
-def _chunks(rows: list[_Row], size: int) -> Iterator[list[_Row]]:
+def _chunks(rows: list[ImportRow], size: int) -> Iterator[list[ImportRow]]:
     """Runs of at most `size` rows in which no key (nor a capability's name) repeats: a later row with the same
     key starts the next chunk, so it updates what the earlier one wrote."""
-    chunk: list[_Row] = []
+    chunk: list[ImportRow] = []
     names: set[tuple[str, Any]] = set()
     for row in rows:
         key = row.item.get("key")
@@ -412,7 +114,7 @@ def _chunks(rows: list[_Row], size: int) -> Iterator[list[_Row]]:
         yield chunk
 
 
-def _write_item_rows(pool: ConnectionPool, owner: str, source: str, rows: list[_Row], report: ImportReport,
+def _write_item_rows(pool: ConnectionPool, owner: str, source: str, rows: list[ImportRow], report: ImportReport,
                      skip_invalid: bool, progress: Callable[[int], None]) -> bool:
     """Write one owner's rows of one source chunk by chunk; False when a row failed at write time (a conflict
     only the database sees) and the import stops there."""
@@ -454,7 +156,7 @@ def _project_key(fields: Mapping[str, Any]) -> str:
     return str(fields.get("project_key") or "").strip() or project_key_from_name(str(fields.get("project_name")))
 
 
-def _write_memory_rows(pool: ConnectionPool, embedder: Any, llm: ChatLLM | None, owner: str, rows: list[_Row],
+def _write_memory_rows(pool: ConnectionPool, embedder: Any, llm: ChatLLM | None, owner: str, rows: list[ImportRow],
                        report: ImportReport, progress: Callable[[int], None]) -> None:
     """Each memory not stored yet (same content in the same project) through the ingest, embedding deferred."""
     for start in range(0, len(rows), MEMORY_CHUNK_ROWS):
@@ -499,7 +201,7 @@ def import_rows(
         owner = validate_owner(owner)
     started = time.perf_counter()
     now = datetime.now(UTC)
-    good: list[_Row] = []
+    good: list[ImportRow] = []
     for line, raw in rows:
         report.rows += 1
         if isinstance(raw, Reject):
@@ -513,7 +215,7 @@ def import_rows(
             continue
         row.line = line
         good.append(row)
-    _derive_keys(good)
+    derive_keys(good)
     report.valid = len(good)
     report.dry_run = dry_run
     report.read_seconds = time.perf_counter() - started
@@ -526,7 +228,7 @@ def import_rows(
     if any(r.source == "memory" for r in good) and embedder is None:
         raise UserError("memory rows need the embedder (its model decides the conflict threshold): pass embedder")
     started = time.perf_counter()
-    groups: dict[tuple[str, str], list[_Row]] = {}
+    groups: dict[tuple[str, str], list[ImportRow]] = {}
     for row in good:
         groups.setdefault((row.owner, row.source), []).append(row)
     with _progress(bar, len(good), f"importing {Path(report.path).name}") as progress:
