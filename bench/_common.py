@@ -7,13 +7,16 @@ import itertools
 import json
 import os
 import random
+import signal
 import statistics
+import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 from psycopg import sql
@@ -441,6 +444,20 @@ def machine() -> dict:
     return {"cores": os.cpu_count(), "load_average_1m": round(os.getloadavg()[0], 2)}
 
 
+def cpu_seconds(procs: list) -> float:
+    """User plus system CPU seconds of these psutil processes (one that has exited counts nothing)."""
+    import psutil
+
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
 def percentiles(samples_ms: list[float]) -> dict[str, float]:
     qs = np.percentile(samples_ms, [50, 95, 99])
     return {
@@ -487,6 +504,47 @@ def emit(result: dict, out: Path | None = None) -> None:
         out.write_text(line + "\n", encoding="utf-8")
         log(f"wrote {out}")
     print(line)
+
+
+@contextmanager
+def serve_until_stopped(command: list[str], env: dict[str, str], port: int,
+                        logfile: IO[str]) -> Iterator[tuple[str, subprocess.Popen]]:
+    """Run a `memory-pipelines serve` command line on loopback `port` and yield (base URL, Popen) once it answers
+    /health; stopped with SIGTERM on exit (killed if it has not stopped 60 s later)."""
+    import httpx
+
+    proc = subprocess.Popen(command, env=env, stdout=logfile, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"serve exited with {proc.returncode}; see {logfile.name}")
+            try:
+                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"serve did not answer /health in 120 s; see {logfile.name}")
+            time.sleep(0.5)
+        yield base, proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            log("serve did not stop within 60 s of SIGTERM; killing it")
+            proc.kill()
+            proc.wait()
+
+
+def save_result(out: dict, path: Path) -> None:
+    """Add the machine's state after the run, write the figures to `path` (indented JSON) and emit them."""
+    out["machine_after"] = machine()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=2) + "\n")
+    emit(out)
 
 
 def pyplot():

@@ -38,7 +38,6 @@ import os
 import random
 import re
 import shlex
-import signal
 import subprocess
 import sys
 import tempfile
@@ -54,7 +53,7 @@ from typing import Any
 import httpx
 import numpy as np
 import psutil
-from _common import emit, log, out_path, pyplot, save_plot
+from _common import cpu_seconds, emit, log, out_path, pyplot, save_plot, serve_until_stopped
 
 from memory_pipelines.demo.corpus import read_demo
 from memory_pipelines.vocabulary import CONTENT_TYPES, CONTEXT_MODES
@@ -101,34 +100,10 @@ def postgres_of(home: Path) -> list[psutil.Process]:
 @contextmanager
 def serving(home: Path, port: int, ingest: str = "background"):
     """`memory-pipelines serve` on loopback, stopped with SIGTERM; yields (base URL, Popen)."""
-    logfile = open(home.parent / "serve.log", "a")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([*CLI, "serve", "--host", "127.0.0.1", "--port", str(port), "--ingest", ingest],
-                            env=_env(home),
-                            stdout=logfile, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"serve exited with {proc.returncode}; see {logfile.name}")
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"serve did not answer /health in 120 s; see {logfile.name}")
-            time.sleep(0.5)
-        yield base, proc
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            log("serve did not stop within 60 s of SIGTERM; killing it")
-            proc.kill()
-            proc.wait()
-        logfile.close()
+    with open(home.parent / "serve.log", "a") as logfile, serve_until_stopped(
+            [*CLI, "serve", "--host", "127.0.0.1", "--port", str(port), "--ingest", ingest], _env(home), port,
+            logfile) as served:
+        yield served
 
 
 # -- the workload ------------------------------------------------------------------------------------------------
@@ -299,18 +274,8 @@ class Monitor:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def cpu(self) -> dict[str, float]:
-        def total(procs: list[psutil.Process]) -> float:
-            s = 0.0
-            for p in procs:
-                try:
-                    c = p.cpu_times()
-                    s += c.user + c.system
-                except psutil.Error:
-                    pass
-            return s
-
-        return {"server": total([self.server]), "postgres": total(postgres_of(self.home)),
-                "load_generator": total([self.me])}
+        return {"server": cpu_seconds([self.server]), "postgres": cpu_seconds(postgres_of(self.home)),
+                "load_generator": cpu_seconds([self.me])}
 
     def _run(self) -> None:
         while not self._stop.wait(1.0):

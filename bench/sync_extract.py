@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 import psycopg
-from _common import emit, log, machine, note, scratch, sentence
+from _common import log, machine, note, save_result, scratch, sentence
 from memory_pipelines.pipelines.source_sync import SyncSpec, sync
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
@@ -135,10 +135,7 @@ def main() -> None:
         out["sync"] = {k: first.as_dict()[k] for k in keep}
         log(f"  {out['sync']}")
         out["sync_again"] = {k: sync(pool, spec, since=START, until=until).as_dict()[k] for k in keep}
-    out["machine_after"] = machine()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=2) + "\n")
-    emit(out)
+    save_result(out, args.out)
 
 
 if __name__ == "__main__":

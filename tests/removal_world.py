@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from psycopg import sql
@@ -125,6 +126,18 @@ def builds_with_feedback(pool, embedder, owner: str, queries: list[str]) -> list
         record_feedback(pool, owner, ctx.retrieval_id, [ctx.items[0].id] if ctx.items else [])
         ids.append(ctx.retrieval_id)
     return ids
+
+
+
+def aged_log(pool, embedder, server: FakeOpenAI, owner: str, *, log_days: int, alert_days: int) -> None:
+    """`owner`'s items settled, two context builds with feedback `log_days` old and an alert `alert_days` old:
+    what retention prunes."""
+    write_owner(pool, embedder, server, owner, common=3)
+    settle(pool, embedder)
+    builds_with_feedback(pool, embedder, owner, ["deploy release checklist", "trip to Lisbon"])
+    with pool.connection() as conn:
+        conn.execute("UPDATE retrievals SET created_at = created_at - %s", (timedelta(days=log_days),))
+        add_event(conn, owner, "alert", {"disk": "full"}, hours=24 * alert_days)
 
 
 # --- reading back ---------------------------------------------------------------------------------------------

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -52,12 +51,6 @@ class LiveServer:
         self.server.should_exit = True
         self.thread.join(10)
         self.sock.close()
-
-
-@pytest.fixture
-def live(runtime) -> Iterator[str]:
-    with LiveServer(create_app(Memory(runtime, llm=None))) as srv:
-        yield srv.url
 
 
 @pytest.fixture

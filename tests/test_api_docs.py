@@ -28,7 +28,6 @@ from memory_pipelines.surfaces.http import responses as r
 from memory_pipelines.surfaces.http.routes import items as it
 from memory_pipelines.vocabulary import MAX_BODY_BYTES
 from tests.factories import add_capability, add_event, add_goal, add_learning, add_task
-from tests.test_api import LiveServer
 
 ZH = "我们选择 pgvector 存储向量，因为 PostgreSQL 已经在用，运维成本低，支持 HNSW 索引。"
 EN = "The login page keeps the session cookie for 30 days so users stay signed in across subdomains."
@@ -37,17 +36,6 @@ EN = "The login page keeps the session cookie for 30 days so users stay signed i
 @pytest.fixture(scope="module")
 def spec() -> dict:
     return create_app(object()).openapi()  # the document needs no database
-
-
-@pytest.fixture
-def app(runtime):
-    return create_app(Memory(runtime, llm=None))
-
-
-@pytest.fixture
-def live(app) -> Iterator[str]:
-    with LiveServer(app) as srv:
-        yield srv.url
 
 
 def _client(url: str, key: str | None) -> httpx.Client:

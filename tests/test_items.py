@@ -307,22 +307,24 @@ def test_capabilities_without_a_key_are_upserted_by_name(pool):
     assert _count(pool, "capabilities") == 1
 
 
+def _learning_stats(pool) -> tuple[tuple, tuple]:
+    """alice's stored BM25 statistics of learnings (n, total_len), and the same counted from her indexed docs."""
+    with pool.connection() as conn:
+        stored = conn.execute(
+            "SELECT n, total_len FROM keyword_stats WHERE owner_id = 'alice' AND source = 'learning'").fetchone()
+        real = conn.execute("SELECT count(*), sum(doc_len) FROM keyword_docs WHERE owner_id = 'alice'"
+                            " AND source = 'learning'").fetchone()
+    return tuple(stored), tuple(real)
+
+
 def test_stored_keyword_statistics_follow_the_writes(pool):
     write_items(pool, "alice", "learning", [{"title": f"lesson {i} about queues", "key": f"k{i}"} for i in range(30)])
-    with pool.connection() as conn:
-        n, total = conn.execute(
-            "SELECT n, total_len FROM keyword_stats WHERE owner_id = 'alice' AND source = 'learning'").fetchone()
-        real = conn.execute("SELECT count(*), sum(doc_len) FROM keyword_docs WHERE owner_id = 'alice'"
-                            " AND source = 'learning'").fetchone()
-    assert (n, total) == tuple(real) and n == 30
+    stored, real = _learning_stats(pool)
+    assert stored == real and stored[0] == 30
     write_items(pool, "alice", "learning", [{"title": f"more {i} on queues"} for i in range(5)])
     update_item(pool, "alice", "learning", "k0", {"active": False})
-    with pool.connection() as conn:
-        n, total = conn.execute(
-            "SELECT n, total_len FROM keyword_stats WHERE owner_id = 'alice' AND source = 'learning'").fetchone()
-        real = conn.execute("SELECT count(*), sum(doc_len) FROM keyword_docs WHERE owner_id = 'alice'"
-                            " AND source = 'learning'").fetchone()
-    assert (n, total) == tuple(real) and n == 34
+    stored, real = _learning_stats(pool)
+    assert stored == real and stored[0] == 34
 
 
 # -- the public face: Memory.write*, the worker, context with a task -------------------------------------------

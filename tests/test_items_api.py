@@ -4,30 +4,15 @@ when bad (422 naming the field and the item, 413 over the batch size, nothing wr
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
 import pytest
 
-from memory_pipelines import Memory
 from memory_pipelines.infra.auth import create_key
-from memory_pipelines.surfaces.http import create_app
 from memory_pipelines.vocabulary import MAX_BATCH, MAX_ITEM_KEY, MAX_ITEM_TEXT, WRITE_TABLES
-from tests.test_api import LiveServer, client
+from tests.test_api import client
 from tests.test_items import ONE, WORD
 
 PLURAL = {"task": "tasks", "learning": "learnings", "capability": "capabilities", "goal": "goals", "event": "events"}
-
-
-@pytest.fixture
-def app(runtime):
-    return create_app(Memory(runtime, llm=None))
-
-
-@pytest.fixture
-def live(app) -> Iterator[str]:
-    with LiveServer(app) as srv:
-        yield srv.url
 
 
 @pytest.fixture

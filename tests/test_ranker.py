@@ -23,7 +23,7 @@ from memory_pipelines.tuning.publish import Gate, decide
 from memory_pipelines.tuning.ranker import RankerOptions, fit_ranker
 from memory_pipelines.tuning.run import run_tuning, tune_and_evaluate
 from memory_pipelines.tuning.simulate import simulate_feature_log, write_log_rows
-from tests.factories import add_event, add_goal, add_learning, add_memory, add_task
+from tests.factories import add_auth_history, add_memory
 
 FEATURE_KEYS = {"fused", "semantic", "keyword", "keyword_evidence", "rank_semantic", "rank_keyword",
                 "neighbour_gain", "same_language", "source", "age_days"}
@@ -54,11 +54,7 @@ def test_candidate_features_rank_each_channel_within_the_retrieval():
 @pytest.fixture
 def corpus(pool, fake_embedder):
     with pool.connection() as conn:
-        add_goal(conn, "alice", "Cut memory retrieval latency", priority=0)
-        for i in range(6):
-            add_task(conn, "alice", f"login auth error {i}", f"token expired variant {i}", days=1 + 5 * i)
-        add_learning(conn, "alice", "auth error: expired token", "refresh before expiry", days=20)
-        add_event(conn, "alice", "task_failed", {"error": "auth error 401 token"}, hours=3)
+        add_auth_history(conn, "alice", goal="Cut memory retrieval latency", tasks=6, error="auth error 401 token")
         add_memory(conn, "alice", "登录认证错误：令牌过期", days=2)
         for i, text in enumerate([
             "the login auth error comes from an expired token",

@@ -69,12 +69,6 @@ def live_llm(runtime, fake_llm):
 
 
 @pytest.fixture
-def live(runtime):
-    with LiveServer(create_app(Memory(runtime, llm=None))) as srv:
-        yield srv.url
-
-
-@pytest.fixture
 def key(runtime) -> str:
     return create_key(runtime.pool, "alice", name="test")[1]
 

@@ -15,7 +15,6 @@ import pytest
 from memory_pipelines import Memory
 from memory_pipelines.infra.auth import create_key
 from memory_pipelines.store.removal import FORGETTABLE
-from memory_pipelines.surfaces.http import create_app
 from memory_pipelines.surfaces.http.routes import removal as routes
 from memory_pipelines.surfaces.mcp import Forgettable, build_http_app
 from tests.factories import add_capability, add_event, add_goal, add_learning, add_task
@@ -25,12 +24,6 @@ from tests.test_mcp import _client as mcp_client
 from tests.test_mcp import data, error_text
 
 PLURAL = routes.ITEM_PATHS
-
-
-@pytest.fixture
-def live(runtime):
-    with LiveServer(create_app(Memory(runtime, llm=None))) as srv:
-        yield srv.url
 
 
 def _client(url: str, key: str) -> httpx.Client:

@@ -7,11 +7,10 @@ import json
 import os
 import subprocess
 import sys
-from datetime import timedelta
 
 from memory_pipelines.infra.auth import create_key
-from tests.factories import add_event, add_task
-from tests.removal_world import builds_with_feedback, owner_rows, settle, table_counts, write_owner
+from tests.factories import add_task
+from tests.removal_world import aged_log, owner_rows, settle, table_counts, write_owner
 
 
 def _cli(db_url: str, *args: str) -> subprocess.CompletedProcess:
@@ -62,12 +61,8 @@ def test_forget_drop_erase_and_the_trail_at_the_command_line(db_url, pool, fake_
 
 
 def test_export_prune_and_status_at_the_command_line(db_url, pool, fake_embedder, fake_openai, tmp_path):
-    write_owner(pool, fake_embedder, fake_openai, "alice", common=3)
-    settle(pool, fake_embedder)
-    builds_with_feedback(pool, fake_embedder, "alice", ["deploy release checklist", "trip to Lisbon"])
+    aged_log(pool, fake_embedder, fake_openai, "alice", log_days=40, alert_days=100)
     with pool.connection() as conn:
-        conn.execute("UPDATE retrievals SET created_at = created_at - %s", (timedelta(days=40),))
-        add_event(conn, "alice", "alert", {"disk": "full"}, hours=24 * 100)
         add_task(conn, "alice", "kept task")
     manifest = _ok(_cli(db_url, "export", str(tmp_path / "out"), "--owner", "alice", "--with-log", "--json"))
     assert manifest["files"]["tasks.jsonl"] == 3 + 3 + 1 and (tmp_path / "out" / "log" / "retrievals.jsonl").exists()

@@ -3,8 +3,6 @@ check, the daily schedule, a bad age refused by name, and no prune in `main_job`
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import dagster as dg
 import pytest
 
@@ -13,7 +11,7 @@ from assets.definitions import defs
 from assets.resources import MemoryResource
 from memory_pipelines.context.history import hit_rates
 from tests.factories import add_event
-from tests.removal_world import builds_with_feedback, settle, write_owner
+from tests.removal_world import aged_log
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 
@@ -29,12 +27,7 @@ def _error(result: dg.ExecuteInProcessResult) -> str:
 
 
 def test_the_retention_asset_prunes_and_reports_what_it_removed(db_url, pool, fake_embedder, fake_openai):
-    write_owner(pool, fake_embedder, fake_openai, "alice", common=3)
-    settle(pool, fake_embedder)
-    builds_with_feedback(pool, fake_embedder, "alice", ["deploy release checklist", "trip to Lisbon"])
-    with pool.connection() as conn:
-        conn.execute("UPDATE retrievals SET created_at = created_at - %s", (timedelta(days=45),))
-        add_event(conn, "alice", "alert", {"disk": "full"}, hours=24 * 200)
+    aged_log(pool, fake_embedder, fake_openai, "alice", log_days=45, alert_days=200)
     history = hit_rates(pool, "alice", days=60)
     result = _run(db_url, candidates="30d", builds="60d", events="90d")
     assert result.success
