@@ -30,11 +30,11 @@ from pathlib import Path
 
 import psycopg
 from _common import log, machine, note, save_result, scratch, sentence
-from memory_pipelines.pipelines.source_sync import SyncSpec, sync
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from memory_pipelines.infra.db import get_pool
+from memory_pipelines.operations.source_sync import SyncSpec, sync
 
 RESULTS = Path(__file__).parent / "results" / "sync_extract.json"
 BATCH = 5_000
