@@ -163,3 +163,17 @@ def test_mcp_forget_is_scoped_to_the_key_and_audited(mcp_http, runtime):
     anyio.run(main)
     trail = Memory(runtime, llm=None).removals("alice")["removals"]
     assert [(r["action"], r["actor"]) for r in trail] == [("forget", a_id)]
+
+
+def test_an_item_written_with_a_key_is_forgotten_by_its_key(live, runtime):
+    _k, key = create_key(runtime.pool, "alice")
+    _b, bob_key = create_key(runtime.pool, "bob")
+    a, b = _client(live, key), _client(live, bob_key)
+    written = a.post("/api/tasks", json={"title": "rotate the signing keys", "key": "ops-42"})
+    assert written.status_code == 201, written.text
+    assert b.delete("/api/tasks/ops-42").json() == {"detail": "no task 'ops-42'"}  # bob has no such key
+    out = a.delete("/api/tasks/ops-42")
+    assert out.status_code == 200 and out.json()["id"] == written.json()["id"]
+    assert a.delete("/api/tasks/ops-42").status_code == 404
+    again = a.post("/api/tasks", json={"title": "rotate the signing keys", "key": "ops-42"})
+    assert again.status_code == 201 and again.json()["action"] == "created"  # the key is free again

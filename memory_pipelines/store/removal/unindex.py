@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import psycopg
 
 from ...index.keywords import STORED_DF_MIN
+from ...vocabulary import LOCK_KEYWORD_STATS
 
 FORGOTTEN_PREFIX = "forgotten:"
 """A scrubbed log row's item id: this prefix and a random uuid (the build keeps its counts, not the item)."""
@@ -26,6 +27,8 @@ def unindex(conn: psycopg.Connection, source: str, owner: str, item_ids: Sequenc
     ids = sorted(set(item_ids))
     if not ids:
         return 0
+    # what an item write takes to keep these statistics (store/items.py): one writer of them at a time
+    conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (LOCK_KEYWORD_STATS, f"{source}:{owner}"))
     docs = conn.execute(
         "SELECT d.item_id, coalesce(d.indexed_at <= s.refreshed_at, false) FROM keyword_docs d"
         " LEFT JOIN keyword_stats s ON s.owner_id = d.owner_id AND s.source = d.source"
