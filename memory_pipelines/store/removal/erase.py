@@ -29,6 +29,9 @@ GLOBAL_TABLES = frozenset({"meta", "schema_migrations", "scoring_configs"})
 DERIVED_TABLES = ("keyword_stats", "keyword_df", "retrieval_daily", "retrieval_daily_items")
 """Written from other tables' rows: emptied after them."""
 AUDIT_TABLE = "removals"
+TRIGGER_REFERENCES = (("keywords", "keyword_docs"),)
+"""(child, parent) pairs tied by a trigger instead of a foreign key (a document's deletion deletes its postings):
+the child is emptied first, so each row is counted by the table it was in."""
 SWEEP_LOCK_TIMEOUT = "30s"
 
 
@@ -44,7 +47,7 @@ def owner_tables(conn: psycopg.Connection) -> list[str]:
         "SELECT f.relname, t.relname FROM pg_constraint k JOIN pg_class f ON f.oid = k.conrelid"
         " JOIN pg_class t ON t.oid = k.confrelid WHERE k.contype = 'f' AND k.conrelid <> k.confrelid").fetchall()
     referenced_by: dict[str, set[str]] = {t: set() for t in tables}
-    for child, parent in refs:
+    for child, parent in [*refs, *TRIGGER_REFERENCES]:
         if child in referenced_by and parent in referenced_by:
             referenced_by[parent].add(child)
     ordered: list[str] = []
