@@ -122,6 +122,16 @@ def test_http_and_mcp_surfaces_do_not_import_each_other():
     assert wrong == []
 
 
+MAX_MODULE_LINES = 500
+
+
+def test_no_library_module_is_a_hub():
+    """A module past this many lines holds more than one thing: split it along its seams."""
+    long = {str(p.relative_to(ROOT)): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
+    assert not long, long
+
+
 def test_the_library_never_imports_the_code_location():
     wrong = [f"{s} → {t}" for s, t in _edges() if t.split(".")[0] in CODE_LOCATION]
     assert wrong == []
