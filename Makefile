@@ -24,9 +24,8 @@ test-fast: $(STAMP)  ## the suite without the tests marked slow
 lint: $(STAMP)
 	$(VENV)/bin/ruff check memory_pipelines assets tests bench scripts
 
-BENCH ?= ../shared/bench
-eval-dev: $(STAMP)  ## the dev battery: eval over every set in $(BENCH), compared with bench/results/eval_dev.json
-	$(PY) bench/eval_dev.py --bench $(BENCH) $(EVAL_DEV_ARGS)
+eval-dev: $(STAMP)  ## the dev battery: eval over every set in ../shared/bench (or BENCH=DIR), against the committed result
+	$(PY) bench/eval_dev.py $(if $(BENCH),--bench $(BENCH)) $(EVAL_DEV_ARGS)
 
 dagster: $(STAMP)  ## the Dagster UI on the instance `make run` records into ($$MEMORY_PIPELINES_HOME/dagster)
 	$(PY) -m memory_pipelines.pipelines.dagster_home $(VENV)/bin/dagster dev -w workspace.yaml

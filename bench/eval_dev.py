@@ -36,7 +36,6 @@ sys.path.insert(0, str(REPO))
 
 from memory_pipelines.pipelines.evaluation import METHODS  # noqa: E402
 
-DEFAULT_BENCH = REPO / ".." / "shared" / "bench"
 RESULT = REPO / "bench" / "results" / "eval_dev.json"
 PARTIAL = REPO / "bench" / "out" / "eval_dev.json"
 PLOT = REPO / "bench" / "results" / "eval_dev.png"
@@ -46,6 +45,15 @@ SHOWN = ("keyword", "semantic", "hybrid", "context")
 RUN = (*SHOWN, "hybrid_matched")
 METRIC = "recall@10"
 FUSION_SLACK, CONTEXT_SLACK = 0.005, 0.01  # the targets: hybrid ≥ best channel − 0.005, context ≥ hybrid − 0.01
+
+
+def default_bench() -> Path:
+    """../shared/bench beside the repository; from a git worktree, beside its main checkout."""
+    common = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--path-format=absolute", "--git-common-dir"],
+                            capture_output=True, text=True).stdout.strip()
+    roots = [REPO, *([Path(common).parent] if common else [])]
+    found = [r / ".." / "shared" / "bench" for r in roots if (r / ".." / "shared" / "bench").is_dir()]
+    return (found or [REPO / ".." / "shared" / "bench"])[0].resolve()
 
 
 def dev_sets(bench: Path) -> list[Path]:
@@ -188,7 +196,8 @@ def _commit() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--bench", type=Path, default=DEFAULT_BENCH, help="folder of data sets (default ../shared/bench)")
+    ap.add_argument("--bench", type=Path, help="folder of data sets (default ../shared/bench beside the repository, or "
+                    "beside its main checkout from a worktree)")
     ap.add_argument("--sets", help="comma-separated set names (default: every set of --bench)")
     ap.add_argument("--embedding-cache", type=Path, default=CACHE, help="embedding cache folder")
     ap.add_argument("--out", type=Path, help="result file (default: bench/results/eval_dev.json for every set, "
@@ -196,10 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--previous", type=Path, help="reference result (default: the committed eval_dev.json)")
     ap.add_argument("--no-plot", action="store_true", help="do not write the before / after plot")
     args = ap.parse_args(argv)
+    args.bench = args.bench or default_bench()
     if not set(RUN) <= set(METHODS):
         raise SystemExit(f"unknown methods in {RUN}")
-    folders = dev_sets(args.bench)
-    if not folders:
+    folders = dev_sets(args.bench) if args.bench.is_dir() else []
+    if not args.bench.is_dir() or not folders:
         raise SystemExit(f"--bench {args.bench}: no folder with memories.jsonl and queries.jsonl")
     if args.sets:
         wanted = args.sets.split(",")
@@ -207,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         if missing:
             raise SystemExit(f"--sets: no such set in {args.bench}: {missing}")
         folders = [f for f in folders if f.name in wanted]
-    every = len(folders) == len(dev_sets(args.bench))
+    every = not args.sets or len(folders) == len(dev_sets(args.bench))
     out = args.out or (RESULT if every else PARTIAL)
     previous, source = previous_result(args.previous)
     ran = run_sets(folders, args.embedding_cache)
