@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-fast chromium lint bench dagster serve clean
+.PHONY: run test test-fast chromium lint bench eval-dev dagster serve clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,9 @@ test-fast: $(STAMP)  ## the suite without the tests marked slow
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check memory_pipelines assets tests bench scripts
+
+eval-dev: $(STAMP)  ## the dev battery: eval over every set in ../shared/bench (or BENCH=DIR), against the committed result
+	$(PY) bench/eval_dev.py $(if $(BENCH),--bench $(BENCH)) $(EVAL_DEV_ARGS)
 
 dagster: $(STAMP)  ## the Dagster UI on the instance `make run` records into ($$MEMORY_PIPELINES_HOME/dagster)
 	$(PY) -m memory_pipelines.operations.dagster_home $(VENV)/bin/dagster dev -w workspace.yaml $(DAGSTER_ARGS)

@@ -175,9 +175,10 @@ def load_memories(
 
 
 def rankings(
-    pool: ConnectionPool, embedder: Embedder, q: Query, mode: str = "chat", budget: int = EVAL_BUDGET
+    pool: ConnectionPool, embedder: Embedder, q: Query, mode: str = "chat", budget: int = EVAL_BUDGET,
+    methods: Sequence[str] = METHODS,
 ) -> dict[str, list[str]]:
-    """Top-10 memory ids (as dataset ids) of every method for one query.
+    """Top-10 memory ids (as dataset ids) of each of `methods` for one query.
 
     `context` is what a context build of `mode` within `budget` tokens injects (its memory items, at most
     10); `hybrid_matched` is hybrid search cut to that many items, so the two are compared item for item.
@@ -186,11 +187,15 @@ def rankings(
     f = SearchFilters(sources=("memory",), as_of=q.asked_at)
     out: dict[str, list[str]] = {}
     for method, m in SEARCH_METHODS.items():
+        if method not in methods:
+            continue
         hits = search(
             pool, embedder, q.owner, q.query, mode=m.mode, filters=f, limit=10, fusion=m.fusion,
             query_vector=qvec, neighbours=m.lift, speakers=m.speakers, turn_priors=m.priors,
         ).hits
         out[method] = [h.id for h in hits]
+    if "context" not in methods:
+        return out
     ctx = build_memory_context(
         pool,
         embedder,
@@ -203,7 +208,8 @@ def rankings(
         log_build=False,
     )
     out["context"] = [i.id for i in ctx.items if i.source == "memory"][:10]
-    out["hybrid_matched"] = out["hybrid"][: len(out["context"])]
+    if "hybrid" in out:
+        out["hybrid_matched"] = out["hybrid"][: len(out["context"])]
     return out
 
 
@@ -276,6 +282,7 @@ def evaluate(
     budget: int = EVAL_BUDGET,
     save_rankings: Path | None = None,
     sessions: bool = True,
+    methods: Sequence[str] = METHODS,
 ) -> dict[str, Any]:
     """Run the whole evaluation; returns {method: {category: {metric: value, metric_ci: [lo, hi], n}}}
     (see `summarise`).
@@ -283,7 +290,11 @@ def evaluate(
     `mode` and `budget` are those of the context builds (default: chat, 32,000 tokens, i.e. no budget cut).
     `save_rankings` is a JSONL file to write every query's rankings to (`write_rankings`). `sessions=False`
     loads the memories without their sessions (no conversation context, nothing to lift): an ablation.
+    `methods`: which of METHODS to run (all by default; the dev battery runs the channels, hybrid and context).
     """
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown or not methods:
+        raise ValidationError("methods", f"must be a non-empty subset of {list(METHODS)}, got {unknown}")
     if mode not in CONTEXT_MODES:
         raise ValidationError("mode", f"must be one of {list(CONTEXT_MODES)}")
     if not MIN_BUDGET <= budget <= MAX_BUDGET:
@@ -301,7 +312,7 @@ def evaluate(
         per_query = []
         with _progress(bar, len(queries), "queries") as step:
             for q in queries:
-                per_query.append((q, rankings(pool, embedder, q, mode, budget)))
+                per_query.append((q, rankings(pool, embedder, q, mode, budget, methods)))
                 step(1)
     if save_rankings is not None:
         write_rankings(Path(save_rankings), per_query, {memory_id_for(m["id"]): m["id"] for m in memories})
