@@ -221,6 +221,7 @@ def test_bad_input_names_the_field_and_removes_nothing(pool, world) -> None:
         (lambda: erase_owner(pool, "alice", confirm="alice", dry_run="yes"), "dry_run"),
         (lambda: audit_trail(pool, "alice", limit=0), "limit"),
         (lambda: audit_trail(pool, "alice", cursor="%%%"), "cursor"),
+        (lambda: audit_trail(pool, "alice", cursor="OTk5OTk5OTk5OTk5OTk5OTk5OTk5OTk"), "cursor"),  # past bigint
     ]
     for call, field in cases:
         with pytest.raises(ValidationError) as err:

@@ -9,7 +9,8 @@ exactly once, live or rolled up, so the hit-rate history (context/history.py) an
 same numbers before and after a prune. A batch waits at most LOCK_TIMEOUT for a row lock (then retries later):
 it never holds up a feedback request, and deadlock detection never has to pick a victim among them.
 
-Defaults (docs/ways_out.md says why): candidates 30 days, builds 90 days, events 90 days.
+Defaults (the ways-out page of the docs says why): candidates 30 days, builds 90 days, events 90 days. Batches
+commit without waiting for the WAL flush and pause as long as they ran (`pause_share`).
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ AGE_LABELS = ("<1d", "1-7d", "7-30d", "30-90d", "90-365d", ">365d")
 NO_AGE = "n/a"
 """The tuner's report buckets (tuning/report.py; a test keeps them equal)."""
 
+MAX_AGE = timedelta(days=36_500)
+"""A retention age longer than this (a century) is a typo, not a policy."""
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 
@@ -61,11 +64,14 @@ def parse_age(field: str, value: object) -> timedelta:
     if isinstance(value, timedelta):
         age = value
     elif isinstance(value, int | float) and not isinstance(value, bool):
-        if not math.isfinite(value):
-            raise ValidationError(field, f"must be a finite duration, got {value!r}")
+        if not math.isfinite(value) or abs(value) > MAX_AGE.days:
+            raise ValidationError(field, f"must be a duration of at most {MAX_AGE.days} days, got {value!r}")
         age = timedelta(days=float(value))
     elif isinstance(value, str) and (match := _DURATION.match(value)):
-        age = timedelta(seconds=float(match[1]) * _UNITS[match[2] or "d"])
+        seconds = float(match[1]) * _UNITS[match[2] or "d"]
+        if seconds > MAX_AGE.total_seconds():
+            raise ValidationError(field, f"must be a duration of at most {MAX_AGE.days} days, got {value!r}")
+        age = timedelta(seconds=seconds)
     elif isinstance(value, str) and value.strip().startswith("-"):
         raise ValidationError(field, f"must not be negative, got {value!r}")
     else:
@@ -73,6 +79,8 @@ def parse_age(field: str, value: object) -> timedelta:
                                      f" got {value!r}")
     if age < timedelta(0):
         raise ValidationError(field, f"must not be negative, got {value!r}")
+    if age > MAX_AGE:
+        raise ValidationError(field, f"must be a duration of at most {MAX_AGE.days} days, got {value!r}")
     return age
 
 

@@ -58,7 +58,7 @@ def _cursor(cursor: str | None) -> int | None:
         value = int(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii"))
     except (binascii.Error, UnicodeDecodeError, ValueError):
         value = 0
-    if value <= 0:
+    if not 0 < value < 2**63:  # an audit row's id (bigint)
         raise ValidationError("cursor", "is not a cursor returned by the audit trail; pass next_cursor back")
     return value
 
