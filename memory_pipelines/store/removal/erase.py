@@ -46,7 +46,6 @@ def owner_tables(conn: psycopg.Connection) -> list[str]:
     refs = conn.execute(
         "SELECT f.relname, t.relname FROM pg_constraint k JOIN pg_class f ON f.oid = k.conrelid"
         " JOIN pg_class t ON t.oid = k.confrelid WHERE k.contype = 'f' AND k.conrelid <> k.confrelid").fetchall()
-    refs.append(("keywords", "keyword_docs"))  # a document's postings go with it (sql/013: a trigger, no foreign key)
     referenced_by: dict[str, set[str]] = {t: set() for t in tables}
     for child, parent in [*refs, *TRIGGER_REFERENCES]:
         if child in referenced_by and parent in referenced_by:
