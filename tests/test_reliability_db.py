@@ -488,7 +488,11 @@ def test_database_killed_during_a_dagster_backfill_rerun_embeds_each_row_once(mo
 
         def embed_batch(self, texts, kind="passage"):
             if self.after is not None and self.texts_embedded >= self.after:
-                os.kill(postmaster_pid(pgdata), signal.SIGKILL)
+                # The whole server at once: backends outliving their postmaster could still commit the batches.
+                postmaster = psutil.Process(postmaster_pid(pgdata))
+                for process in [*postmaster.children(recursive=True), postmaster]:
+                    with contextlib.suppress(psutil.NoSuchProcess):
+                        process.send_signal(signal.SIGKILL)
                 while postmaster_pid(pgdata) is not None:
                     time.sleep(0.01)
                 self.after = None
