@@ -411,3 +411,16 @@ def test_deleting_keyword_documents_deletes_their_postings(pool):
                             " WHERE d.source = k.source AND d.item_id = k.item_id)").fetchone()[0] == 0
         conn.execute("TRUNCATE keyword_docs")
         assert conn.execute("SELECT count(*) FROM keywords").fetchone()[0] == 0
+
+
+def test_an_update_with_a_null_time_is_refused_and_keeps_the_stored_one(runtime):
+    from memory_pipelines.store.items import ItemError, update_item, write_items
+
+    write_items(runtime.pool, "alice", "event", [{"key": "e1", "type": "alert", "payload": {"disk": "full"},
+                                                  "at": "2026-01-02T03:04:05Z"}])
+    with pytest.raises(ItemError) as caught:
+        update_item(runtime.pool, "alice", "event", "e1", {"at": None})
+    assert caught.value.field == "at"
+    with runtime.pool.connection() as conn:
+        (at,) = conn.execute("SELECT created_at FROM events WHERE owner_id = 'alice' AND key = 'e1'").fetchone()
+    assert at.isoformat() == "2026-01-02T03:04:05+00:00"

@@ -155,7 +155,7 @@ def validate_item(source: str, raw: Mapping, *, partial: bool = False, now: date
             continue
         value = raw[name]
         if value is None:
-            if not spec.nullable:
+            if not spec.nullable or (partial and spec.kind == "time"):  # a stored item always has its time
                 raise ItemError(name, "must not be null")
             out[name] = None
             continue
