@@ -96,8 +96,9 @@ ItemTime = Annotated[
 """An item's own time as sent; the library parses it and checks its range (ItemError naming `at`)."""
 
 
-def _annotation(spec: FieldSpec) -> Any:
-    """The pydantic type of one contract field (nullable ones also take null)."""
+def _annotation(spec: FieldSpec, partial: bool = False) -> Any:
+    """The pydantic type of one contract field (nullable ones also take null, but not a change's time: a stored
+    item always has one)."""
     if spec.kind == "text":
         if spec.required or spec.nullable:  # not blank
             kind: Any = Annotated[str, StringConstraints(min_length=1, max_length=spec.max_chars,
@@ -118,7 +119,7 @@ def _annotation(spec: FieldSpec) -> Any:
         kind = ItemTime
     else:
         raise AssertionError(spec.kind)
-    return kind | None if spec.nullable else kind
+    return kind | None if spec.nullable and not (partial and spec.kind == "time") else kind
 
 
 def _description(spec: FieldSpec) -> str:
@@ -141,7 +142,7 @@ def item_model(source: str, *, partial: bool = False) -> type[BaseModel]:
             info = Field(default, description=_description(spec), **bounds)
         else:
             info = Field(description=_description(spec), **bounds)
-        fields[spec.name] = (_annotation(spec), info)
+        fields[spec.name] = (_annotation(spec, partial), info)
     name = source.capitalize() + ("Changes" if partial else "Item")
     example = CHANGE_EXAMPLES[source] if partial else EXAMPLES[source]
     doc = (f"Fields of a {source} to change; the others stay as they are." if partial else
