@@ -128,7 +128,7 @@ class Probe:
 
     def _wrap(self) -> None:
         s, r = search_module, retrieve_module
-        rows, expand, foc, unnamed = s.neighbour_rows, s.expand_terms, s.focus, s.without_speaker
+        rows, expand, foc, unnamed = s.read_exchanges, s.expand_terms, s.focus, s.without_speaker
         semantic, keyword, search = s._semantic_channel, s._keyword_channel, r.search
         sem_source, kw_source, plan = s._semantic_source, s._keyword_source, s._plan_vector_scan
 
@@ -138,10 +138,10 @@ class Probe:
             self.add(f"{name}_ms", (time.perf_counter() - t) * 1000)
             return out
 
-        def neighbour_rows(conn, ids, clauses, params):
-            out = timed("neighbours", rows, conn, ids, clauses, params)
+        def read_exchanges(conn, ids, top, clauses, params):
+            out = timed("neighbours", rows, conn, ids, top, clauses, params)
             self.add("neighbour_queries")
-            self.add("neighbour_rows", len(out))
+            self.add("neighbour_rows", sum(len(r) for r in out.adjacent.values()))
             return out
 
         def expand_terms(terms, weight=0.4):
@@ -188,7 +188,7 @@ class Probe:
                 self.now["memory_hits"] += sum(h.source == "memory" for h in out.hits)
             return out
 
-        s.neighbour_rows, s.expand_terms, s.focus = neighbour_rows, expand_terms, focus_
+        s.read_exchanges, s.expand_terms, s.focus = read_exchanges, expand_terms, focus_
         s.without_speaker = without_speaker
         s._semantic_channel, s._keyword_channel, r.search = semantic_channel, keyword_channel, search_
         s._semantic_source, s._keyword_source, s._plan_vector_scan = semantic_source, keyword_source, plan_vector_scan
