@@ -115,6 +115,17 @@ class Item:
     embedding: np.ndarray | None = None
 
 
+def test_fit_to_budget_chooses_in_the_order_given_and_writes_in_rank_order():
+    lines = ["- a " + "x " * 50, "- b short", "- c " + "y " * 50, "- d short"]
+    budget = fit_to_budget("", [lines[0], lines[1], lines[3]], 10_000).tokens + 2  # a, b and d, not c as well
+    chosen = fit_to_budget("", lines, budget)
+    assert chosen.included == [0, 1, 3]  # c does not fit; d, after it, still does
+    ranked = fit_to_budget("", lines, budget, rank=[2, 0, 3, 1])
+    assert ranked.included == [1, 3, 0]  # the same lines, written b, d, a
+    assert ranked.block.splitlines()[1:] == [lines[1], lines[3], lines[0]]
+    assert ranked.tokens == count_tokens(ranked.block) <= budget
+
+
 def test_mmr_drops_near_duplicates_and_keeps_order_of_distinct_items():
     items = [
         Item(1.0, "deploy the payment service to production with a canary"),

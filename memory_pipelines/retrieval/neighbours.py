@@ -3,10 +3,11 @@
 A question's evidence is often a turn that means little alone ("Yes, it was amazing!") next to the one that
 matched. Memories written with a `session` are turns of it, ordered by `turn` (sql/008_conversation.sql).
 After fusion, when the candidates are a conversation (exchanges.py), each of the top NEIGHBOUR_TOP hits that is
-a turn of an exchange (no neighbouring turn is the same party's) lifts its previous and next turn (same owner, project and session, within the search's
-filters) by NEIGHBOUR_LIFT × its own score: a turn already among the hits gains that much; one that was not is
-read from the database and scored by its own vector (its semantic channel) plus the lift. The work is bounded:
-at most 2 × NEIGHBOUR_TOP rows are read in full, in the one query of exchanges.read_exchanges.
+a turn of an exchange (no neighbouring turn is the same party's) lifts its previous and next turn (same owner,
+project and session, within the search's filters) by NEIGHBOUR_LIFT × its own score: a turn already among the
+hits gains that much; one that was not is read from the database and scored by its own vector (its semantic
+channel) plus the lift. The work is bounded: at most 2 × NEIGHBOUR_TOP rows are read in full, in the one query
+of exchanges.read_exchanges.
 
 On locomo_dev (README, "Retrieval quality") the lift raised hybrid recall@10 from 0.739 to 0.776. On
 memorybank_cross_dev, where every memory is a whole User/AI exchange (speaker "User") and a session is a day of
