@@ -15,7 +15,7 @@ import dagster as dg
 
 from memory_pipelines.infra.errors import ConfigError
 
-from . import automation, context_job, demo, embeddings, keywords, tuning
+from . import automation, context_job, demo, embeddings, ingest, keywords, retention, tuning
 from .embeddings import SOURCE_TABLES, embedding_assets, memory_vectors, vector_indexes
 from .keywords import keyword_assets
 
@@ -57,8 +57,10 @@ defs = dg.Definitions.merge(
     embeddings.defs,
     keywords.defs,
     tuning.defs,
+    retention.defs,
     demo.defs,
     context_job.defs,
     automation.defs,
+    ingest.defs,
     dg.Definitions(jobs=[demo.demo_sessions_job], executor=select_executor()),
 )

@@ -10,8 +10,8 @@
 
 import dagster as dg
 
-from memory_pipelines.pipelines.demo import load_demo
-from memory_pipelines.pipelines.demo_log import load_demo_sessions
+from memory_pipelines.demo.corpus import load_demo
+from memory_pipelines.demo.sessions import load_demo_sessions
 
 from .embeddings import memory_vectors, vector_indexes
 from .keywords import keyword_assets

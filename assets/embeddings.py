@@ -29,14 +29,14 @@ from memory_pipelines.index.owner_indexes import sync_owner_indexes
 from memory_pipelines.index.vectors import BackfillResult, embed_buckets, ensure_vector_indexes, finish_memories
 from memory_pipelines.infra.errors import UserError
 from memory_pipelines.infra.migrate import stored_dimension
-from memory_pipelines.pipelines.coverage import (
+from memory_pipelines.operations.coverage import (
     embedded_mix,
     embedding_coverage,
     memory_vector_counts,
     unembedded_by_bucket,
     vector_index_names,
 )
-from memory_pipelines.pipelines.deferred import finish_deferred
+from memory_pipelines.store.ingest import finish_deferred
 from memory_pipelines.vocabulary import BUCKETS, INDEXED, INDEXED_NAMES
 
 from .resources import RESOURCES, MemoryResource

@@ -17,7 +17,7 @@ import time
 import dagster as dg
 
 from memory_pipelines.index.keywords import index_source, keyword_staleness, stale_stat_owners
-from memory_pipelines.pipelines.coverage import keyword_term_count
+from memory_pipelines.operations.coverage import keyword_term_count
 from memory_pipelines.vocabulary import INDEXED_NAMES
 
 from .embeddings import DB_WRITE_POOL, SOURCE_TABLES

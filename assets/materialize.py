@@ -1,6 +1,6 @@
 """Run `demo_job` and `main_job`'s selection in this process with a resource of one's choosing (tests,
 notebooks); `memory-pipelines run` launches the jobs themselves through Dagster instead
-(`memory_pipelines.pipelines.main_job`). Both report in the same shape.
+(`memory_pipelines.operations.main_job`). Both report in the same shape.
 
 With DAGSTER_HOME set the runs are recorded in that instance; otherwise an ephemeral instance is used.
 """
@@ -11,7 +11,7 @@ from typing import Any
 
 import dagster as dg
 
-from memory_pipelines.pipelines.main_job import RANGE_TAGS, summarise_events, totals
+from memory_pipelines.operations.main_job import RANGE_TAGS, summarise_events, totals
 
 from .automation import MAIN_SELECTION
 from .definitions import all_assets

@@ -9,7 +9,8 @@ from psycopg_pool import ConnectionPool
 from pydantic import PrivateAttr
 
 from memory_pipelines.embeddings import Embedder, make_embedder
-from memory_pipelines.infra.db import database_url, get_pool
+from memory_pipelines.infra.db import get_pool
+from memory_pipelines.infra.embedded import database_url
 from memory_pipelines.infra.llm import ChatLLM
 from memory_pipelines.infra.settings import Settings
 from memory_pipelines.runtime import Runtime, open_runtime

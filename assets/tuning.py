@@ -164,7 +164,11 @@ def retrieval_log_frames(
         "since_days": config.since_days,
         "holdout_fraction": config.holdout_fraction,
     }
-    value = {"builds": b, "candidates": c, "train": train, "test": test}
+    from memory_pipelines.tuning.rollup import rolled_up
+
+    # the counts of candidates retention pruned (rolled up per day), for the hit-rate report
+    pruned = rolled_up(memory.runtime.pool, since_days=config.since_days, owners=config.owners)
+    value = {"builds": b, "candidates": c, "train": train, "test": test, "rolled_up": pruned}
     return dg.Output(value, metadata=metadata)
 
 
@@ -177,9 +181,11 @@ def retrieval_log_frames(
 def hit_rate_report(context: dg.AssetExecutionContext, retrieval_log_frames: dict[str, Any]) -> dg.Output:
     from memory_pipelines.tuning.frames import resolved_population
     from memory_pipelines.tuning.report import hit_rate_table, write_plots
+    from memory_pipelines.tuning.rollup import with_rolled_up
 
     cands = retrieval_log_frames["candidates"]
-    table = hit_rate_table(cands)
+    table = with_rolled_up(hit_rate_table(cands), retrieval_log_frames.get("rolled_up", []),
+                           resolved_population(cands) if len(cands) else "auto")
     shown = table[table["labelled"] > 0]
     rows = [
         [r.source, r.mode, r.age_bucket, r.candidates, r.injected, r.labelled, r.used, r.hit_rate,
@@ -215,8 +221,8 @@ def fitted_scoring_params(
     retrieval_log_frames: dict[str, Any],
 ) -> dg.Output[dict[str, Any]]:
     from memory_pipelines.tuning.fit import FitOptions
-    from memory_pipelines.tuning.pipeline import fit_on_train
     from memory_pipelines.tuning.publish import jsonable
+    from memory_pipelines.tuning.run import fit_on_train
 
     active = active_config(memory.runtime.pool)
     f = retrieval_log_frames
@@ -265,9 +271,9 @@ def scoring_evaluation(
     fitted_scoring_params: dict[str, Any],
 ) -> dg.Output[dict[str, Any]]:
     from memory_pipelines.tuning.evaluate import METRICS
-    from memory_pipelines.tuning.pipeline import evaluate_on_test
     from memory_pipelines.tuning.publish import decide
     from memory_pipelines.tuning.report import write_plots
+    from memory_pipelines.tuning.run import evaluate_on_test
 
     f = retrieval_log_frames
     result = evaluate_on_test(

@@ -7,13 +7,16 @@ import itertools
 import json
 import os
 import random
+import signal
 import statistics
+import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 from psycopg import sql
@@ -21,11 +24,12 @@ from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
 
 from memory_pipelines.embeddings import FakeEmbedder
+from memory_pipelines.evaluation.run import scratch_database
 from memory_pipelines.index.owner_indexes import drop_owner_indexes, sync_owner_indexes
-from memory_pipelines.infra.db import close_pool, connect, database_url, get_pool
+from memory_pipelines.infra.db import close_pool, connect, get_pool
+from memory_pipelines.infra.embedded import database_url
 from memory_pipelines.infra.migrate import index_build_memory_mb, migrate
 from memory_pipelines.infra.settings import get_settings
-from memory_pipelines.pipelines.evaluation import scratch_database
 
 WORDS = [
     "deploy",
@@ -172,7 +176,7 @@ def sentence(rng: random.Random) -> str:
 
 # Dense vectors with the geometry of the bundled model's embeddings (`fit_geometry.py`): topic centres drawn
 # from the between-topic spread of the development sets' real embeddings, items from the within-topic spread,
-# normalised. BENCH_GEOMETRY=isotropic gives the earlier generator instead (each item its random topic centre
+# normalised. BENCH_GEOMETRY=isotropic gives the simpler generator instead (each item its random topic centre
 # plus isotropic Gaussian noise, cosine ~0.7 to the centre): nearest neighbours barely nearer than the rest,
 # which no real text model produces and which is the hardest case for an HNSW graph.
 GEOMETRY = os.environ.get("BENCH_GEOMETRY", "e5")
@@ -440,6 +444,20 @@ def machine() -> dict:
     return {"cores": os.cpu_count(), "load_average_1m": round(os.getloadavg()[0], 2)}
 
 
+def cpu_seconds(procs: list) -> float:
+    """User plus system CPU seconds of these psutil processes (one that has exited counts nothing)."""
+    import psutil
+
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
 def percentiles(samples_ms: list[float]) -> dict[str, float]:
     qs = np.percentile(samples_ms, [50, 95, 99])
     return {
@@ -450,9 +468,83 @@ def percentiles(samples_ms: list[float]) -> dict[str, float]:
     }
 
 
-def emit(result: dict) -> None:
-    """The benchmark's figures as one JSON object on the last line of stdout."""
-    print(json.dumps(result, ensure_ascii=False))
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def size_label(n: int) -> str:
+    """A row count as result file names carry it: 100000 -> 100k, 1000000 -> 1m."""
+    for unit, step in (("m", 1_000_000), ("k", 1_000)):
+        if n >= step and n % step == 0:
+            return f"{n // step}{unit}"
+    return str(n)
+
+
+def geometry_suffix() -> str:
+    """`_isotropic` for results on the isotropic vectors, so they never overwrite the default geometry's."""
+    return "_isotropic" if GEOMETRY == "isotropic" else ""
+
+
+def add_out_argument(parser) -> None:
+    """`--out`: where the JSON goes; by default the configuration's current file in bench/results/."""
+    parser.add_argument("--out", metavar="PATH", help="write the JSON here (default: the configuration's file in "
+                        "bench/results/, which a rerun overwrites; '-': print it only)")
+
+
+def out_path(arg: str | None, name: str) -> Path | None:
+    """The file a run writes: `--out` when given ('-': none), else bench/results/NAME.json."""
+    if arg == "-":
+        return None
+    return Path(arg) if arg else RESULTS / f"{name}.json"
+
+
+def emit(result: dict, out: Path | None = None) -> None:
+    """The benchmark's figures as one JSON object on the last line of stdout, and in `out` when given."""
+    line = json.dumps(result, ensure_ascii=False, default=str)
+    if out is not None:
+        out.write_text(line + "\n", encoding="utf-8")
+        log(f"wrote {out}")
+    print(line)
+
+
+@contextmanager
+def serve_until_stopped(command: list[str], env: dict[str, str], port: int,
+                        logfile: IO[str]) -> Iterator[tuple[str, subprocess.Popen]]:
+    """Run a `memory-pipelines serve` command line on loopback `port` and yield (base URL, Popen) once it answers
+    /health; stopped with SIGTERM on exit (killed if it has not stopped 60 s later)."""
+    import httpx
+
+    proc = subprocess.Popen(command, env=env, stdout=logfile, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"serve exited with {proc.returncode}; see {logfile.name}")
+            try:
+                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"serve did not answer /health in 120 s; see {logfile.name}")
+            time.sleep(0.5)
+        yield base, proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            log("serve did not stop within 60 s of SIGTERM; killing it")
+            proc.kill()
+            proc.wait()
+
+
+def save_result(out: dict, path: Path) -> None:
+    """Add the machine's state after the run, write the figures to `path` (indented JSON) and emit them."""
+    out["machine_after"] = machine()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=2) + "\n")
+    emit(out)
 
 
 def pyplot():

@@ -18,7 +18,7 @@ the same run on the same data and the same pool: sequential vector search of tas
 channel, no memories and no log. The baseline does far less work (and finds less: see
 bench/filtered_recall.py and the eval table), so the ratio says what the project's retrieval costs over it.
 The median time of the project's steps is reported too. Query embedding with the local model is measured
-apart. Prints one JSON object.
+apart. Prints one JSON object and writes it to bench/results/context_latency_<sizes>.json (`--out`).
 
     python bench/context_latency.py [--sizes 10000 100000] [--builds 200]
 """
@@ -37,17 +37,21 @@ from _common import (
     SPEAKERS,
     WORDS,
     ZH,
+    add_out_argument,
     database_size,
     emit,
+    geometry_suffix,
     load_conversations,
     load_tasks,
     loaded_facts,
     log,
     machine,
+    out_path,
     percentiles,
     record_loaded,
     scratch,
     sentence,
+    size_label,
     topic_count,
     topic_vector,
     topic_word,
@@ -55,11 +59,15 @@ from _common import (
 from psycopg.types.json import Jsonb
 
 import memory_pipelines.context.retrieve as retrieve_module
+import memory_pipelines.retrieval.keyword as keyword_module
+import memory_pipelines.retrieval.query as query_module
 import memory_pipelines.retrieval.search as search_module
+import memory_pipelines.retrieval.semantic as semantic_module
 from memory_pipelines.context.builder import build_memory_context
 from memory_pipelines.embeddings import FakeEmbedder
 from memory_pipelines.index.keywords import index_source
-from memory_pipelines.infra.db import connect, embedded_pgdata, get_pool
+from memory_pipelines.infra.db import connect, get_pool
+from memory_pipelines.infra.embedded import embedded_pgdata
 from memory_pipelines.infra.prewarm import prewarm
 from memory_pipelines.infra.settings import get_settings
 from memory_pipelines.runtime import warm_up
@@ -127,10 +135,11 @@ class Probe:
             self.now[key] += value
 
     def _wrap(self) -> None:
-        s, r = search_module, retrieve_module
-        rows, expand, foc, unnamed = s.read_exchanges, s.expand_terms, s.focus, s.without_speaker
-        semantic, keyword, search = s._semantic_channel, s._keyword_channel, r.search
-        sem_source, kw_source, plan = s._semantic_source, s._keyword_source, s._plan_vector_scan
+        s, r, q = search_module, retrieve_module, query_module
+        sm, km = semantic_module, keyword_module
+        rows, expand, foc, unnamed = s.read_exchanges, q.expand_terms, q.focus, s.without_speaker
+        semantic, keyword, search = s.semantic_channel, s.keyword_channel, r.search
+        sem_source, kw_source, plan = sm._semantic_source, km._keyword_source, sm.plan_vector_scan
 
         def timed(name, fn, *args):
             t = time.perf_counter()
@@ -188,10 +197,10 @@ class Probe:
                 self.now["memory_hits"] += sum(h.source == "memory" for h in out.hits)
             return out
 
-        s.read_exchanges, s.expand_terms, s.focus = read_exchanges, expand_terms, focus_
+        s.read_exchanges, q.expand_terms, q.focus, s.focus = read_exchanges, expand_terms, focus_, focus_
         s.without_speaker = without_speaker
-        s._semantic_channel, s._keyword_channel, r.search = semantic_channel, keyword_channel, search_
-        s._semantic_source, s._keyword_source, s._plan_vector_scan = semantic_source, keyword_source, plan_vector_scan
+        s.semantic_channel, s.keyword_channel, r.search = semantic_channel, keyword_channel, search_
+        sm._semantic_source, km._keyword_source, sm.plan_vector_scan = semantic_source, keyword_source, plan_vector_scan
 
     def build(self) -> None:
         self.now, self.lifted = Counter(), set()
@@ -425,7 +434,9 @@ def main() -> None:
         "--no-prewarm", action="store_true", help="skip reading the database's files into the page cache first, "
         "as `serve` does at start (infra/prewarm.py)"
     )
+    add_out_argument(parser)
     args = parser.parse_args()
+    out = out_path(args.out, "context_latency_" + "_".join(map(size_label, args.sizes)) + geometry_suffix())
     probe = Probe()
     sizes = {
         str(n): run_size(n, args.builds, probe, args.keep, args.warmup, not args.no_prewarm) for n in args.sizes
@@ -448,7 +459,8 @@ def main() -> None:
             "query_embedding_local_model": query_embedding_ms(),
             "floor_p99_ms": 100,
             "max_p99_ms": max(r["project"]["p99_ms"] for r in sizes.values()),
-        }
+        },
+        out,
     )
 
 

@@ -34,7 +34,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from memory_pipelines.pipelines.evaluation import METHODS  # noqa: E402
+from memory_pipelines.evaluation.run import METHODS  # noqa: E402
 
 RESULT = REPO / "bench" / "results" / "eval_dev.json"
 PARTIAL = REPO / "bench" / "out" / "eval_dev.json"
@@ -78,9 +78,9 @@ def run_sets(folders: list[Path], cache: Path) -> dict[str, Any]:
     """{set: {"n_memories", "seconds", "results"}} of every folder (`evaluation.evaluate`)."""
     from memory_pipelines.embeddings import make_embedder
     from memory_pipelines.embeddings.cache import CachedEmbedder
-    from memory_pipelines.infra.db import database_url
+    from memory_pipelines.evaluation.run import evaluate
+    from memory_pipelines.infra.embedded import database_url
     from memory_pipelines.infra.settings import get_settings
-    from memory_pipelines.pipelines.evaluation import evaluate
 
     settings = get_settings()
     embedder = CachedEmbedder(make_embedder(settings), cache)

@@ -7,8 +7,9 @@ embedding <=> q LIMIT 10` with the same owner filter on a plain pgvector table (
 same rows under one whole-table HNSW index, pgvector defaults), both compared with an exact scan: recall@10
 is the share of the exact ten found; `_ties` also counts a result within 0.001 cosine distance of the exact
 tenth (ann-benchmarks' k-nn recall), since the vectors' 10th and 11th neighbours are often 0.0003 apart.
-Vectors have the bundled model's geometry (`fit_geometry.py`; BENCH_GEOMETRY=isotropic for the earlier one).
-Prints one JSON object on its last line.
+Vectors have the bundled model's geometry (`fit_geometry.py`; BENCH_GEOMETRY=isotropic for isotropic ones).
+Prints one JSON object on its last line and writes it to
+bench/results/filtered_recall[_<rows>].json (`--out`).
 
     python bench/filtered_recall.py [--rows 100000] [--queries 50]
 """
@@ -22,23 +23,28 @@ import time
 from _common import (
     GEOMETRY,
     LOADS,
+    add_out_argument,
     database_size,
     emit,
+    geometry_suffix,
     index_memory,
     load_tasks,
     loaded_facts,
     log,
     machine,
     note,
+    out_path,
     record_loaded,
     scratch,
+    size_label,
     topic_vector,
 )
 
 from memory_pipelines.embeddings import FakeEmbedder
 from memory_pipelines.index.owner_indexes import existing_owner_indexes
 from memory_pipelines.infra.db import connect, get_pool
-from memory_pipelines.retrieval.search import PLANS, SearchFilters, search
+from memory_pipelines.retrieval.planning import PLANS
+from memory_pipelines.retrieval.search import SearchFilters, search
 
 # ann-benchmarks' k-nn recall also counts a result no farther than the exact 10th one plus this (cosine
 # distance): near-ties at rank 10 (0.1088 against 0.1091) then do not count as misses.
@@ -138,14 +144,16 @@ def main() -> None:
     parser.add_argument(
         "--keep", metavar="NAME", help="keep the loaded database as NAME_<rows> and reuse it on the next run"
     )
+    add_out_argument(parser)
     args = parser.parse_args()
     n = args.rows
+    out = out_path(args.out, "filtered_recall" + ("" if n == 100_000 else f"_{size_label(n)}") + geometry_suffix())
     split = [("s10", n // 10), ("s1", n // 100), ("s01", n // 1000)]
     split.append(("rest", n - sum(c for _, c in split)))
     rng = random.Random(11)
     with scratch(keep=f"{args.keep}_{n}" if args.keep else None) as url:
         loads = loaded_facts(url, "filtered_recall")
-        if loads is None or "plain_copies" not in loads:  # (a database kept from before 012 is loaded anew)
+        if loads is None or "plain_copies" not in loads:  # a kept database without the plain copies: load anew
             log(f"loading {n} learnings of one owner (selectivity 100 %) and {n} tasks of four owners")
             load_tasks(url, n, [("all", n)], seed=3, table="learnings")  # and the owners' graphs
             load_tasks(url, n, split, seed=4, table="tasks")
@@ -157,7 +165,7 @@ def main() -> None:
                 graphs = {t: len(existing_owner_indexes(conn, t)) for t in ("learnings", "tasks")}
             loads = {"loads": LOADS[-2:], "owner_graphs": graphs, "plain_copies": copies}
             record_loaded(url, "filtered_recall", loads)
-        with connect(url, autocommit=True) as conn:  # a copy kept from a run before it had its owner btree
+        with connect(url, autocommit=True) as conn:  # a kept copy that lacks its owner btree gets one
             for table in ("learnings", "tasks"):
                 if plain_owner_index(conn, table):
                     conn.execute(f"ANALYZE {table}_plain")
@@ -204,7 +212,8 @@ def main() -> None:
                 / max(min(r["baseline_recall_at_10"] for r in results.values()), 1e-9),
                 3,
             ),
-        }
+        },
+        out,
     )
 
 

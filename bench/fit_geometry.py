@@ -7,10 +7,10 @@ multilingual-e5-small. k-means (k = 50) splits them into topics; the topic centr
 between-topic spread, the residuals the within-topic spread. Each spread is kept as its top principal
 components plus an isotropic tail holding the rest of its variance.
 
-Why it matters: isotropic noise around random centres (the earlier generator) has a participation ratio of
-~250 and nearest neighbours barely nearer than the rest (1-NN 0.44, 10-NN 0.48, mean 1.0 cosine distance).
-Real embeddings are anisotropic and far more structured (~58; 0.03, 0.08, 0.16), and an HNSW graph finds
-their neighbours far more easily. `python bench/fit_geometry.py --check` prints both.
+Why it matters: isotropic noise around random centres (BENCH_GEOMETRY=isotropic) puts every point nearly as far
+from its nearest neighbour as from the rest, which no text model produces; real embeddings are anisotropic and
+far more structured, and an HNSW graph finds their neighbours far more easily. `python bench/fit_geometry.py
+--check` compares them (docs/performance.md has the table).
 
     python bench/fit_geometry.py [--embedding-cache DIR] [--check]
 

@@ -3,7 +3,8 @@
 pgvector 0.8 can index `embedding::halfvec(384)` (half the bytes per vector) while the table keeps float32.
 Same rows (fake-embedded topic vectors, one owner: both indexes are her graph, partial on her id, as the
 product builds it), same queries; recall@10 of each index is measured
-against an exact float32 scan. The float32 index is the baseline. Prints one JSON object on its last line.
+against an exact float32 scan. The float32 index is the baseline. Prints one JSON object on its last line
+and writes it to bench/results/halfvec_recall.json (`--out`).
 
     python bench/halfvec_recall.py [--rows 100000] [--queries 100]
 """
@@ -14,7 +15,19 @@ import argparse
 import random
 import time
 
-from _common import emit, index_memory, load_tasks, log, machine, note, scratch, topic_vector
+from _common import (
+    add_out_argument,
+    emit,
+    index_memory,
+    load_tasks,
+    log,
+    machine,
+    note,
+    out_path,
+    scratch,
+    size_label,
+    topic_vector,
+)
 
 from memory_pipelines.index.owner_indexes import owner_index_name
 from memory_pipelines.infra.db import get_pool
@@ -41,6 +54,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=100)
+    add_out_argument(parser)
     args = parser.parse_args()
     rng = random.Random(21)
     with scratch() as url:
@@ -83,7 +97,7 @@ def main() -> None:
         "size_ratio_float32_over_halfvec": round(sizes["float32"] / sizes["halfvec"], 2),
         "recall_delta": round(out["halfvec"]["recall_at_10"] - out["float32"]["recall_at_10"], 4),
         "machine": machine(),
-    })
+    }, out_path(args.out, "halfvec_recall" + ("" if args.rows == 100_000 else f"_{size_label(args.rows)}")))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ queries (short ones, and as many of the long dialogues text/focus.py weights), r
 ranking, counting a document whose exact score ties the exact k-th as found (these corpora give many
 documents the same score), and the channel's milliseconds, at the channel's own `per_term` and at others
 (the trade-off curve, plotted to `bench/results/keyword_recall.png`). The exact ranking comes from the
-channel's own query with every posting read. Prints one JSON object on its last line.
+channel's own query with every posting read. Prints one JSON object on its last line
+and writes it to bench/results/keyword_recall_<size>.json (`--out`).
 
     python bench/context_latency.py --sizes 1000000 --keep cl    # loads the database once (if not kept)
     python bench/keyword_recall.py --size 1000000 --keep cl [--queries 10] [--per-term 120 240 480 960]
@@ -23,11 +24,11 @@ import sys
 import time
 from pathlib import Path
 
-from _common import emit, loaded_facts, log, machine, pyplot, save_plot, scratch
+from _common import add_out_argument, emit, loaded_facts, log, machine, out_path, pyplot, save_plot, scratch, size_label
 from context_latency import make_queries
 
 from memory_pipelines.infra.db import get_pool
-from memory_pipelines.retrieval import search as s
+from memory_pipelines.retrieval import keyword as s
 from memory_pipelines.text.focus import focus
 
 K = 60  # the channel's depth in a context build (hybrid search at limit 20)
@@ -42,7 +43,7 @@ def _params(source: str, qterms: dict[str, float], per_term: int, k: int) -> tup
         "per_term": per_term,
         "over": (s.KEYWORD_OVERFETCH_FRAGMENTS if s.SOURCES[source].chunked else s.KEYWORD_OVERFETCH) * k,
     }
-    clauses = s._where(source, "owner", s.SearchFilters(sources=(source,)), params)
+    clauses = s.where_clauses(source, "owner", s.SearchFilters(sources=(source,)), params)
     params["ksource"] = s.SOURCES[source].indexed_as
     return clauses, params
 
@@ -131,6 +132,7 @@ def main() -> None:
     parser.add_argument("--keep", default="cl", help="its --keep name (bench/context_latency.py)")
     parser.add_argument("--queries", type=int, default=10, help="of each kind, short and long (exact BM25: seconds)")
     parser.add_argument("--per-term", type=int, nargs="+", default=None, help="postings read per term")
+    add_out_argument(parser)
     args = parser.parse_args()
     own = max(s.KEYWORD_POSTINGS_PER_TERM, 4 * K)
     per_terms = sorted(set(args.per_term or [own // 2, own, own * 2, own * 4]) | {own})
@@ -155,7 +157,7 @@ def main() -> None:
             }
     path = Path(__file__).parent / "results" / "keyword_recall.png"
     result["plot"] = str(path.relative_to(Path(__file__).parent.parent)) if plot(result, path) else None
-    emit(result)
+    emit(result, out_path(args.out, f"keyword_recall_{size_label(args.size)}"))
 
 
 if __name__ == "__main__":

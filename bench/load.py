@@ -9,7 +9,7 @@ made distinct by a few words of another item; a share (`--repeat`, 0.3) repeats 
 as agents do.
 
 1. Baseline, in the same run: one closed-loop client (throughput, p50/p99), and one client doing only
-   context builds (the builds/s and latency of the first look in issue 15).
+   context builds (builds/s and latency).
 2. Saturation: closed loop with 2, 4, 8, ... clients until throughput stops rising (< 5 % over the best);
    also builds only at the saturating client count. Reports requests/s and builds/s. `serve` answers ingests
    before embedding them (`--ingest background`), so after each step the bench waits until the memories it
@@ -23,8 +23,8 @@ as agents do.
    server's CPU per HTTP build minus the in-process CPU.
 
 The server is stopped with SIGTERM; the bench checks that no PostgreSQL of its home is left. The load
-generator runs on the same machine (its CPU per request is reported). Prints one JSON object; `--out`
-also writes it (and a plot of latency against offered load next to it).
+generator runs on the same machine (its CPU per request is reported). Prints one JSON object and writes it to
+bench/results/load.json (`--out`), with a plot of latency against offered load beside it.
 
     python bench/load.py [--duration 300] [--step-duration 30] [--mix 70/20/10] [--home DIR]
 """
@@ -38,7 +38,6 @@ import os
 import random
 import re
 import shlex
-import signal
 import subprocess
 import sys
 import tempfile
@@ -54,9 +53,9 @@ from typing import Any
 import httpx
 import numpy as np
 import psutil
-from _common import emit, log, pyplot, save_plot
+from _common import cpu_seconds, emit, log, out_path, pyplot, save_plot, serve_until_stopped
 
-from memory_pipelines.pipelines.demo import read_demo
+from memory_pipelines.demo.corpus import read_demo
 from memory_pipelines.vocabulary import CONTENT_TYPES, CONTEXT_MODES
 
 OWNER = "team-alpha"
@@ -101,34 +100,10 @@ def postgres_of(home: Path) -> list[psutil.Process]:
 @contextmanager
 def serving(home: Path, port: int, ingest: str = "background"):
     """`memory-pipelines serve` on loopback, stopped with SIGTERM; yields (base URL, Popen)."""
-    logfile = open(home.parent / "serve.log", "a")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([*CLI, "serve", "--host", "127.0.0.1", "--port", str(port), "--ingest", ingest],
-                            env=_env(home),
-                            stdout=logfile, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"serve exited with {proc.returncode}; see {logfile.name}")
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"serve did not answer /health in 120 s; see {logfile.name}")
-            time.sleep(0.5)
-        yield base, proc
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            log("serve did not stop within 60 s of SIGTERM; killing it")
-            proc.kill()
-            proc.wait()
-        logfile.close()
+    with open(home.parent / "serve.log", "a") as logfile, serve_until_stopped(
+            [*CLI, "serve", "--host", "127.0.0.1", "--port", str(port), "--ingest", ingest], _env(home), port,
+            logfile) as served:
+        yield served
 
 
 # -- the workload ------------------------------------------------------------------------------------------------
@@ -299,18 +274,8 @@ class Monitor:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def cpu(self) -> dict[str, float]:
-        def total(procs: list[psutil.Process]) -> float:
-            s = 0.0
-            for p in procs:
-                try:
-                    c = p.cpu_times()
-                    s += c.user + c.system
-                except psutil.Error:
-                    pass
-            return s
-
-        return {"server": total([self.server]), "postgres": total(postgres_of(self.home)),
-                "load_generator": total([self.me])}
+        return {"server": cpu_seconds([self.server]), "postgres": cpu_seconds(postgres_of(self.home)),
+                "load_generator": cpu_seconds([self.me])}
 
     def _run(self) -> None:
         while not self._stop.wait(1.0):
@@ -472,7 +437,8 @@ def cpu_breakdown(home: Path, queries: list[str], http_build: dict[str, Any], wh
     encode = {"wall_ms": (time.perf_counter() - wall) * 1000 / n, "cpu_ms": (time.process_time() - cpu) * 1000 / n}
     med = {k: float(np.median([r.timings_ms[k] for r in results])) for k in ("retrieve", "score_mmr_budget", "log")}
     in_process_cpu = embed["cpu_ms"] + build_cpu + encode["cpu_ms"]
-    from memory_pipelines.infra.db import close_pools, leave_embedded
+    from memory_pipelines.infra.db import close_pools
+    from memory_pipelines.infra.embedded import leave_embedded
 
     close_pools()
     leave_embedded()  # the server's process is then the last one out: its SIGTERM stops PostgreSQL
@@ -536,7 +502,8 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--ingest", choices=["background", "wait"], default="background",
                         help="serve's ingest mode (`serve --ingest`; background, its default)")
-    parser.add_argument("--out", type=Path, help="also write the JSON here (and the plot beside it)")
+    parser.add_argument("--out", help="write the JSON here, the plot beside it (default bench/results/load.json; "
+                        "'-': print only)")
     parser.add_argument("--cli", help="command that runs memory-pipelines (default: the venv's), e.g. to "
                         "serve an earlier version for a before/after comparison")
     args = parser.parse_args()
@@ -638,10 +605,11 @@ def main() -> None:
     }
     if left:
         log(f"WARNING: {len(left)} PostgreSQL processes of {args.home} are still running")
-    if args.out:
-        args.out.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
-        if plot(result, args.out.with_suffix(".png")):
-            log(f"plot: {args.out.with_suffix('.png')}")
+    out = out_path(args.out, "load")
+    if out is not None:
+        out.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+        if plot(result, out.with_suffix(".png")):
+            log(f"plot: {out.with_suffix('.png')}")
     emit(result)
 
 

@@ -31,7 +31,8 @@ local model by default; `--embedding-cache` keeps the vectors for a re-run) and 
 measures such a ranker on another dataset (no folds, every question), e.g. a LoCoMo ranker on
 memorybank_cross_dev (Chinese ↔ English), to see whether it transfers.
 
-The last stdout line is one JSON object; progress goes to stderr.
+The last stdout line is one JSON object, also written to bench/results/ranker_<dataset>.json
+(ranker_transfer_<dataset>.json with --apply-ranker; `--out`); progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -49,23 +50,25 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from _common import add_out_argument, emit, out_path
 
 from memory_pipelines.context.builder import build_memory_context
 from memory_pipelines.context.config import activate, active_config, add_config
 from memory_pipelines.context.features import Ranker
 from memory_pipelines.context.log import record_feedback
 from memory_pipelines.embeddings import make_embedder
+from memory_pipelines.evaluation.run import load_memories, memory_id_for, read_dataset, scratch_database
 from memory_pipelines.index.keywords import index_source
 from memory_pipelines.index.vectors import embed_source
-from memory_pipelines.infra.db import database_url, get_pool
+from memory_pipelines.infra.db import get_pool
+from memory_pipelines.infra.embedded import database_url
 from memory_pipelines.infra.settings import get_settings
-from memory_pipelines.pipelines.evaluation import load_memories, memory_id_for, read_dataset, scratch_database
 from memory_pipelines.tuning.evaluate import feature_matrix, per_build_metrics, ranker_probability
 from memory_pipelines.tuning.fit import FitOptions
 from memory_pipelines.tuning.frames import FEATURES, load_log
-from memory_pipelines.tuning.pipeline import tune_and_evaluate
 from memory_pipelines.tuning.publish import decide, jsonable
 from memory_pipelines.tuning.ranker import RankerOptions, fit_model, training_rows
+from memory_pipelines.tuning.run import tune_and_evaluate
 from memory_pipelines.vocabulary import CONTEXT_MODES as MODES
 
 DEFAULT_DIR = Path(__file__).resolve().parents[2] / "shared" / "bench" / "locomo_dev"
@@ -335,11 +338,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--write-ranker", metavar="FILE", help="also fit the ranker on every question, write it (JSON)")
     p.add_argument("--apply-ranker", metavar="FILE",
                    help="no folds: measure this ranker (a --write-ranker file) on every question of DIR")
+    add_out_argument(p)
     args = p.parse_args(argv)
     started = time.perf_counter()
     out = run(args)
     out["seconds"]["total"] = round(time.perf_counter() - started, 1)
-    print(json.dumps(jsonable(out), ensure_ascii=False, default=str))
+    dataset = Path(args.dir).name.removesuffix("_dev")
+    name = f"ranker_transfer_{dataset}" if args.apply_ranker else f"ranker_{dataset}"
+    emit(jsonable(out), None if args.limit and not args.out else out_path(args.out, name))  # a partial run: no file
     return 0
 
 

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/tune_locomo.py [DIR] [--embedder local|openai|fake] [--limit N]
 
-DIR (a LoCoMo folder, format in docs/architecture.md) holds memories.jsonl + queries.jsonl. For each of two variants
+DIR (a LoCoMo folder; format: docs/retrieval-quality.md) has memories.jsonl + queries.jsonl. For each of two variants
 the memories go into a scratch database on the configured server (dropped afterwards), are embedded with
 the configured model (the local one by default) and keyword-indexed; then every question with gold
 evidence is a `build_memory_context` call (budget 800, `as_of` = the question's time, logged), its mode
@@ -19,14 +19,14 @@ candidates are marked too (oracle labels: the replay can then re-rank everything
 Split by conversation: tune on the first half of the owners (sorted), evaluate on the other half with
 `tune_and_evaluate`, and the swapped split as a second fold. Progress goes to stderr; the last stdout line
 is one JSON object with the before / after held-out figures, the fitted parameters and the gate decision,
-for both label scopes (oracle: all candidates; feedback: injected items only).
+for both label scopes (oracle: all candidates; feedback: injected items only), also written to
+bench/results/tune_<dataset>.json (`--out`; a run with `--limit` writes no file unless asked).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
 import uuid
@@ -36,20 +36,22 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _common import add_out_argument, emit, out_path
 
 from memory_pipelines.context.builder import build_memory_context
 from memory_pipelines.context.config import active_config
 from memory_pipelines.context.log import record_feedback
 from memory_pipelines.embeddings import Embedder, make_embedder
+from memory_pipelines.evaluation.run import Query, load_memories, memory_id_for, read_dataset, scratch_database
 from memory_pipelines.index.keywords import index_source
 from memory_pipelines.index.vectors import embed_source
-from memory_pipelines.infra.db import database_url, get_pool
+from memory_pipelines.infra.db import get_pool
+from memory_pipelines.infra.embedded import database_url
 from memory_pipelines.infra.settings import get_settings
-from memory_pipelines.pipelines.evaluation import Query, load_memories, memory_id_for, read_dataset, scratch_database
 from memory_pipelines.tuning.fit import FitOptions
 from memory_pipelines.tuning.frames import LogFrames, load_log
-from memory_pipelines.tuning.pipeline import tune_and_evaluate
 from memory_pipelines.tuning.publish import Gate, decide, jsonable
+from memory_pipelines.tuning.run import tune_and_evaluate
 from memory_pipelines.vocabulary import CONTEXT_MODES as MODES
 
 DEFAULT_DIR = Path(__file__).resolve().parents[2] / "shared" / "bench" / "locomo_dev"
@@ -62,7 +64,7 @@ def log(msg: str) -> None:
 
 
 def parse_time(value: str) -> datetime:
-    """Dataset times are naive ISO strings: UTC, as `memory_pipelines.pipelines.evaluation` reads them."""
+    """Dataset times are naive ISO strings: UTC, as `memory_pipelines.evaluation.run` reads them."""
     ts = datetime.fromisoformat(value)
     return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
 
@@ -265,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bootstrap", type=int, default=50, help="bootstrap refits for parameter CIs")
     p.add_argument("--eval-bootstrap", type=int, default=1000, help="paired bootstrap resamples for deltas")
     p.add_argument("--variants", default="memory,task", help="comma-separated: memory, task")
+    add_out_argument(p)
     args = p.parse_args(argv)
     started = time.perf_counter()
     settings = get_settings()
@@ -293,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"unknown variant {name!r}")
         out["variants"][name] = run_variant(name, server, embedder, memories, queries, qvecs, args)
     out["seconds"] = round(time.perf_counter() - started, 1)
-    print(json.dumps(jsonable(out), ensure_ascii=False, default=str))
+    name = "tune_" + Path(args.dir).name.removesuffix("_dev")
+    emit(jsonable(out), None if args.limit and not args.out else out_path(args.out, name))  # a partial run: no file
     return 0
 
 

@@ -13,7 +13,7 @@ first and reads or writes that owner's rows only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,8 @@ from .runtime import Runtime, open_runtime
 from .vocabulary import DEFAULT_BUDGET
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from psycopg_pool import ConnectionPool
 
     from .context.builder import ContextResult
@@ -110,12 +112,13 @@ class Memory:
         return related(self.pool, self.embedder, owner, base_id, top_k=top_k, exclude_self=exclude_self)
 
     def context(self, owner: str, query: str, *, mode: str = "execute",
-                token_budget: int = DEFAULT_BUDGET) -> ContextResult:
-        """The token-budgeted context block for a query (logged for feedback and tuning)."""
+                token_budget: int = DEFAULT_BUDGET, task: Mapping[str, Any] | None = None) -> ContextResult:
+        """The token-budgeted context block for a query (logged for feedback and tuning). `task`: {task_type,
+        failure_class, event_type} of the work at hand; learnings matching it rank higher (the learnings spec)."""
         from .context.builder import build_memory_context
 
         return build_memory_context(self.pool, self.embedder, owner, query, mode=mode, token_budget=token_budget,
-                                    exploration=self.settings.explore_rate)
+                                    exploration=self.settings.explore_rate, task=task)
 
     def feedback(self, owner: str, retrieval_id: str, used_ids: Sequence[str]) -> int:
         """Mark which injected items of one of the owner's builds were used; returns how many were marked."""
@@ -148,19 +151,15 @@ class Memory:
 
         return hit_rates(self.pool, owner, days=days)
 
-    def ingest(self, owner: str, *, content: str, content_type: str, project_name: str | None = None,
-               project_key: str | None = None, machine_name: str | None = None, project_path: str | None = None,
-               ts: int | None = None, speaker: str | None = None, session: str | None = None,
-               wait: bool = True) -> IngestResult:
-        """Store one memory: chunked, embedded, summarised, tagged and arbitrated against similar ones. A memory
-        with a `session` is that conversation's next turn: indexed with the turn before it, and lifted by
-        search when a neighbouring turn is a strong hit. `wait=False` stores it unembedded (action DEFERRED)
-        for a background worker or the pipelines to embed and judge."""
+    def ingest(self, owner: str, *, wait: bool = True, **fields: Any) -> IngestResult:
+        """Store one memory: chunked, embedded, summarised, tagged and arbitrated against similar ones. `fields`:
+        content, content_type, project_name or project_key, and optionally machine_name, project_path, ts,
+        speaker, session (`MemoryInput`). A memory with a `session` is that conversation's next turn: indexed
+        with the turn before it, and lifted by search when a neighbouring turn is a strong hit. `wait=False`
+        stores it unembedded (action DEFERRED) for a background worker or the pipelines to embed and judge."""
         from .store.ingest import ingest_memory
 
-        return ingest_memory(self.pool, self.embedder, self.llm, owner, content=content, content_type=content_type,
-                             project_name=project_name, project_key=project_key, machine_name=machine_name,
-                             project_path=project_path, ts=ts, speaker=speaker, session=session, wait=wait)
+        return ingest_memory(self.pool, self.embedder, self.llm, owner, wait=wait, **fields)
 
     def find(self, owner: str, query: str, *, project_key: str | None = None, project_name: str | None = None,
              scope: str = "all", limit: int = 20) -> dict[str, Any]:
@@ -216,3 +215,107 @@ class Memory:
         from .infra.auth import revoke_key
 
         return revoke_key(self.pool, key_id_or_prefix)
+
+    # -- items: tasks, learnings, capabilities, goals, events ----------------------------------------------------
+
+    embed_worker: Any = None
+    """The server's background embedder (`EmbedWorker`), notified after every write when one runs."""
+
+    def _written(self, changed: int) -> None:
+        if changed and self.embed_worker is not None:
+            self.embed_worker.notify()
+
+    def write(self, owner: str, source: str, item: Mapping[str, Any]) -> dict[str, Any]:
+        """Write one task, learning, capability, goal or event (vocabulary.WRITE_CONTRACTS); with a `key`, the
+        owner's item of that key is updated. Keyword-searchable on return, embedded in the background.
+        Returns {id, key, action}: created, updated or unchanged."""
+        from .store.items import ItemError, write_items
+
+        try:
+            done = write_items(self.pool, owner, source, [item])
+        except ItemError as exc:
+            raise type(exc)(exc.field, exc.message) from None  # one item: no index to name
+        result = {k: v for k, v in done.results[0].items() if k != "index"}
+        self._written(result["action"] != "unchanged")
+        return result
+
+    def write_many(self, owner: str, source: str, items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """Write a batch of one source in one transaction: all or, when one item is bad (ItemError names its
+        index and field), none. Returns {source, results: [{index, id, key, action}], counts}."""
+        from .store.items import write_items
+
+        done = write_items(self.pool, owner, source, items)
+        self._written(done.counts["created"] + done.counts["updated"])
+        return done.as_dict()
+
+    def update(self, owner: str, source: str, ref: str, changes: Mapping[str, Any]) -> dict[str, Any]:
+        """Change some fields of one item found by id or key (a task's status, a goal's progress, `active: false`
+        to deactivate it). Another owner's id or key is not found, like an unknown one. Returns {id, key, action}."""
+        from .store.items import update_item
+
+        done = update_item(self.pool, owner, source, ref, changes)
+        self._written(done["action"] == "updated")
+        return done
+
+    def relevant_learnings(self, owner: str, *, task_type: str | None = None, failure_class: str | None = None,
+                           event_type: str | None = None, limit: int = 10) -> list[dict[str, Any]]:
+        """The owner's learnings most relevant to a task (task type, failure class, trigger event, failure
+        patterns first, then freshness), best first, each with the parts of its score."""
+        from .store.items import relevant_learnings
+
+        return relevant_learnings(self.pool, owner, task_type=task_type, failure_class=failure_class,
+                                  event_type=event_type, limit=limit)
+    # -- ways out ----------------------------------------------------------------------------------------------
+
+    def forget(self, owner: str, source: str, item_id: str, *, actor: str = "cli") -> dict[str, Any]:
+        """Forget one of the owner's items (task, learning, capability, goal, event or memory, by id or key) with
+        everything of it: no read returns it after. `actor` (an API key's id, or 'cli') goes to the audit trail."""
+        from .store.removal import forget
+
+        return forget(self.pool, owner, source, item_id, actor=actor)
+
+    def drop_project(self, owner: str, project_key: str, *, actor: str = "cli") -> dict[str, Any]:
+        """Drop one of the owner's projects with all its memories."""
+        from .store.removal import drop_project
+
+        return drop_project(self.pool, owner, project_key, actor=actor)
+
+    def erase(self, owner: str, *, confirm: str | None = None, dry_run: bool = False,
+              actor: str = "cli") -> dict[str, Any]:
+        """Remove every row of the owner, her API keys included (`confirm` repeats the owner id); `dry_run`
+        counts what would go."""
+        from .store.removal import erase_owner
+
+        return erase_owner(self.pool, owner, confirm=confirm, dry_run=dry_run, actor=actor)
+
+    def removals(self, owner: str, *, limit: int = 50, cursor: str | None = None) -> dict[str, Any]:
+        """The owner's audit trail of removals, newest first (no removed content)."""
+        from .store.removal import audit_trail
+
+        return audit_trail(self.pool, owner, limit=limit, cursor=cursor)
+
+    def key_id(self, key: str | None) -> str | None:
+        """The id of an active API key (what the audit trail names as who removed), or None."""
+        from .store.removal.audit import key_id
+
+        return key_id(self.pool, key) if key else None
+
+    def export(self, owner: str, directory: str | Path, *, include_log: bool = False) -> dict[str, Any]:
+        """Write every source of the owner into a new folder as files `import` reads back; the manifest."""
+        from .operations.export import export_owner
+
+        return export_owner(self.pool, owner, directory, include_log=include_log)
+
+    def prune(self, **ages: Any) -> dict[str, Any]:
+        """Prune the retrieval log and the events past their retention ages (the settings', or `candidates=`,
+        `builds=`, `events=` given as '30d', '12h'...), the hit rates rolled up first; the rows removed."""
+        from .operations.retention import RetentionPolicy, prune
+
+        return prune(self.pool, RetentionPolicy.from_env(**ages)).as_dict()
+
+    def log_status(self) -> dict[str, Any]:
+        """The retrieval log's size and the oldest row kept, per table."""
+        from .operations.retention import log_status
+
+        with self.pool.connection() as conn:
+            return log_status(conn)

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from psycopg_pool import ConnectionPool
 
 from .embeddings import Embedder, make_embedder
-from .infra.db import database_url, get_pool
+from .infra.db import get_pool
+from .infra.embedded import database_url
 from .infra.migrate import migrate
 from .infra.settings import Settings, get_settings
 
@@ -35,16 +36,15 @@ def open_runtime(settings: Settings | None = None, embedder: Embedder | None = N
 
 FULL_COLLECTION_THRESHOLD = 1000
 """Generation-1 collections between two full ones in a server (Python's default: 10). A context build makes no
-reference cycles (200 builds at 1M: 0 objects collected in 817 collections of every generation), yet each full
-collection traverses the caches the builds fill (word terms, term sets, query focus): 6 pauses of 13–19 ms in
-200 builds, each landing on one build. With 1,000, one every ~3,000 builds."""
+reference cycles, yet each full collection traverses the caches the builds fill (word terms, term sets, query
+focus) and pauses the build it lands on; with 1,000, full collections come a hundred times less often."""
 
 
 def warm_up() -> None:
     """For long-running servers: load the Chinese segmenter, the CC-CEDICT maps and the tokenizer now rather
     than on the first request, then `gc.freeze()` what is loaded. Full (generation 2) collections otherwise
-    traverse these large static tables: a 25–35 ms pause every ~75 context builds, which set the p99. Full
-    collections then come a hundred times less often (`FULL_COLLECTION_THRESHOLD`)."""
+    traverse these large static tables, a pause that sets the p99 of context builds. Full collections then come
+    a hundred times less often (`FULL_COLLECTION_THRESHOLD`)."""
     from .text.dictionary import maps
     from .text.keywords import terms
     from .text.tokens import count_tokens

@@ -91,16 +91,18 @@ LOCK_DAGSTER = 7_245_005
 """pg_advisory_lock(LOCK_DAGSTER): one process creates Dagster's postgres storage tables at a time."""
 LOCK_PREWARM = 7_245_006
 """pg_try_advisory_lock(LOCK_PREWARM): one process reads the database's files into the page cache at a time."""
+LOCK_KEYWORD_STATS = 7_245_007
+"""pg_advisory_xact_lock(LOCK_KEYWORD_STATS, hashtext('source:owner')): one item write at a time keeps an owner's
+stored BM25 statistics of a source."""
 
 # -- vector search ------------------------------------------------------------------------------------------------
 
 EXACT_SCAN_MAX_ROWS = 10_000
 """At or below this many filtered rows, vector search scans exactly; an owner with more embedded rows of a table
 gets an HNSW index of her own there (index/owner_indexes.py), and is scanned exactly until it is built.
-Measured on PostgreSQL 18 with the rows in shared buffers, an exact scan costs ~2 µs a row (a 10,000-row owner
-in a 1M-row table: 17 ms), while an index scan that must find 10 of that owner's rows in a whole-table graph
-needs the largest candidate list and took 28-38 ms there for recall@10 0.91 (bench/filtered_recall.py, README
-"Filtered search at one million")."""
+An exact scan costs ~2 µs a row with the rows in shared buffers, so the cap's owner is answered exactly in
+about the time an index scan of a shared graph takes for a worse recall (bench/filtered_recall.py,
+docs/performance.md)."""
 
 # -- partitions ---------------------------------------------------------------------------------------------------
 
@@ -176,8 +178,8 @@ class Source:
 EVENT_TYPES: tuple[str, ...] = ("task_failed", "task_completed", "alert", "layer2_health", "escalation")
 """The event types a context build reads as recent events (the context-builder spec)."""
 EVENT_WINDOW_HOURS = {"default": 24, "debug": 72}
-EVENT_ACTIVE_SQL = "t.type IN (" + ", ".join(f"'{t}'" for t in EVENT_TYPES) + ")"
-"""The events that are indexed and ranked: those of EVENT_TYPES (not the build log's memory_retrieval)."""
+EVENT_ACTIVE_SQL = "t.is_active AND t.type IN (" + ", ".join(f"'{t}'" for t in EVENT_TYPES) + ")"
+"""The events that are indexed and ranked: active ones of EVENT_TYPES (not the build log's memory_retrieval)."""
 
 
 INDEXED: dict[str, IndexedText] = {
@@ -300,3 +302,127 @@ def seed_half_lives() -> dict[str, float | None]:
 def seed_mode_weights() -> dict[str, dict[str, float]]:
     """Default mode weights per scored source."""
     return {n: dict(s.mode_weights) for n, s in SOURCES.items()}
+
+
+# -- the write contract of the item sources ------------------------------------------------------------------------
+# What a caller may write into tasks, learnings, capabilities, goals and events: every surface (HTTP models, MCP
+# schemas, CLI, import) reads its fields, enums and limits from here, and store/items.py validates against it.
+
+WRITABLE_SOURCES: tuple[str, ...] = ("task", "learning", "capability", "goal", "event")
+WRITE_TABLES: dict[str, str] = {"task": "tasks", "learning": "learnings", "capability": "capabilities",
+                                "goal": "goals", "event": "events"}
+"""The table each writable source is stored in."""
+
+MAX_BATCH = 1_000
+"""Items in one HTTP batch request (413 above it); the library's `write_items` takes any number."""
+MAX_ITEM_KEY = 200
+"""Characters of a caller's stable key of an item (unique per owner and source)."""
+MAX_TITLE = 1_000
+"""Characters of a title or a capability's name."""
+MAX_ITEM_TEXT = MAX_CONTENT
+"""Characters of a description or a learning's content."""
+MAX_LABEL = 200
+"""Characters of a project, failure class, trigger event or event type."""
+MAX_OBJECT_CHARS = 100_000
+"""Characters of a metadata or payload object written as compact JSON."""
+ITEM_TIME_TEXT = "ISO 8601 (UTC when it has no zone) or Unix seconds, from 2000-01-01 to one day from now"
+
+TASK_TYPES: tuple[str, ...] = ("dev", "review", "qa", "audit", "research", "talk", "data")
+TASK_STATUSES: tuple[str, ...] = ("pending", "in_progress", "completed", "failed", "cancelled")
+LEARNING_CATEGORIES: tuple[str, ...] = ("failure_pattern", "best_practice", "optimization", "insight")
+GOAL_STATUSES: tuple[str, ...] = ("pending", "in_progress", "completed", "cancelled")
+"""The CHECK constraints of sql/001_schema.sql."""
+FAILURE_CLASS_PATTERN = r"^[A-Z][A-Z0-9_]*$"
+SNAKE_PATTERN = r"^[a-z][a-z0-9_]*$"
+"""An event type or a learning's trigger event (a CHECK of sql/001_schema.sql)."""
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One field of a writable source as callers spell it.
+
+    kind: "text" (a string; `max_chars`, `pattern`), "enum" (one of `choices`), "int" (`min`..`max`),
+    "object" (a JSON object; `max_chars` of its compact JSON), "bool", or "time" (`ITEM_TIME_TEXT`).
+    A field that is not `required` may be left out (then `default`) or be null when `nullable`.
+    `column` is its column when it is not spelled the same.
+    """
+
+    name: str
+    kind: str
+    required: bool = False
+    max_chars: int | None = None
+    choices: tuple[str, ...] = ()
+    min: int | None = None
+    max: int | None = None
+    doc: str = ""
+    pattern: str | None = None
+    default: object = None
+    nullable: bool = False
+    column: str | None = None
+
+    @property
+    def db_column(self) -> str:
+        return self.column or self.name
+
+
+COMMON_FIELDS: tuple[FieldSpec, ...] = (
+    FieldSpec("key", "text", max_chars=MAX_ITEM_KEY, nullable=True,
+              doc="Your stable id of the item, unique per owner and source: writing the same key again updates it."),
+    FieldSpec("at", "time", nullable=True, column="created_at",
+              doc=f"When it happened: {ITEM_TIME_TEXT}; default now (an update keeps the stored time)."),
+    FieldSpec("active", "bool", default=True, column="is_active",
+              doc="false deactivates it: it leaves search and context (and comes back with true)."),
+)
+"""Fields every writable source has (the last three of each contract)."""
+
+_METADATA = FieldSpec("metadata", "object", max_chars=MAX_OBJECT_CHARS, default={},
+                      doc="Anything else about it, as a JSON object (stored, not indexed).")
+
+WRITE_CONTRACTS: dict[str, tuple[FieldSpec, ...]] = {
+    "task": (
+        FieldSpec("title", "text", required=True, max_chars=MAX_TITLE, doc="What the task is."),
+        FieldSpec("description", "text", max_chars=MAX_ITEM_TEXT, default="", doc="Details, outcome."),
+        FieldSpec("task_type", "enum", choices=TASK_TYPES, nullable=True, doc="The kind of work."),
+        FieldSpec("status", "enum", choices=TASK_STATUSES, default="pending", doc="Where it stands."),
+        FieldSpec("project", "text", max_chars=MAX_LABEL, nullable=True, column="project_key",
+                  doc="The project key it belongs to."),
+        _METADATA,
+        *COMMON_FIELDS,
+    ),
+    "learning": (
+        FieldSpec("title", "text", required=True, max_chars=MAX_TITLE, doc="The lesson in one line."),
+        FieldSpec("content", "text", max_chars=MAX_ITEM_TEXT, default="", doc="The lesson in full."),
+        FieldSpec("task_type", "enum", choices=TASK_TYPES, nullable=True, doc="The kind of work it applies to."),
+        FieldSpec("failure_class", "text", max_chars=MAX_LABEL, pattern=FAILURE_CLASS_PATTERN, nullable=True,
+                  doc="The failure it is about, UPPER_SNAKE (e.g. TIMEOUT)."),
+        FieldSpec("trigger_event", "text", max_chars=MAX_LABEL, pattern=SNAKE_PATTERN, nullable=True,
+                  doc="The event type it answers, lower_snake (e.g. task_failed)."),
+        FieldSpec("category", "enum", choices=LEARNING_CATEGORIES, nullable=True, doc="The kind of lesson."),
+        _METADATA,
+        *COMMON_FIELDS,
+    ),
+    "capability": (
+        FieldSpec("name", "text", required=True, max_chars=MAX_TITLE,
+                  doc="What the agent can do; unique per owner (a write without key updates the same name)."),
+        FieldSpec("description", "text", max_chars=MAX_ITEM_TEXT, default="", doc="How, with what."),
+        *COMMON_FIELDS,
+    ),
+    "goal": (
+        FieldSpec("title", "text", required=True, max_chars=MAX_TITLE, doc="The objective."),
+        FieldSpec("description", "text", max_chars=MAX_ITEM_TEXT, default="", doc="Key results, details."),
+        FieldSpec("status", "enum", choices=GOAL_STATUSES, default="pending",
+                  doc="pending and in_progress goals are the context's profile."),
+        FieldSpec("priority", "int", min=0, max=9, default=2, doc="0 is the most important."),
+        FieldSpec("progress", "int", min=0, max=100, default=0, doc="Percent done."),
+        *COMMON_FIELDS,
+    ),
+    "event": (
+        FieldSpec("type", "text", required=True, max_chars=MAX_LABEL, pattern=SNAKE_PATTERN,
+                  doc="lower_snake; a context build reads recent events of types " + ", ".join(EVENT_TYPES) + "."),
+        FieldSpec("payload", "object", required=True, max_chars=MAX_OBJECT_CHARS,
+                  doc="What happened, as a JSON object; its values are the event's indexed text."),
+        *COMMON_FIELDS,
+    ),
+}
+"""The fields of each writable source: `title`-like fields are required and not blank; enums are exactly the
+table's CHECK constraints; a field outside its contract is refused."""

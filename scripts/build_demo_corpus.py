@@ -13,9 +13,10 @@ are written out by hand.
 
 Run from the repository root::
 
-    python -m memory_pipelines.corpus.build_demo
+    python scripts/build_demo_corpus.py
 
-It validates the corpus with :func:`check` and writes ``memory_pipelines/pipelines/data/demo.json``.
+It validates the corpus with :func:`check` and writes ``memory_pipelines/demo/data/demo.json``. ``memory-pipelines
+run`` loads that file into the database (the ``demo_corpus`` asset), so run it again after regenerating.
 Standard library only, no network.
 """
 
@@ -31,7 +32,7 @@ from typing import Any
 
 SEED = 20260101
 REF_DATE = date(2026, 1, 1)  # "today" of the story; ages count back from it
-OUT_PATH = Path(__file__).resolve().parents[1] / "memory_pipelines" / "pipelines" / "data" / "demo.json"
+OUT_PATH = Path(__file__).resolve().parents[1] / "memory_pipelines" / "demo" / "data" / "demo.json"
 
 OWNERS = ["team-alpha", "team-beta", "solo-gamma"]
 TASK_TYPES = ("dev", "review", "qa", "audit", "research", "talk", "data")

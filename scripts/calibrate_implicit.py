@@ -23,14 +23,15 @@ import numpy as np
 from psycopg.conninfo import make_conninfo
 
 from memory_pipelines.context import implicit
+from memory_pipelines.demo.corpus import load_demo, read_demo, stable_id
+from memory_pipelines.demo.sessions import corpus_loaded_at, load_demo_sessions
 from memory_pipelines.embeddings import make_embedder
+from memory_pipelines.evaluation.run import scratch_database
 from memory_pipelines.index.keywords import index_all
 from memory_pipelines.index.vectors import embed_all, finish_memories
-from memory_pipelines.infra.db import database_url, get_pool
+from memory_pipelines.infra.db import get_pool
+from memory_pipelines.infra.embedded import database_url
 from memory_pipelines.infra.settings import get_settings
-from memory_pipelines.pipelines.demo import load_demo, read_demo, stable_id
-from memory_pipelines.pipelines.demo_log import corpus_loaded_at, load_demo_sessions
-from memory_pipelines.pipelines.evaluation import scratch_database
 
 THRESHOLDS = [round(t, 2) for t in np.arange(0.10, 0.91, 0.05)]
 MIN_PRECISION = 0.8

@@ -1,6 +1,6 @@
-"""Check that the tuning plots render in the Dagster UI (issue 11), end to end.
+"""Check that the tuning plots render in the Dagster UI, end to end.
 
-Starts the UI as `make dagster` does (`python -m memory_pipelines.pipelines.dagster_home dagster dev -w
+Starts the UI as `make dagster` does (`python -m memory_pipelines.operations.dagster_home dagster dev -w
 workspace.yaml`) on a free port, waits until it answers, asks its GraphQL API which assets' latest
 materialisation carries Markdown `plot_*` metadata (`make run` materialises the tuning group), then, with
 Playwright driving headless Chromium, opens each such asset's page, clicks `[Show Markdown]` on every plot
@@ -40,7 +40,7 @@ def free_port() -> int:
 
 def start_ui(port: int) -> subprocess.Popen:
     dagster = Path(sys.executable).parent / "dagster"
-    cmd = [sys.executable, "-m", "memory_pipelines.pipelines.dagster_home",
+    cmd = [sys.executable, "-m", "memory_pipelines.operations.dagster_home",
            str(dagster), "dev", "-w", "workspace.yaml", "-p", str(port)]
     print("starting:", " ".join(cmd), flush=True)
     # own process group: SIGINT reaches dagster dev and the webserver, daemon and code server it started

@@ -16,7 +16,8 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 from memory_pipelines.embeddings import FakeEmbedder
-from memory_pipelines.infra.db import close_pools, get_pool, start_embedded_server
+from memory_pipelines.infra.db import close_pools, get_pool
+from memory_pipelines.infra.embedded import start_embedded_server
 from memory_pipelines.infra.migrate import migrate
 from memory_pipelines.infra.settings import Settings
 from memory_pipelines.runtime import Runtime
@@ -73,28 +74,27 @@ def template_db(server_url: str) -> Iterator[str]:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-@pytest.fixture
-def db_url(server_url: str, template_db: str) -> Iterator[str]:
-    """A fresh, migrated database for one test."""
-    name = f"mp_test_{uuid.uuid4().hex[:10]}"
+def _database(server_url: str, prefix: str, template: str | None = None) -> Iterator[str]:
+    """A new database (a copy of `template`, else empty) for one test, dropped after it; yields its URL."""
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     with _admin(server_url) as conn:
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+        conn.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
     yield make_conninfo(server_url, dbname=name)
     close_pools()
     with _admin(server_url) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def db_url(server_url: str, template_db: str) -> Iterator[str]:
+    """A fresh, migrated database for one test."""
+    yield from _database(server_url, "mp_test", template_db)
 
 
 @pytest.fixture
 def empty_db_url(server_url: str) -> Iterator[str]:
     """A fresh database with no schema at all (for migration tests)."""
-    name = f"mp_empty_{uuid.uuid4().hex[:10]}"
-    with _admin(server_url) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield make_conninfo(server_url, dbname=name)
-    close_pools()
-    with _admin(server_url) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    yield from _database(server_url, "mp_empty")
 
 
 @pytest.fixture
@@ -111,6 +111,24 @@ def fake_embedder() -> FakeEmbedder:
 def runtime(db_url: str, pool, fake_embedder: FakeEmbedder) -> Runtime:
     settings = Settings(database_url=db_url, embedder="fake")
     return Runtime(settings=settings, url=db_url, pool=pool, embedder=fake_embedder)
+
+
+@pytest.fixture
+def app(runtime: Runtime):
+    """The HTTP app over the test's runtime (no LLM)."""
+    from memory_pipelines import Memory
+    from memory_pipelines.surfaces.http import create_app
+
+    return create_app(Memory(runtime, llm=None))
+
+
+@pytest.fixture
+def live(app) -> Iterator[str]:
+    """The HTTP app served by uvicorn on loopback; its base URL."""
+    from tests.test_api import LiveServer
+
+    with LiveServer(app) as srv:
+        yield srv.url
 
 
 @pytest.fixture(scope="session")

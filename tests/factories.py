@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from memory_pipelines.store.memories import insert_memory, new_memory_id
@@ -12,6 +13,14 @@ from memory_pipelines.store.projects import ensure_project
 
 def ago(days: float = 0.0, hours: float = 0.0) -> datetime:
     return datetime.now(UTC) - timedelta(days=days, hours=hours)
+
+
+def _inserted(conn, table: str, row: dict) -> str:
+    """Insert one row ({column: value}) into `table`; the new row's id."""
+    query = sql.SQL("INSERT INTO {} ({}) VALUES ({}) RETURNING id::text").format(
+        sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, row)),
+        sql.SQL(", ").join([sql.Placeholder()] * len(row)))
+    return conn.execute(query, tuple(row.values())).fetchone()[0]
 
 
 def add_task(
@@ -26,12 +35,9 @@ def add_task(
     project_key: str | None = None,
     metadata: dict | None = None,
 ) -> str:
-    row = conn.execute(
-        "INSERT INTO tasks (owner_id, title, description, task_type, status, project_key, metadata, created_at)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING id::text",
-        (owner, title, description, task_type, status, project_key, Jsonb(metadata or {}), ago(days)),
-    ).fetchone()
-    return row[0]
+    return _inserted(conn, "tasks", {
+        "owner_id": owner, "title": title, "description": description, "task_type": task_type, "status": status,
+        "project_key": project_key, "metadata": Jsonb(metadata or {}), "created_at": ago(days)})
 
 
 def add_learning(
@@ -46,40 +52,27 @@ def add_learning(
     trigger_event: str | None = None,
     category: str | None = "insight",
 ) -> str:
-    row = conn.execute(
-        "INSERT INTO learnings (owner_id, title, content, task_type, failure_class, trigger_event, category,"
-        " created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING id::text",
-        (owner, title, content, task_type, failure_class, trigger_event, category, ago(days)),
-    ).fetchone()
-    return row[0]
+    return _inserted(conn, "learnings", {
+        "owner_id": owner, "title": title, "content": content, "task_type": task_type,
+        "failure_class": failure_class, "trigger_event": trigger_event, "category": category,
+        "created_at": ago(days)})
 
 
 def add_capability(conn, owner: str, name: str, description: str = "", *, days: float = 100.0) -> str:
-    row = conn.execute(
-        "INSERT INTO capabilities (owner_id, name, description, created_at) VALUES (%s, %s, %s, %s)"
-        " RETURNING id::text",
-        (owner, name, description, ago(days)),
-    ).fetchone()
-    return row[0]
+    return _inserted(conn, "capabilities",
+                     {"owner_id": owner, "name": name, "description": description, "created_at": ago(days)})
 
 
 def add_goal(
     conn, owner: str, title: str, *, status: str = "in_progress", priority: int = 1, progress: int = 40
 ) -> str:
-    row = conn.execute(
-        "INSERT INTO goals (owner_id, title, status, priority, progress) VALUES (%s, %s, %s, %s, %s)"
-        " RETURNING id::text",
-        (owner, title, status, priority, progress),
-    ).fetchone()
-    return row[0]
+    return _inserted(conn, "goals",
+                     {"owner_id": owner, "title": title, "status": status, "priority": priority, "progress": progress})
 
 
 def add_event(conn, owner: str, type_: str, payload: dict, *, hours: float = 1.0) -> str:
-    row = conn.execute(
-        "INSERT INTO events (owner_id, type, payload, created_at) VALUES (%s, %s, %s, %s) RETURNING id::text",
-        (owner, type_, Jsonb(payload), ago(hours=hours)),
-    ).fetchone()
-    return row[0]
+    return _inserted(conn, "events",
+                     {"owner_id": owner, "type": type_, "payload": Jsonb(payload), "created_at": ago(hours=hours)})
 
 
 def add_memory(
@@ -105,3 +98,12 @@ def add_memory(
         speaker=speaker,
     )
     return memory_id
+
+
+def add_auth_history(conn, owner: str, *, goal: str, tasks: int, error: str) -> None:
+    """A goal, `tasks` login auth-error tasks five days apart, the learning they taught and a recent failure."""
+    add_goal(conn, owner, goal, priority=0)
+    for i in range(tasks):
+        add_task(conn, owner, f"login auth error {i}", f"token expired variant {i}", days=1 + 5 * i)
+    add_learning(conn, owner, "auth error: expired token", "refresh before expiry", days=20)
+    add_event(conn, owner, "task_failed", {"error": error}, hours=3)

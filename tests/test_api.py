@@ -10,7 +10,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -22,6 +21,7 @@ from memory_pipelines import Memory
 from memory_pipelines.index.keywords import index_all
 from memory_pipelines.index.vectors import embed_all
 from memory_pipelines.infra.auth import create_key, resolve_key, revoke_key
+from memory_pipelines.infra.llm import ChatLLM
 from memory_pipelines.surfaces.http import create_app
 from tests.factories import add_learning, add_task
 
@@ -51,12 +51,6 @@ class LiveServer:
         self.server.should_exit = True
         self.thread.join(10)
         self.sock.close()
-
-
-@pytest.fixture
-def live(runtime) -> Iterator[str]:
-    with LiveServer(create_app(Memory(runtime, llm=None))) as srv:
-        yield srv.url
 
 
 @pytest.fixture
@@ -200,8 +194,8 @@ def test_memory_centre_flow_ingest_search_get_timeline_projects_versions(live, k
     assert len(c.get("/memories/timeline", params={"until": "2999-01-01"}).json()["items"]) == 2
 
     v = c.get(f"/memories/{zh['id']}/versions")
-    assert v.status_code == 200 and v.json()["memory_id"] == zh["id"]
-    assert isinstance(v.json()["versions"], list)
+    assert v.status_code == 200
+    assert v.json() == {"memory_id": zh["id"], "versions": []}  # created, never replaced (rules never replace)
 
     # Turns of a conversation: the answer is found through the question it answers (sql/008).
     q = ingest(c, "Did you finish the lighthouse painting for the harbour exhibition?", "insight", project="chat",
@@ -213,6 +207,32 @@ def test_memory_centre_flow_ingest_search_get_timeline_projects_versions(live, k
     found = c.get("/memories/search", params={"query": "lighthouse painting harbour", "project_key": "chat"}).json()
     items = found[next(k for k in ("results", "items", "matches", "memories") if k in found)]
     assert {q["id"], a["id"]} <= {i["id"] for i in items}
+
+
+def test_a_replace_over_http_keeps_the_old_text_as_a_version(runtime, keys, fake_openai):
+    llm = ChatLLM(api_key="test", model="fake-chat", base_url=fake_openai.base_url, max_retries=0)
+    newer = EN.replace("30 days", "31 days")
+    with LiveServer(create_app(Memory(runtime, llm=llm))) as srv:
+        c = client(srv.url, keys["alice"])
+        fake_openai.chat_responses.append(json.dumps({"summary": "Cookie kept 30 days", "tags": ["cookie"]}))
+        first = ingest(c, EN, "requirement", project="web-app", ts=1_700_000_000)
+        fake_openai.chat_responses.extend([json.dumps({"summary": "Cookie kept 31 days", "tags": ["cookie"]}),
+                                           json.dumps({"action": "REPLACE", "reason": "the duration changed"})])
+        second = ingest(c, newer, "plan", project="web-app", ts=1_700_000_100)
+        assert (second["status"], second["action"], second["id"]) == ("updated", "REPLACE", first["id"])
+
+        v = c.get(f"/memories/{first['id']}/versions")
+        assert v.status_code == 200, v.text
+        (old,) = v.json()["versions"]
+        assert {k: old[k] for k in ("version", "content_type", "summary", "content", "tags", "ts")} == {
+            "version": 1, "content_type": "requirement", "summary": "Cookie kept 30 days", "content": EN,
+            "tags": ["cookie"], "ts": 1_700_000_000}
+        assert old["replaced_at"]
+        now = c.get("/memories", params={"ids": first["id"]}).json()["memories"][0]
+        assert (now["content"], now["content_type"], now["ts"], now["version_count"]) == (
+            newer, "plan", 1_700_000_100, 2)
+        assert c.get(f"/memories/{second['id']}/versions", headers={"Authorization": f"Bearer {keys['bob']}"}
+                     ).status_code == 404  # another owner's memory
 
 
 def test_progressive_search_summary_detail_related(live, keys, runtime):

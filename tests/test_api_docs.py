@@ -12,7 +12,7 @@ from datetime import UTC, date, datetime, timedelta
 
 import httpx
 import pytest
-from fastapi.routing import APIRoute
+from fastapi.routing import APIRoute, iter_route_contexts
 from pydantic import BaseModel
 
 from memory_pipelines import Memory
@@ -22,11 +22,12 @@ from memory_pipelines.index.vectors import embed_all
 from memory_pipelines.infra.auth import create_key
 from memory_pipelines.infra.errors import ValidationError
 from memory_pipelines.surfaces.http import create_app
+from memory_pipelines.surfaces.http import errors as e
 from memory_pipelines.surfaces.http import models as m
 from memory_pipelines.surfaces.http import responses as r
+from memory_pipelines.surfaces.http.routes import items as it
 from memory_pipelines.vocabulary import MAX_BODY_BYTES
-from tests.factories import add_task
-from tests.test_api import LiveServer
+from tests.factories import add_capability, add_event, add_goal, add_learning, add_task
 
 ZH = "我们选择 pgvector 存储向量，因为 PostgreSQL 已经在用，运维成本低，支持 HNSW 索引。"
 EN = "The login page keeps the session cookie for 30 days so users stay signed in across subdomains."
@@ -35,17 +36,6 @@ EN = "The login page keeps the session cookie for 30 days so users stay signed i
 @pytest.fixture(scope="module")
 def spec() -> dict:
     return create_app(object()).openapi()  # the document needs no database
-
-
-@pytest.fixture
-def app(runtime):
-    return create_app(Memory(runtime, llm=None))
-
-
-@pytest.fixture
-def live(app) -> Iterator[str]:
-    with LiveServer(app) as srv:
-        yield srv.url
 
 
 def _client(url: str, key: str | None) -> httpx.Client:
@@ -70,7 +60,7 @@ def test_every_endpoint_documents_its_answer_errors_and_what_it_does(spec):
         seen += 1
         where = f"{method.upper()} {path}"
         assert len(op.get("description", "")) > len(op["summary"]) > 0, where
-        ok = op["responses"]["200"]["content"]["application/json"]["schema"]
+        ok = (op["responses"].get("200") or op["responses"]["201"])["content"]["application/json"]["schema"]
         assert ok.get("$ref"), f"{where}: an empty 200 schema"
         model = spec["components"]["schemas"][_ref(ok)]
         assert model.get("examples") and model.get("properties"), where
@@ -80,7 +70,7 @@ def test_every_endpoint_documents_its_answer_errors_and_what_it_does(spec):
             continue
         assert op["security"] == [{"HTTPBearer": []}], where
         assert {"401", "422", "503"} <= codes, where
-        for code in codes - {"200"}:
+        for code in codes - {"200", "201"}:
             schema = op["responses"][code]["content"]["application/json"]["schema"]
             assert _ref(schema) == ("ValidationProblem" if code == "422" else "Error"), (where, code)
             assert op["responses"][code]["description"], (where, code)
@@ -88,14 +78,17 @@ def test_every_endpoint_documents_its_answer_errors_and_what_it_does(spec):
             assert "404" in codes, where
         if method == "post":
             assert {"400", "413"} <= codes, where
-    assert seen == 17
+    assert seen == 17 + 16 + 9  # the item resources (5 sources × write, batch, update; relevant) and the ways out
 
 
 def test_request_examples_are_valid_and_never_name_the_owner(spec):
     bodies = {"SearchRequest": m.SearchRequest, "RelatedRequest": m.RelatedRequest, "IngestRequest": m.IngestRequest,
               "ContextRequest": m.ContextRequest, "FeedbackRequest": m.FeedbackRequest,
-              "ImplicitFeedbackRequest": m.ImplicitFeedbackRequest}
-    posts = [op for method, _p, op in _operations(spec) if method == "post"]
+              "ImplicitFeedbackRequest": m.ImplicitFeedbackRequest,
+              "RelevantLearningsRequest": it.RelevantLearningsRequest,
+              **{model.__name__: model for model in [*it.ITEM_MODELS.values(), *it.BATCH_MODELS.values(),
+                                                      *it.CHANGE_MODELS.values()]}}
+    posts = [op for method, _p, op in _operations(spec) if method in ("post", "patch")]
     assert len(posts) == len(bodies)
     for op in posts:
         name = _ref(op["requestBody"]["content"]["application/json"]["schema"])
@@ -109,8 +102,8 @@ def test_request_examples_are_valid_and_never_name_the_owner(spec):
 
 
 def test_response_examples_validate_against_their_models():
-    models = [v for v in vars(r).values()
-              if isinstance(v, type) and issubclass(v, BaseModel) and v.__module__ == r.__name__]
+    models = [v for module in (r, e, it) for v in vars(module).values()
+              if isinstance(v, type) and issubclass(v, BaseModel) and v.__module__ == module.__name__]
     checked = 0
     for model in models:
         for example in (model.model_config.get("json_schema_extra") or {}).get("examples", []):
@@ -121,9 +114,14 @@ def test_response_examples_validate_against_their_models():
 
 # -- real answers against the documented models ----------------------------------------------------------
 
+def _api_routes(app) -> list[APIRoute]:
+    """The app's API routes, those of its included routers too."""
+    return [c.original_route for c in iter_route_contexts(app.routes) if isinstance(c.original_route, APIRoute)]
+
+
 def _documented(app, method: str, path: str) -> type[BaseModel]:
-    for route in app.routes:
-        if isinstance(route, APIRoute) and route.path == path and method.upper() in route.methods:
+    for route in _api_routes(app):
+        if route.path == path and method.upper() in route.methods:
             return route.response_model
     raise AssertionError(f"no route {method} {path}")
 
@@ -136,6 +134,9 @@ def test_real_answers_match_the_documented_models_field_for_field(app, live, run
     c.post("/ingest/memory", json={"project_name": "web-app", "content_type": "requirement", "content": EN})
     with runtime.pool.connection() as conn:
         task = add_task(conn, "alice", "feat(auth): cross-subdomain cookie auth", "cookie auth on subdomains")
+        gone = {"tasks": add_task(conn, "alice", "an old task"), "learnings": add_learning(conn, "alice", "a lesson"),
+                "capabilities": add_capability(conn, "alice", "a skill"), "goals": add_goal(conn, "alice", "a goal"),
+                "events": add_event(conn, "alice", "alert", {"disk": "full"})}
     embed_all(runtime.pool, runtime.embedder)
     index_all(runtime.pool)
     ctx = c.post("/api/brain/memory/context", json={"query": "pgvector cookie", "mode": "debug"}).json()
@@ -163,25 +164,42 @@ def test_real_answers_match_the_documented_models_field_for_field(app, live, run
         ("GET", "/memories/timeline", "/memories/timeline", {"limit": 1}),
         ("GET", "/memories/{memory_id}/versions", f"/memories/{zh['id']}/versions", None),
         ("GET", "/projects", "/projects", None),
+        ("POST", "/api/learnings/relevant", "/api/learnings/relevant", {"task_type": "dev"}),
+        *(("DELETE", f"/api/{plural}/{{id}}", f"/api/{plural}/{item}", None) for plural, item in gone.items()),
+        ("DELETE", "/memories/{memory_id}", f"/memories/{zh['id']}", None),
+        ("DELETE", "/projects/{project_key}", "/projects/web-app", None),
+        ("GET", "/api/removals", "/api/removals", {"limit": 5}),
+        ("DELETE", "/api/owner", "/api/owner", {"dry_run": "true"}),
     ]
-    documented = {(route.path, method) for route in app.routes
-                  if isinstance(route, APIRoute) and route.include_in_schema for method in route.methods}
+    for source, plural in it.PLURAL.items():
+        calls += [
+            ("POST", f"/api/{plural}", f"/api/{plural}", it.EXAMPLES[source]),
+            ("POST", f"/api/{plural}/batch", f"/api/{plural}/batch", {"items": [it.EXAMPLES[source]]}),
+            ("PATCH", f"/api/{plural}/{{ref}}", f"/api/{plural}/{it.EXAMPLES[source]['key']}",
+             it.CHANGE_EXAMPLES[source]),
+        ]
+    documented = {(route.path, method) for route in _api_routes(app) if route.include_in_schema
+                  for method in route.methods}
     assert {(t, mth) for mth, t, _p, _b in calls} == documented  # every endpoint is checked
     for method, template, path, payload in calls:
-        answer = c.get(path, params=payload) if method == "GET" else c.post(path, json=payload)
-        assert answer.status_code == 200, (path, answer.text)
+        if method in ("GET", "DELETE"):
+            answer = c.request(method, path, params=payload)
+        else:
+            answer = c.request(method, path, json=payload)
+        created = method == "POST" and template in {f"/api/{plural}" for plural in it.PLURAL.values()}
+        assert answer.status_code == (201 if created else 200), (path, answer.text)
         _documented(app, method, template).model_validate(answer.json())  # extra fields are forbidden
 
     errors = [
-        (httpx.get(f"{live}/projects"), 401, r.Error),
-        (c.get(f"/api/brain/memory/detail/{'mem_' + '0' * 20}"), 404, r.Error),
-        (c.get("/api/brain/memory/builds/00000000-0000-0000-0000-000000000000"), 404, r.Error),
-        (c.post("/api/brain/memory/search", json={"query": "x", "topK": 0}), 422, r.ValidationProblem),
-        (c.get("/api/brain/memory/builds", params={"limit": 0}), 422, r.ValidationProblem),
-        (c.get("/api/brain/memory/builds", params={"cursor": "not-a-cursor"}), 422, r.ValidationProblem),
-        (c.get("/api/brain/memory/hit-rates", params={"days": 0}), 422, r.ValidationProblem),
+        (httpx.get(f"{live}/projects"), 401, e.Error),
+        (c.get(f"/api/brain/memory/detail/{'mem_' + '0' * 20}"), 404, e.Error),
+        (c.get("/api/brain/memory/builds/00000000-0000-0000-0000-000000000000"), 404, e.Error),
+        (c.post("/api/brain/memory/search", json={"query": "x", "topK": 0}), 422, e.ValidationProblem),
+        (c.get("/api/brain/memory/builds", params={"limit": 0}), 422, e.ValidationProblem),
+        (c.get("/api/brain/memory/builds", params={"cursor": "not-a-cursor"}), 422, e.ValidationProblem),
+        (c.get("/api/brain/memory/hit-rates", params={"days": 0}), 422, e.ValidationProblem),
         (c.post("/ingest/memory", content=b"x" * (MAX_BODY_BYTES + 1),
-                headers={"content-type": "application/json"}), 413, r.Error),
+                headers={"content-type": "application/json"}), 413, e.Error),
     ]
     for answer, status, model in errors:
         assert answer.status_code == status, (answer.request.url, answer.text)
@@ -217,6 +235,19 @@ def test_request_examples_succeed_as_written(spec, live, runtime):
     r.ImplicitFeedback.model_validate(implicit.json())
     fb = c.post("/api/brain/memory/feedback", json={"retrieval_id": ctx["retrieval_id"], "used_ids": [mem]})
     assert fb.status_code == 200 and fb.json()["marked"] == 1
+    # The item resources' examples: a write (201), a batch, then the update of the written item by its key.
+    for source, plural in it.PLURAL.items():
+        name = source.capitalize()
+        for body in schemas[f"{name}Item"]["examples"]:
+            assert c.post(f"/api/{plural}", json=body).status_code == 201, (plural, body)
+        for body in schemas[f"{name}Batch"]["examples"]:
+            assert c.post(f"/api/{plural}/batch", json=body).status_code == 200, (plural, body)
+        for body in schemas[f"{name}Changes"]["examples"]:
+            answer = c.patch(f"/api/{plural}/{it.EXAMPLES[source]['key']}", json=body)
+            assert answer.status_code == 200, (plural, answer.text)
+    for body in schemas["RelevantLearningsRequest"]["examples"]:
+        answer = c.post("/api/learnings/relevant", json=body)
+        assert answer.status_code == 200 and answer.json()["learnings"], answer.text
 
 
 # -- offline docs ------------------------------------------------------------------------------------------

@@ -77,7 +77,7 @@ def test_an_app_that_waits_by_default_embeds_before_answering(runtime, keys):
 
 
 def test_a_provider_outage_during_the_background_pass_keeps_the_memory_and_a_retry_embeds_it(runtime, fake_embedder):
-    from memory_pipelines.pipelines.embed_worker import EmbedWorker
+    from memory_pipelines.store.ingest.worker import EmbedWorker
 
     memory = Memory(runtime, llm=None)
     worker = EmbedWorker(memory, retry_seconds=0.5)

@@ -9,26 +9,21 @@ import sys
 import pytest
 
 
-def _run(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "memory_pipelines.surfaces.cli", *args],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        timeout=120,
-    )
+def run_cli(args: list[str], env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`memory-pipelines ARGS` in a subprocess with `env` over this process's environment."""
+    return subprocess.run([sys.executable, "-m", "memory_pipelines.surfaces.cli", *args], capture_output=True,
+                          text=True, env={**os.environ, **(env or {})}, timeout=timeout)
 
 
 def test_help_explains_each_command():
-    out = _run(["--help"]).stdout
+    out = run_cli(["--help"]).stdout
     for name in ("run", "migrate", "status", "embed", "search"):
         assert name in out
     assert "embedded PostgreSQL" in out
 
 
 def test_unreachable_database_is_one_clear_line():
-    proc = _run(
+    proc = run_cli(
         ["status"],
         {"DATABASE_URL": "postgresql://nobody:pw@127.0.0.1:1/nothing", "MEMORY_PIPELINES_EMBEDDER": "fake"},
     )
@@ -40,19 +35,19 @@ def test_unreachable_database_is_one_clear_line():
 
 
 def test_unknown_provider_is_one_clear_line():
-    proc = _run(["status"], {"MEMORY_PIPELINES_EMBEDDER": "bogus"})
+    proc = run_cli(["status"], {"MEMORY_PIPELINES_EMBEDDER": "bogus"})
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "MEMORY_PIPELINES_EMBEDDER" in proc.stderr and "local, openai or fake" in proc.stderr
 
 
 def test_bad_ingest_mode_for_serve_is_one_clear_line():
-    proc = _run(["serve", "--port", "1"], {"MEMORY_PIPELINES_INGEST": "later"})
+    proc = run_cli(["serve", "--port", "1"], {"MEMORY_PIPELINES_INGEST": "later"})
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "MEMORY_PIPELINES_INGEST" in proc.stderr and "'later'" in proc.stderr
 
 
 def test_status_against_a_database(db_url):
-    proc = _run(["status", "--json"], {"DATABASE_URL": db_url, "MEMORY_PIPELINES_EMBEDDER": "fake"})
+    proc = run_cli(["status", "--json"], {"DATABASE_URL": db_url, "MEMORY_PIPELINES_EMBEDDER": "fake"})
     assert proc.returncode == 0, proc.stderr
     assert '"pgvector"' in proc.stdout and '"tasks"' in proc.stdout
 
@@ -65,7 +60,7 @@ def test_rejected_openai_key_is_one_clear_line(db_url, fake_openai):
         conn.execute("INSERT INTO tasks (owner_id, title) VALUES ('alice', 'needs an embedding')")
     env = {"DATABASE_URL": db_url, "MEMORY_PIPELINES_EMBEDDER": "openai", "OPENAI_API_KEY": "bad-key",
            "OPENAI_BASE_URL": fake_openai.base_url, "OPENAI_EMBED_DIMENSIONS": "384"}
-    proc = _run(["embed"], env)
+    proc = run_cli(["embed"], env)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "OPENAI_API_KEY" in proc.stderr
     assert len([p for p in fake_openai.requests if p[0].endswith("/embeddings")]) == 1  # no retries on 401
@@ -80,7 +75,7 @@ def test_provider_outage_during_embed_leaves_rows_pending_and_exits_1(db_url, fa
     fake_openai.faults.extend([{"status": 500}] * 10)
     env = {"DATABASE_URL": db_url, "MEMORY_PIPELINES_EMBEDDER": "openai", "OPENAI_API_KEY": "test",
            "OPENAI_BASE_URL": fake_openai.base_url, "OPENAI_EMBED_DIMENSIONS": "384", "OPENAI_MAX_RETRIES": "0"}
-    proc = _run(["embed"], env)
+    proc = run_cli(["embed"], env)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "could not be embedded and stay pending" in proc.stderr
     with psycopg.connect(db_url) as conn:

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from memory_pipelines.context.builder import build_memory_context
+from memory_pipelines.demo.corpus import load_demo, stable_id
 from memory_pipelines.index.keywords import index_all
 from memory_pipelines.index.vectors import embed_all
-from memory_pipelines.pipelines.demo import load_demo, stable_id
 
 QUERIES = Path(__file__).parent / "data" / "context_queries.json"
 MODES = ("plan", "execute", "debug")
@@ -29,7 +29,7 @@ NOW = datetime(2026, 1, 15, 9, 0, tzinfo=UTC)
 
 
 def item_id(key: str) -> str:
-    """The database id of a demo corpus row (pipelines/demo.py)."""
+    """The database id of a demo corpus row (demo/corpus.py)."""
     return "mem_" + stable_id(key).hex[:20] if key.startswith("mem-") else str(stable_id(key))
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from memory_pipelines.pipelines.demo import load_demo, read_demo
+from memory_pipelines.demo.corpus import load_demo, read_demo
 
 
 def test_corpus_meets_the_floors():

@@ -106,11 +106,11 @@ def _checks_of(asset: str) -> list[dg.AssetChecksDefinition]:
 def test_definitions_load():
     dg.Definitions.validate_loadable(defs)
     repo = defs.get_repository_def()
-    jobs = {"embedding_backfill", "index_maintenance", "memory_context", "weekly_tuning"}
+    jobs = {"embedding_backfill", "index_maintenance", "memory_context", "weekly_tuning", "retention"}
     assert jobs <= set(repo.job_names)
     assert {s.name for s in repo.schedule_defs} == {"nightly_embedding_backfill", "nightly_maintenance",
-                                                   "weekly_tuning"}
-    assert [s.name for s in repo.sensor_defs] == ["unembedded_rows_sensor"]
+                                                   "weekly_tuning", "source_sync_schedule", "daily_retention"}
+    assert sorted(s.name for s in repo.sensor_defs) == ["inbox_sensor", "index_after_ingest", "unembedded_rows_sensor"]
     graph = defs.resolve_asset_graph()
     for source in INDEXED_NAMES:
         node = graph.get(dg.AssetKey(f"{source}_embeddings"))
@@ -143,18 +143,18 @@ def test_code_location_is_named_without_importing_it():
     import sys
     from pathlib import Path
 
-    from memory_pipelines.pipelines.main_job import code_location
+    from memory_pipelines.operations.main_job import code_location
 
     root = Path(__file__).resolve().parent.parent
     assert code_location() == ("assets", root)
-    probe = ("import sys; from memory_pipelines.pipelines.main_job import code_location; code_location(); "
+    probe = ("import sys; from memory_pipelines.operations.main_job import code_location; code_location(); "
              "assert not {'assets', 'memory_pipelines_dagster', 'dagster'} & set(sys.modules), sys.modules")
     subprocess.run([sys.executable, "-c", probe], check=True, cwd=root.parent)
 
 
 def test_instance_yaml_follows_the_database_and_keeps_a_file_of_ones_own(tmp_path, monkeypatch):
     from memory_pipelines.infra.settings import Settings
-    from memory_pipelines.pipelines.dagster_home import ensure_instance, storage_url
+    from memory_pipelines.operations.dagster_home import ensure_instance, storage_url
 
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
     monkeypatch.delenv("MEMORY_PIPELINES_DAGSTER_STORAGE_URL", raising=False)
@@ -503,7 +503,7 @@ def test_run_launches_the_jobs_through_dagster_into_the_shared_instance(db_url, 
     import subprocess
     import sys
 
-    from memory_pipelines.pipelines.dagster_home import storage_url
+    from memory_pipelines.operations.dagster_home import storage_url
 
     env = _cli_env(db_url, tmp_path)  # db_url is a key=value conninfo: rewritten for Dagster's storage
     proc = subprocess.run([sys.executable, "-m", "memory_pipelines.surfaces.cli", "run"], env=env,
@@ -544,7 +544,7 @@ def test_main_job_records_into_an_explicit_dagster_home(db_url, pool, fake_embed
     import json
 
     from memory_pipelines.infra.settings import Settings
-    from memory_pipelines.pipelines.main_job import run_main_job
+    from memory_pipelines.operations.main_job import run_main_job
 
     _seed(pool, n_tasks=5)
     explicit = tmp_path / "instance"

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from memory_pipelines.index.keywords import index_all
-from memory_pipelines.retrieval.search import DICTIONARY_WEIGHT, EXPANSION_WEIGHT, query_terms, search
+from memory_pipelines.retrieval.query import DICTIONARY_WEIGHT, EXPANSION_WEIGHT, query_terms
+from memory_pipelines.retrieval.search import search
 from memory_pipelines.text import dictionary
 from memory_pipelines.text.dictionary import DEFAULT_WEIGHT, expand_terms, maps, translations
 from memory_pipelines.text.keywords import STOP_WORDS, terms

@@ -9,8 +9,8 @@ import pytest
 
 from memory_pipelines.embeddings import FakeEmbedder
 from memory_pipelines.embeddings.cache import CachedEmbedder
+from memory_pipelines.evaluation.run import METHODS, compare_runs, evaluate
 from memory_pipelines.infra.errors import ValidationError
-from memory_pipelines.pipelines.evaluation import METHODS, compare_runs, evaluate
 
 TOPICS = [
     "the deploy pipeline broke because the staging database password expired",

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memory_pipelines.pipelines.eval_stats import (
+from memory_pipelines.evaluation.run import METHODS, Query, compare_runs, format_table, memory_id_for, summarise
+from memory_pipelines.evaluation.stats import (
     mean_ci,
     paired_by_category,
     paired_difference,
@@ -19,7 +20,6 @@ from memory_pipelines.pipelines.eval_stats import (
     summarise_scores,
     versus_best,
 )
-from memory_pipelines.pipelines.evaluation import METHODS, Query, compare_runs, format_table, memory_id_for, summarise
 
 RNG = np.random.default_rng(7)
 

@@ -7,7 +7,8 @@ import pytest
 
 from memory_pipelines.retrieval import turns
 from memory_pipelines.retrieval.exchanges import Exchanges, in_exchange, read_exchanges
-from memory_pipelines.retrieval.search import SearchFilters, _where, search
+from memory_pipelines.retrieval.filters import SearchFilters, where_clauses
+from memory_pipelines.retrieval.search import search
 from memory_pipelines.store.ingest import ingest_memory
 
 
@@ -30,7 +31,7 @@ def test_read_exchanges_marks_the_turns_and_reads_the_top_ones_neighbours(pool, 
     chat = [say(pool, fake_embedder, text, who, "c") for text, who in
             (("Did you go to the concert?", "Caroline"), ("Yes, it was amazing!", "Mel"), ("Who played?", "Caroline"))]
     params: dict = {}
-    clauses = _where("memory", "alice", SearchFilters(sources=("memory",)).validated(), params)
+    clauses = where_clauses("memory", "alice", SearchFilters(sources=("memory",)).validated(), params)
     with pool.connection() as conn:
         ex = read_exchanges(conn, persona + chat, [chat[1], persona[1]], clauses, params)
         other = read_exchanges(conn, chat, chat, clauses, {**params, "owner": "bob"})

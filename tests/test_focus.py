@@ -8,13 +8,8 @@ import pytest
 from memory_pipelines.context.builder import build_memory_context
 from memory_pipelines.index.keywords import index_all
 from memory_pipelines.index.vectors import embed_all
-from memory_pipelines.retrieval.search import (
-    DICTIONARY_WEIGHT,
-    EXPANSION_WEIGHT,
-    SearchFilters,
-    query_terms,
-    search,
-)
+from memory_pipelines.retrieval.query import DICTIONARY_WEIGHT, EXPANSION_WEIGHT, query_terms
+from memory_pipelines.retrieval.search import SearchFilters, search
 from memory_pipelines.text.dictionary import expand_terms
 from memory_pipelines.text.focus import DECAY, EMBED_BUDGET, FLOOR, focus, split_turns
 from memory_pipelines.text.glossary import expand

@@ -21,12 +21,12 @@ from mcp import Client
 from memory_pipelines import Memory
 from memory_pipelines.context import implicit
 from memory_pipelines.context.log import record_feedback, record_implicit_feedback
+from memory_pipelines.demo.corpus import load_demo, read_demo
+from memory_pipelines.demo.sessions import load_demo_sessions
 from memory_pipelines.index.keywords import index_all
 from memory_pipelines.index.vectors import embed_all, finish_memories
 from memory_pipelines.infra.auth import create_key
 from memory_pipelines.infra.errors import NotFoundError, ValidationError
-from memory_pipelines.pipelines.demo import load_demo, read_demo
-from memory_pipelines.pipelines.demo_log import load_demo_sessions
 from memory_pipelines.surfaces.http import create_app
 from memory_pipelines.surfaces.mcp import build_server, config_owner
 from memory_pipelines.text.keywords import terms

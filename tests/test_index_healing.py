@@ -108,3 +108,17 @@ def test_the_index_build_memory_holds_the_whole_graph_within_a_quarter_of_memory
     assert 2_400 <= index_build_memory_mb(1_000_000, 384, 24 * gib) <= 2_800
     assert index_build_memory_mb(1_000_000, 1536, 24 * gib) > index_build_memory_mb(1_000_000, 384, 24 * gib)
     assert index_build_memory_mb(10_000_000, 384, 8 * gib) == 2048
+
+
+def test_embed_with_nothing_pending_restores_the_memories_index(db_url, tmp_path, fake_openai):
+    """The warning a surface logs says `embed` rebuilds a missing table-wide index: it does so even when no
+    row is left to embed."""
+    env = _env(db_url, tmp_path, fake_openai)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM memories").fetchone()[0] == 0  # nothing to embed
+        conn.execute(f"DROP INDEX {TABLE_INDEX}")
+    embedded = _cli(env, "embed")
+    assert embedded.returncode == 0, embedded.stderr
+    assert f"HNSW index {TABLE_INDEX} was missing" in embedded.stderr
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        assert missing_vector_indexes(conn) == [] and index_exists(conn, TABLE_INDEX)

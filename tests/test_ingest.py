@@ -15,11 +15,8 @@ from memory_pipelines.embeddings.base import to_array
 from memory_pipelines.index.vectors import count_pending
 from memory_pipelines.infra.errors import ValidationError
 from memory_pipelines.infra.llm import ChatLLM
-from memory_pipelines.pipelines.deferred import finish_deferred
-from memory_pipelines.store.ingest import (
-    conflict_threshold_for,
-    ingest_memory,
-)
+from memory_pipelines.store.ingest import MemoryInput, conflict_threshold_for, finish_deferred, ingest_memory
+from memory_pipelines.store.ingest.inputs import FIELDS
 from memory_pipelines.store.read import get_memories, search_memories
 from memory_pipelines.vocabulary import INDEXED, MAX_CONTENT
 from tests.fake_openai import FakeOpenAI
@@ -138,6 +135,26 @@ def test_validation_names_the_field_and_writes_nothing(pool, fake_embedder, owne
         ingest_memory(pool, fake_embedder, None, owner, **{**GOOD, **changes})
     assert err.value.field == field
     assert counts(pool) == before and fake_embedder.calls == 0
+
+
+def test_the_input_is_parsed_once_into_one_value() -> None:
+    got = MemoryInput.parse(" alice ", content="x is y", content_type="plan", project_name=" Agent Mem ",
+                            machine_name=" laptop ", ts=1_700_000_000, speaker=" bob ", session=" s1 ")
+    assert got == MemoryInput("alice", "x is y", "plan", "agent-mem", "Agent Mem", 1_700_000_000,
+                              machine_name="laptop", speaker="bob", session="s1")
+    by_key = MemoryInput.parse("alice", content="x", content_type="plan", project_key="ops")
+    assert (by_key.project_key, by_key.project_name) == ("ops", "ops")
+    assert abs(by_key.ts - time.time()) < 5  # default: now
+    with pytest.raises(TypeError, match="not a memory field: colour"):
+        MemoryInput.parse("alice", **GOOD, colour="red")
+
+
+def test_the_http_body_carries_the_memory_fields() -> None:
+    from memory_pipelines.surfaces.http.models import IngestRequest
+
+    body = IngestRequest(**GOOD, speaker="bob", wait=False)
+    assert set(body.memory_fields()) == FIELDS
+    assert MemoryInput.parse("alice", **body.memory_fields()).speaker == "bob"
 
 
 def test_limits_are_inclusive(pool, fake_embedder) -> None:

@@ -3,11 +3,11 @@
 Layers, lowest first; a module may import its own layer and lower ones only:
 
     vocabulary → infra → text, embeddings → index, runtime → retrieval → store, context (online)
-    → pipelines, tuning (offline) → face → surfaces
+    → operations, evaluation, demo, tuning (offline) → face → surfaces
 
-Besides: the online side (store, context) never imports the offline side (pipelines, tuning); the HTTP and
-MCP surfaces do not import each other (shared encoding and input types sit below both); nothing in the
-library imports the Dagster code location.
+Besides: the online side (store, context) never imports the offline side (operations, evaluation, demo,
+tuning), and neither does the online server (the HTTP and MCP surfaces); those two do not import each other
+(shared encoding and input types sit below both); nothing in the library imports the Dagster code location.
 """
 
 from __future__ import annotations
@@ -33,12 +33,15 @@ LAYERS: dict[str, int] = {
     "retrieval": 4,
     "store": 5,
     "context": 5,
-    "pipelines": 6,
+    "operations": 6,
+    "evaluation": 6,
+    "demo": 6,
     "tuning": 6,
     "face": 7,
     "surfaces": 8,
 }
-ONLINE, OFFLINE = {"store", "context"}, {"pipelines", "tuning"}
+ONLINE, OFFLINE = {"store", "context"}, {"operations", "evaluation", "demo", "tuning"}
+SERVERS = ("memory_pipelines.surfaces.http", "memory_pipelines.surfaces.mcp")
 CODE_LOCATION = {"assets", "memory_pipelines_dagster"}
 
 
@@ -100,6 +103,14 @@ def test_imports_run_one_way():
     assert wrong == [], "imports against the layering:\n" + "\n".join(wrong)
 
 
+def _server_imports_offline(edges: list[tuple[str, str]]) -> list[str]:
+    return [f"{s} → {t}" for s, t in edges if s.startswith(SERVERS) and _area(t) in OFFLINE]
+
+
+def test_the_online_server_does_not_import_the_offline_side():
+    assert _server_imports_offline(_edges()) == []
+
+
 def test_http_and_mcp_surfaces_do_not_import_each_other():
     wrong = []
     for source, target in _edges():
@@ -111,21 +122,39 @@ def test_http_and_mcp_surfaces_do_not_import_each_other():
     assert wrong == []
 
 
+MAX_MODULE_LINES = 500
+
+
+def test_no_library_module_is_a_hub():
+    """A module past this many lines holds more than one thing: split it along its seams."""
+    long = {str(p.relative_to(ROOT)): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
+    assert not long, long
+
+
 def test_the_library_never_imports_the_code_location():
     wrong = [f"{s} → {t}" for s, t in _edges() if t.split(".")[0] in CODE_LOCATION]
     assert wrong == []
 
 
 def test_the_checker_sees_a_wrong_way_import(tmp_path):
-    """The checks above would catch a violation: a store module importing tuning is reported."""
+    """The checks above would catch a violation: a store module importing tuning, an HTTP route importing the
+    operations, are reported."""
     bad = PACKAGE / "store" / "_layer_probe.py"
     bad.write_text("from ..tuning import fit\nfrom assets import definitions\n", encoding="utf-8")
+    server = PACKAGE / "surfaces" / "http" / "_layer_probe.py"
+    server.write_text("def f():\n    from ...operations.status import collect_status\n", encoding="utf-8")
     try:
         edges = _edges()
     finally:
         bad.unlink()
+        server.unlink()
     assert ("memory_pipelines.store._layer_probe", "memory_pipelines.tuning.fit") in edges
     assert ("memory_pipelines.store._layer_probe", "assets") in edges
+    assert _server_imports_offline(edges) == [
+        "memory_pipelines.surfaces.http._layer_probe → memory_pipelines.operations.status",
+        "memory_pipelines.surfaces.http._layer_probe → memory_pipelines.operations.status.collect_status",
+    ]
 
 
 @pytest.mark.slow
@@ -144,4 +173,5 @@ def test_the_wheel_has_no_top_level_assets(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "memory_pipelines_dagster/definitions.py" in names
     assert any(n.startswith("memory_pipelines/sql/") for n in names)
+    assert "memory_pipelines/demo/data/demo.json" in names  # read with importlib.resources by the demo loader
     assert not any(n.startswith("scripts/") or "build_demo" in n for n in names)

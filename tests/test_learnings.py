@@ -6,10 +6,10 @@ import math
 
 import pytest
 
+from memory_pipelines.demo.corpus import load_demo
 from memory_pipelines.embeddings import FakeEmbedder
 from memory_pipelines.index.vectors import embed_source
 from memory_pipelines.infra.errors import ValidationError
-from memory_pipelines.pipelines.demo import load_demo
 from memory_pipelines.retrieval.learnings import (
     LearningQuery,
     freshness_points,

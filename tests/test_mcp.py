@@ -22,6 +22,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from memory_pipelines import Memory
 from memory_pipelines.infra.auth import create_key, revoke_key
+from memory_pipelines.store.ingest.inputs import FIELDS as MEMORY_FIELDS
 from memory_pipelines.surfaces.mcp import build_http_app
 from tests.test_api import EN, ZH, LiveServer
 
@@ -68,6 +69,9 @@ async def _flow(client: Client) -> dict[str, Any]:
 
     got = data(await client.call_tool("mem.get", {"ids": [zh["id"], en["id"]]}))
     assert {m["id"]: m["content"] for m in got["memories"]} == {zh["id"]: ZH, en["id"]: EN}
+    assert {m["id"]: m["speaker"] for m in got["memories"]} == {zh["id"]: "李雷", en["id"]: None}
+    # the tool takes the memory's fields, each passed on under its name
+    assert set(tools["mem.ingest_memory"].input_schema["properties"]) == MEMORY_FIELDS
 
     tl = data(await client.call_tool("mem.timeline", {"project_key": "agent-mem"}))
     assert [i["id"] for i in tl["items"]] == [zh["id"]]

@@ -215,7 +215,7 @@ def test_from_settings(fake_openai: FakeOpenAI) -> None:
         openai_max_retries=2,
     )
     embedder = OpenAIEmbedder.from_settings(settings)
-    assert (embedder.model_name, embedder.dimension, embedder.max_retries) == (
+    assert (embedder.model_name, embedder.dimension, embedder.client.max_retries) == (
         "text-embedding-3-small",
         32,
         2,

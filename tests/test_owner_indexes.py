@@ -9,9 +9,11 @@ import psycopg
 from memory_pipelines.index import owner_indexes
 from memory_pipelines.index.owner_indexes import existing_owner_indexes, owner_index_name, sync_owner_indexes
 from memory_pipelines.index.vectors import embed_all, embed_source
-from memory_pipelines.pipelines.status import collect_status, format_status
-from memory_pipelines.retrieval import search as search_module
-from memory_pipelines.retrieval.search import PLANS, SearchFilters, search
+from memory_pipelines.operations.status import collect_status, format_status
+from memory_pipelines.retrieval import planning
+from memory_pipelines.retrieval.memo import Memo
+from memory_pipelines.retrieval.planning import PLANS
+from memory_pipelines.retrieval.search import SearchFilters, search
 from tests.factories import add_task
 from tests.test_index_healing import _cli, _env
 
@@ -23,9 +25,9 @@ BOB = owner_index_name("tasks", "bob")
 def _small_caps(monkeypatch) -> None:
     """20 rows instead of 10,000 for the exact-scan cap; fresh plan memos."""
     monkeypatch.setattr(owner_indexes, "EXACT_SCAN_MAX_ROWS", 20)
-    monkeypatch.setattr(search_module, "EXACT_SCAN_MAX_ROWS", 20)
+    monkeypatch.setattr(planning, "EXACT_SCAN_MAX_ROWS", 20)
     for memo in ("_owner_indexes", "_index_lists", "_counts"):
-        monkeypatch.setattr(search_module, memo, search_module._Memo())
+        monkeypatch.setattr(planning, memo, Memo())
 
 
 def _load(pool, fake_embedder, rows: dict[str, int]) -> None:

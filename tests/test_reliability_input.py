@@ -69,12 +69,6 @@ def live_llm(runtime, fake_llm):
 
 
 @pytest.fixture
-def live(runtime):
-    with LiveServer(create_app(Memory(runtime, llm=None))) as srv:
-        yield srv.url
-
-
-@pytest.fixture
 def key(runtime) -> str:
     return create_key(runtime.pool, "alice", name="test")[1]
 
@@ -428,6 +422,7 @@ FUZZ_EXAMPLES = int(os.environ.get("MP_FUZZ_EXAMPLES", "12"))
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # 33 operations × 2 modes × FUZZ_EXAMPLES requests: minutes on a busy 2-core machine
 def test_schemathesis_fuzz_of_the_http_api(live, key):
     """Every operation of the OpenAPI schema, schema-valid and schema-violating requests, every schemathesis
     check: no 5xx, every status, header and body as documented, invalid input refused and valid input accepted

@@ -3,7 +3,7 @@ embedding backfill of its own hash buckets with the multiprocess executor, again
 database that holds both the memory and Dagster's run and event-log storage (dagster-postgres).
 
 Launched the way `memory-pipelines run` launches its jobs (`dagster job execute` of the code location, in a
-subprocess, with the instance environment of `pipelines/dagster_home.py`), into a temporary DAGSTER_HOME.
+subprocess, with the instance environment of `operations/dagster_home.py`), into a temporary DAGSTER_HOME.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from memory_pipelines.index.owner_indexes import missing_owner_indexes
 from memory_pipelines.index.vectors import count_pending
 from memory_pipelines.infra.migrate import missing_vector_indexes
 from memory_pipelines.infra.settings import Settings
-from memory_pipelines.pipelines.dagster_home import STORAGE_URL_ENV, instance_env
-from memory_pipelines.pipelines.main_job import LAUNCH_TAG, code_location, dagster_command, open_instance
+from memory_pipelines.operations.dagster_home import STORAGE_URL_ENV, instance_env
+from memory_pipelines.operations.main_job import LAUNCH_TAG, code_location, dagster_command, open_instance
 from memory_pipelines.vocabulary import BUCKETS, INDEXED, INDEXED_NAMES
 from tests.factories import add_memory
 

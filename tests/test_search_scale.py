@@ -9,7 +9,11 @@ import pytest
 from memory_pipelines.index import owner_indexes
 from memory_pipelines.index.keywords import STORED_DF_MIN, index_rows, index_source, stale_stat_owners
 from memory_pipelines.index.vectors import embed_all
-from memory_pipelines.retrieval import search as search_module
+from memory_pipelines.retrieval import keyword as keyword_module
+from memory_pipelines.retrieval import planning
+from memory_pipelines.retrieval import query as query_module
+from memory_pipelines.retrieval import semantic as semantic_module
+from memory_pipelines.retrieval.memo import Memo
 from memory_pipelines.retrieval.search import SearchFilters, search
 from tests.factories import add_event, add_learning, add_task
 
@@ -143,7 +147,7 @@ def test_index_scan_falls_back_to_exact_when_statistics_overstate_the_owner(pool
 def test_the_hnsw_candidate_list_grows_with_the_graph_and_with_the_filter():
     """ef_search: 200 for ten results from up to 100k rows, doubled per tenfold of the table; a filter
     passing a tenth of the rows multiplies it by ten; never beyond pgvector's maximum of 1,000."""
-    ef = search_module.hnsw_ef
+    ef = planning.hnsw_ef
     assert ef(10, 1.0, 50_000) == ef(10, 1.0, 100_000) == 200
     assert ef(10, 1.0, 1_000_000) == 400
     assert ef(150, 1.0, 1_000_000) == 400  # a deep list for the hybrid channels: 2 per result, floor first
@@ -161,7 +165,7 @@ def test_the_hnsw_candidate_list_grows_with_the_graph_and_with_the_filter():
 
 def _cap_of_20(monkeypatch) -> None:
     """The exact-scan cap lowered to 20 rows, for search and for the owners' graphs."""
-    monkeypatch.setattr(search_module, "EXACT_SCAN_MAX_ROWS", 20)
+    monkeypatch.setattr(planning, "EXACT_SCAN_MAX_ROWS", 20)
     monkeypatch.setattr(owner_indexes, "EXACT_SCAN_MAX_ROWS", 20)
 
 
@@ -182,15 +186,15 @@ def test_a_semantic_search_reads_the_longer_answer_list_and_hybrid_search_the_po
     """The candidate list a search sets is the one `hnsw_ef` gives its kind: the steeper floor for a semantic
     search, whose top k are the answer, the doubling for the deep lists hybrid search fuses. With the base table
     size lowered to 100 rows, 300 rows are 3 times it: 200 x 3 ** 0.7 = 431 against 200 x 2 ** log10(3) = 278."""
-    monkeypatch.setattr(search_module, "HNSW_EF_BASE_ROWS", 100)
-    monkeypatch.setattr(search_module, "_index_lists", search_module._Memo())
+    monkeypatch.setattr(planning, "HNSW_EF_BASE_ROWS", 100)
+    monkeypatch.setattr(planning, "_index_lists", Memo())
     qvec = _over_a_cap_of_20(pool, fake_embedder, monkeypatch, rows=300, topics=17)
     with pool.connection() as conn:
         conn.execute("ANALYZE tasks")  # every row alice's and embedded: selectivity 1
     only_tasks = SearchFilters(sources=("task",))
 
     def lists() -> dict[tuple[int, bool], int]:
-        return {key[-2:]: ef for key, (ef, _) in search_module._index_lists.entries.items() if "alice" in key}
+        return {key[-2:]: ef for key, (ef, _) in planning._index_lists.entries.items() if "alice" in key}
 
     hits = search(pool, fake_embedder, "alice", "q", mode="semantic", limit=10, query_vector=qvec,
                   filters=only_tasks).hits
@@ -207,7 +211,7 @@ def test_an_owner_counted_over_the_cap_who_shrinks_below_it_still_gets_exactly_h
     """The count that chooses between an exact and an index scan is remembered for an owner over the cap. When
     she drops below the cap within that window, the index scan comes back short and is answered exactly; once
     the window has passed, she is counted again and scanned exactly from the start."""
-    monkeypatch.setattr(search_module, "_counts", search_module._Memo())
+    monkeypatch.setattr(planning, "_counts", Memo())
     qvec = _over_a_cap_of_20(pool, fake_embedder, monkeypatch, rows=60, topics=7)
     only_tasks = SearchFilters(sources=("task",))
 
@@ -215,26 +219,26 @@ def test_an_owner_counted_over_the_cap_who_shrinks_below_it_still_gets_exactly_h
         return [h.id for h in search(pool, fake_embedder, "alice", "q", mode="semantic", limit=limit,
                                      query_vector=qvec, filters=only_tasks).hits]
 
-    before = dict(search_module.PLANS)
+    before = dict(planning.PLANS)
     expired = {("gone", i): (21, 0.0) for i in range(10_000)}  # windows long passed, of 10,000 other owners
-    search_module._counts.entries.update(expired)
+    planning._counts.entries.update(expired)
     assert len(semantic(10)) == 10
-    assert list(search_module._counts.entries.values())[0][0] == 21  # alice over the cap in tasks, remembered;
-    assert len(search_module._counts.entries) == 1  # the expired forgotten
+    assert list(planning._counts.entries.values())[0][0] == 21  # alice over the cap in tasks, remembered;
+    assert len(planning._counts.entries) == 1  # the expired forgotten
     with pool.connection() as conn:
         conn.execute("UPDATE tasks SET owner_id = 'carol' WHERE id IN (SELECT id FROM tasks ORDER BY id OFFSET 12)")
         kept = {r[0] for r in conn.execute("SELECT id::text FROM tasks WHERE owner_id = 'alice'").fetchall()}
     assert len(kept) == 12
-    fallbacks = search_module.PLANS["exact-fallback"]
+    fallbacks = planning.PLANS["exact-fallback"]
     assert set(semantic(25)) == kept  # all 12 of hers, none of carol's
-    assert search_module.PLANS["exact-fallback"] == fallbacks + 1  # the remembered count sent it to the index
-    exact = search_module.PLANS["exact"]
-    monkeypatch.setattr(search_module, "OVER_CAP_SECONDS", 0.0)
-    search_module._counts.clear()
+    assert planning.PLANS["exact-fallback"] == fallbacks + 1  # the remembered count sent it to the index
+    exact = planning.PLANS["exact"]
+    monkeypatch.setattr(planning, "OVER_CAP_SECONDS", 0.0)
+    planning._counts.clear()
     assert set(semantic(25)) == kept
-    assert search_module.PLANS["exact"] == exact + 1  # counted again: under the cap, an exact scan
-    assert search_module.PLANS["exact-fallback"] == fallbacks + 1
-    assert dict(search_module.PLANS) != before
+    assert planning.PLANS["exact"] == exact + 1  # counted again: under the cap, an exact scan
+    assert planning.PLANS["exact-fallback"] == fallbacks + 1
+    assert dict(planning.PLANS) != before
 
 
 def test_what_chooses_a_plan_is_remembered_only_once_there_is_something_to_find(pool, fake_embedder):
@@ -257,9 +261,9 @@ def test_what_chooses_a_plan_is_remembered_only_once_there_is_something_to_find(
     index_source(pool, "task")
     assert found("semantic", "kiln firing schedule") == ["kiln firing schedule"]
     assert found("keyword", "kiln") == ["kiln firing schedule"]
-    remembered = {k[-2:]: v[0] for k, v in search_module._counts.entries.items() if k[-2] == "dora"}
-    assert remembered == {("dora", search_module.EXACT_SCAN_MAX_ROWS): 1}
-    assert any(k[-2:] == ("dora", "task") for k in search_module._indexed.entries)
+    remembered = {k[-2:]: v[0] for k, v in planning._counts.entries.items() if k[-2] == "dora"}
+    assert remembered == {("dora", planning.EXACT_SCAN_MAX_ROWS): 1}
+    assert any(k[-2:] == ("dora", "task") for k in keyword_module._indexed.entries)
     with pool.connection() as conn:
         add_task(conn, "dora", "kiln shelf wash", "")
     embed_all(pool, fake_embedder)
@@ -278,11 +282,11 @@ def test_the_build_log_does_not_count_towards_an_owners_events(pool, fake_embedd
         for i in range(5):
             add_event(conn, "alice", "task_failed", {"error": f"timeout in stage {i}"})
     embed_all(pool, fake_embedder)
-    before = search_module.PLANS["exact"], search_module.PLANS["hnsw-owner"] + search_module.PLANS["exact-unindexed"]
+    before = planning.PLANS["exact"], planning.PLANS["hnsw-owner"] + planning.PLANS["exact-unindexed"]
     hits = search(pool, fake_embedder, "alice", "timeout in stage", mode="semantic", limit=10,
                   filters=SearchFilters(sources=("event",))).hits
     assert len(hits) == 5 and {h.extra["type"] for h in hits} == {"task_failed"}
-    after = search_module.PLANS["exact"], search_module.PLANS["hnsw-owner"] + search_module.PLANS["exact-unindexed"]
+    after = planning.PLANS["exact"], planning.PLANS["hnsw-owner"] + planning.PLANS["exact-unindexed"]
     assert after == (before[0] + 1, before[1])
 
 
@@ -296,9 +300,9 @@ def test_the_semantic_channel_scans_its_sources_at_once_with_the_same_answer(poo
     embed_all(pool, fake_embedder)
     qvec = fake_embedder.embed_query("deploy rollout")
     f = SearchFilters().validated()
-    together = search_module._semantic_channel(pool, "alice", qvec, fake_embedder.model_name, f, 20)
+    together = semantic_module.semantic_channel(pool, "alice", qvec, fake_embedder.model_name, f, 20)
     with pool.connection() as conn:
-        in_turn = search_module.semantic_hits(conn, "alice", qvec, fake_embedder.model_name, f, 20)
+        in_turn = semantic_module.semantic_hits(conn, "alice", qvec, fake_embedder.model_name, f, 20)
     assert {h.source for h in together} >= {"task", "learning"}
     assert [(h.source, h.id, round(h.score, 6)) for h in together] == [
         (h.source, h.id, round(h.score, 6)) for h in in_turn
@@ -312,12 +316,12 @@ def test_the_keyword_channel_answers_the_same_under_generic_plans(pool, fake_emb
     f = SearchFilters().validated()
     for owner, query in (("alice", "deploy canary rollout"), ("bob", "deploy service"), ("carol", "deploy")):
         with pool.connection() as conn:
-            custom = search_module.keyword_hits(conn, owner, query, f, 20)
+            custom = keyword_module.keyword_hits(conn, owner, query, f, 20)
             conn.commit()  # as from the pool: the channel's transaction is the connection's own
             for _ in range(7):  # psycopg prepares a statement on its fifth run; the generic plan serves from then
                 with conn.transaction():
-                    generic = search_module._bm25_hits(
-                        conn, owner, search_module.query_terms(query), f, 20, generic_plans=True
+                    generic = keyword_module._bm25_hits(
+                        conn, owner, query_module.query_terms(query), f, 20, generic_plans=True
                     )
                 assert conn.execute("SHOW plan_cache_mode").fetchone()[0] == "force_custom_plan"
                 conn.commit()
@@ -326,10 +330,10 @@ def test_the_keyword_channel_answers_the_same_under_generic_plans(pool, fake_emb
             conn.commit()
         _same_hits(generic, custom)
         assert generic_plans > 0 or not custom, owner  # carol has no documents: no BM25 query runs for her
-    assert search_module._keyword_channel(pool, "carol", "deploy", f, 20) == []
+    assert keyword_module.keyword_channel(pool, "carol", "deploy", f, 20) == []
     with pool.connection() as conn:
-        custom = search_module.keyword_hits(conn, "alice", "deploy canary rollout", f, 20)
-    _same_hits(search_module._keyword_channel(pool, "alice", "deploy canary rollout", f, 20), custom)
+        custom = keyword_module.keyword_hits(conn, "alice", "deploy canary rollout", f, 20)
+    _same_hits(keyword_module.keyword_channel(pool, "alice", "deploy canary rollout", f, 20), custom)
 
 
 _DIALOGUE = (  # over text.focus.SHORT_TOKENS: a long query, focused
@@ -348,35 +352,35 @@ def test_a_query_of_many_terms_reads_its_keyword_sources_at_once_with_the_same_h
             add_learning(conn, "alice", f"deploy rollback lesson {i}", "roll back the canary first" * (1 + i % 2))
         add_task(conn, "dave", "deploy the canary service", "not keyword-indexed yet")
     index_source(pool, "learning")
-    assert search_module.focus(_DIALOGUE).long
+    assert query_module.focus(_DIALOGUE).long
     scanned: list[tuple[str, ...]] = []
-    pooled = search_module._pooled_bm25
+    pooled = keyword_module._pooled_bm25
 
     def spied(p, owner, qterms, f, k):  # records each scan, then runs it
         scanned.append(f.sources)
         return pooled(p, owner, qterms, f, k)
 
-    monkeypatch.setattr(search_module, "_pooled_bm25", spied)
+    monkeypatch.setattr(keyword_module, "_pooled_bm25", spied)
     f = SearchFilters().validated()
     for owner in ("alice", "dave"):
         with pool.connection() as conn:
-            serial = search_module.keyword_hits(conn, owner, _DIALOGUE, f, 20)
-        got = search_module._keyword_channel(pool, owner, _DIALOGUE, f, 20)
+            serial = keyword_module.keyword_hits(conn, owner, _DIALOGUE, f, 20)
+        got = keyword_module.keyword_channel(pool, owner, _DIALOGUE, f, 20)
         _same_hits(got, serial)
         assert sorted(scanned) == sorted((s,) for s in f.sources), owner  # one scan per source
         scanned.clear()
     assert {h.source for h in got} == {"task"} and all(h.extra["matched_by"] == "jaccard" for h in got)
     with pool.connection() as conn:
-        alice = search_module.keyword_hits(conn, "alice", _DIALOGUE, f, 20)
+        alice = keyword_module.keyword_hits(conn, "alice", _DIALOGUE, f, 20)
     assert {h.source for h in alice} == {"task", "learning"}
-    short = search_module._keyword_channel(pool, "alice", "deploy rollback", f, 20)
+    short = keyword_module.keyword_channel(pool, "alice", "deploy rollback", f, 20)
     assert short and scanned == []  # a question of few terms reads its sources on one connection
     wordy = " ".join(["deploy rollback canary lesson service"] + [f"word{i}x" for i in range(25)])
-    assert not search_module.focus(wordy).long
-    assert len(search_module.query_terms(wordy)) >= search_module.KEYWORD_FANOUT_TERMS
+    assert not query_module.focus(wordy).long
+    assert len(query_module.query_terms(wordy)) >= keyword_module.KEYWORD_FANOUT_TERMS
     with pool.connection() as conn:
-        serial = search_module.keyword_hits(conn, "alice", wordy, f, 20)
-    got = search_module._keyword_channel(pool, "alice", wordy, f, 20)
+        serial = keyword_module.keyword_hits(conn, "alice", wordy, f, 20)
+    got = keyword_module.keyword_channel(pool, "alice", wordy, f, 20)
     _same_hits(got, serial)
     assert {h.source for h in got} == {"task", "learning"}
     assert sorted(scanned) == sorted((s,) for s in f.sources)  # one turn, but many terms: at once

@@ -13,13 +13,8 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from memory_pipelines.infra.db import (
-    EMBEDDED_CONFIG_FILE,
-    embedded_config,
-    get_pool,
-    reading,
-    write_embedded_config,
-)
+from memory_pipelines.infra.db import get_pool, reading
+from memory_pipelines.infra.embedded import EMBEDDED_CONFIG_FILE, embedded_config, write_embedded_config
 from memory_pipelines.runtime import FULL_COLLECTION_THRESHOLD, warm_up
 from memory_pipelines.text import keywords
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 
-from memory_pipelines.pipelines.demo import read_demo
+from memory_pipelines.demo.corpus import read_demo
 from memory_pipelines.text.keywords import has_cjk
 from memory_pipelines.text.tokens import (
     count_tokens,

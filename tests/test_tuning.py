@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
-import sys
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -24,17 +23,12 @@ from memory_pipelines.index.vectors import embed_all
 from memory_pipelines.infra.db import get_pool
 from memory_pipelines.infra.errors import ConfigError, NotFoundError
 from memory_pipelines.tuning.evaluate import evaluate, per_build_metrics, rerank_scores, summarize
-from memory_pipelines.tuning.fit import (
-    FitOptions,
-    _relevance_floor_params,
-    config_from_dict,
-    fit_parameters,
-    poisson_interval,
-)
+from memory_pipelines.tuning.fit import FitOptions, config_from_dict, fit_parameters
+from memory_pipelines.tuning.floors import relevance_floor_params
 from memory_pipelines.tuning.frames import load_log, time_split
-from memory_pipelines.tuning.pipeline import run_tuning, tune_and_evaluate
 from memory_pipelines.tuning.publish import Gate, decide
 from memory_pipelines.tuning.report import format_result, hit_rate_table, write_plots
+from memory_pipelines.tuning.run import run_tuning, tune_and_evaluate
 from memory_pipelines.tuning.simulate import (
     HIDDEN_DECAY_FLOOR,
     HIDDEN_SOURCE_WEIGHTS,
@@ -44,8 +38,10 @@ from memory_pipelines.tuning.simulate import (
     simulate_log,
     write_log_rows,
 )
+from memory_pipelines.tuning.sparse import poisson_interval
 from memory_pipelines.vocabulary import CONTEXT_MODES as MODES
-from tests.factories import add_event, add_goal, add_learning, add_task
+from tests.factories import add_auth_history, add_task
+from tests.test_cli import run_cli
 
 
 def wrong_config() -> ScoringConfig:
@@ -123,14 +119,18 @@ def _by_name(params: list[dict]) -> dict[str, dict]:
     return {p["name"]: p for p in params}
 
 
+def _tune(frames: Any, options: FitOptions, active: ScoringConfig | None = None, **evaluation: Any) -> dict:
+    """The simulated log split by time (the newest 30 % held out), fitted and evaluated against `active`."""
+    train, test = time_split(frames.builds, 0.3)
+    return tune_and_evaluate(frames.candidates, frames.builds, train, test, active or ScoringConfig(),
+                             options=options, **evaluation)
+
+
 def test_fit_recovers_hidden_source_weights_and_decay_floor_and_carries_them_to_the_proposal():
     truth = hidden_source_truth()  # the seed's mode weights × task 0.5, memory 2.0; pure exponential decay
     frames = simulate_log(SimSpec(truth=truth, n_builds=1200, seed=27))
-    train, test = time_split(frames.builds, 0.3)
     active = ScoringConfig()
-    result = tune_and_evaluate(
-        frames.candidates, frames.builds, train, test, active, options=FitOptions(n_boot=30), n_boot_eval=200
-    )
+    result = _tune(frames, FitOptions(n_boot=30), active, n_boot_eval=200)
     params = _by_name(result["fit"]["params"])
     for source in ("task", "learning", "capability", "memory", "event"):
         p = params[f"source_weight.{source}"]
@@ -165,17 +165,8 @@ def test_fit_recovers_hidden_source_weights_and_decay_floor_and_carries_them_to_
 def test_source_weights_reach_modes_whose_cells_are_too_thin():
     truth = hidden_source_truth()
     frames = simulate_log(SimSpec(truth=truth, n_builds=1200, seed=24))
-    train, test = time_split(frames.builds, 0.3)
     # cells (source × mode) have ~1/4 of a source's samples: with this threshold sources are fitted, cells not
-    result = tune_and_evaluate(
-        frames.candidates,
-        frames.builds,
-        train,
-        test,
-        ScoringConfig(),
-        options=FitOptions(n_boot=20, min_samples=1500),
-        n_boot_eval=500,
-    )
+    result = _tune(frames, FitOptions(n_boot=20, min_samples=1500), n_boot_eval=500)
     params = _by_name(result["fit"]["params"])
     assert all(p["status"] == "thin" for p in result["fit"]["params"] if p["kind"] == "weight")
     assert params["source_weight.memory"]["status"] == "fitted" and params["source_weight.task"]["status"] == "fitted"
@@ -283,11 +274,11 @@ def test_a_raised_relevance_floor_is_replayed_as_online_and_trims_only_the_tail(
     row = per_build_metrics(cands, too_high).iloc[0]  # nothing clears it: all floored, the used one never found
     assert (row["n_used"], row["ndcg@10"], row["hit@5"]) == (1, 0.0, 0.0)
 
-    params = {p.name: p for p in _relevance_floor_params(cands, active, active, True, FitOptions(n_boot=20))}
+    params = {p.name: p for p in relevance_floor_params(cands, active, active, True, FitOptions(n_boot=20))}
     sem, kw = params["relevance_floor.semantic"], params["relevance_floor.keyword"]
     assert sem.status == "no_change" and sem.value == sem.active  # a floor cannot reorder what search ranked
     assert kw.status == "no_change" and kw.value == kw.active
-    thin = _relevance_floor_params(_floor_log(50), active, active, True, FitOptions(n_boot=5))
+    thin = relevance_floor_params(_floor_log(50), active, active, True, FitOptions(n_boot=5))
     assert {p.status for p in thin} == {"thin"} and all(p.value == p.active for p in thin)
 
 
@@ -370,10 +361,7 @@ def test_even_a_forced_proposal_shows_no_improvement_on_a_log_without_signal():
 
 def test_gate_blocks_thin_data_and_out_of_bounds_parameters():
     frames = simulate_log(SimSpec(n_builds=120, seed=4))
-    train, test = time_split(frames.builds, 0.3)
-    result = tune_and_evaluate(
-        frames.candidates, frames.builds, train, test, ScoringConfig(), options=FitOptions(n_boot=5)
-    )
+    result = _tune(frames, FitOptions(n_boot=5))
     failed = {r.split(":")[0] for r in decide(result)["reasons"]}
     assert "enough_data" in failed
     result["proposed"]["mode_weights"]["task"]["plan"] = 50.0
@@ -399,16 +387,7 @@ def test_hit_rate_report_and_plots(tmp_path):
     assert set(table["age_bucket"]) >= {"<1d", "7-30d", "n/a"} - {"n/a"}
     ok = table[table["labelled"] > 0]
     assert ((ok["ci_low"] <= ok["hit_rate"]) & (ok["hit_rate"] <= ok["ci_high"])).all()
-    train, test = time_split(frames.builds, 0.3)
-    result = tune_and_evaluate(
-        frames.candidates,
-        frames.builds,
-        train,
-        test,
-        ScoringConfig(),
-        options=FitOptions(n_boot=0),
-        n_boot_eval=100,
-    )
+    result = _tune(frames, FitOptions(n_boot=0), n_boot_eval=100)
     paths = write_plots(frames.candidates, result, tmp_path / "plots")
     assert {p.name for p in paths} == {"hit_rate_source_mode.png", "hit_rate_by_age.png", "evaluation.png"}
     for p in paths:
@@ -417,11 +396,7 @@ def test_hit_rate_report_and_plots(tmp_path):
 
 def test_load_log_reads_the_real_builders_log_with_feedback_only(pool, fake_embedder):
     with pool.connection() as conn:
-        add_goal(conn, "alice", "Cut retrieval latency", priority=0)
-        for i in range(8):
-            add_task(conn, "alice", f"login auth error {i}", f"token expired variant {i}", days=1 + 5 * i)
-        add_learning(conn, "alice", "auth error: expired token", "refresh before expiry", days=20)
-        add_event(conn, "alice", "task_failed", {"error": "auth error 401"}, hours=3)
+        add_auth_history(conn, "alice", goal="Cut retrieval latency", tasks=8, error="auth error 401")
         add_task(conn, "bob", "login auth error bob", "bob only", days=1)
     embed_all(pool, fake_embedder)
     index_all(pool)
@@ -452,14 +427,7 @@ def test_exploration_is_off_by_default_and_validated():
 
 
 def _cli(args: list[str], db_url: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DATABASE_URL": db_url, "MEMORY_PIPELINES_EMBEDDER": "fake"}
-    return subprocess.run(
-        [sys.executable, "-m", "memory_pipelines.surfaces.cli", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=240,
-    )
+    return run_cli(args, {"DATABASE_URL": db_url, "MEMORY_PIPELINES_EMBEDDER": "fake"}, timeout=240)
 
 
 @pytest.mark.slow

@@ -4,7 +4,7 @@
 Chromium is the system one (`/usr/bin/chromium`, `apt-get install -y chromium`); browsers are never downloaded.
 Every request a page makes is recorded: all of them must go to the local server (no CDN, no fonts, nothing else).
 
-`MEMORY_PIPELINES_SCREENSHOT=docs/web-view.png pytest tests/test_web.py` also writes the README's screenshot.
+`MEMORY_PIPELINES_SCREENSHOT=docs/web-view.png pytest tests/test_web.py` also writes the web view's screenshot in docs/.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def browser() -> Iterator:
     """Chromium from Debian through Playwright; fails (never skips) when either is missing."""
     if not os.access(CHROMIUM, os.X_OK):
         pytest.fail(f"{CHROMIUM} is missing: the browser tests need Debian's Chromium. Install it with "
-                    "`apt-get update && apt-get install -y chromium` (.ci/run does this when it is missing).")
+                    "`apt-get update && apt-get install -y chromium` (`make test` does this when it is missing).")
     try:
         from playwright.sync_api import sync_playwright
     except ModuleNotFoundError:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -13,15 +14,26 @@ import numpy as np
 from psycopg_pool import ConnectionPool
 
 from ..embeddings import Embedder
-from ..infra.errors import ValidationError, check_storable
-from ..retrieval.search import embed_query, language
+from ..infra.errors import ValidationError
+from ..retrieval.learnings import task_query
+from ..retrieval.query import Query, embed_query
 from ..vocabulary import CONTEXT_MODES, DEFAULT_BUDGET, MAX_BUDGET, MIN_BUDGET
 from .budget import fit_to_budget
 from .config import active_config
 from .exploration import exploration_order, explore_rate, should_explore
 from .log import write_log
 from .mmr import mmr_select
-from .retrieve import Candidate, add_features, event_candidates, load_profile, score_all, semantic_candidates
+from .retrieve import (
+    Candidate,
+    add_features,
+    boost_task_learnings,
+    event_candidates,
+    load_profile,
+    score_all,
+    semantic_candidates,
+    task_learnings,
+    with_task_learnings,
+)
 from .scoring import apply_floor
 
 log = logging.getLogger(__name__)
@@ -91,14 +103,14 @@ def format_line(c: Candidate) -> str:
     return f"{head}: {body[:240]}" if body else head
 
 
-def _validate(query: str, mode: str, budget: int) -> None:
-    if not isinstance(query, str) or not query.strip():
-        raise ValidationError("query", "must be a non-empty string")
-    check_storable("query", query)
+def _validate(query: str, mode: str, budget: int) -> Query:
+    """The checked query (search takes it as checked); ValidationError naming the field otherwise."""
+    checked = Query.checked(query)
     if mode not in CONTEXT_MODES:
         raise ValidationError("mode", f"must be one of {list(CONTEXT_MODES)}")
     if not isinstance(budget, int) or isinstance(budget, bool) or not MIN_BUDGET <= budget <= MAX_BUDGET:
         raise ValidationError("token_budget", f"must be an integer from {MIN_BUDGET} to {MAX_BUDGET}")
+    return checked
 
 
 def build_memory_context(
@@ -114,6 +126,7 @@ def build_memory_context(
     log_build: bool = True,
     depth: int = 20,
     exploration: float | None = None,
+    task: Mapping[str, Any] | None = None,
 ) -> ContextResult:
     """The context block for `query` within `token_budget` tokens, for one owner.
 
@@ -121,8 +134,11 @@ def build_memory_context(
     `as_of` evaluates as of a past moment (only rows created by then; decay measured from then).
     `exploration` is the share of builds injected in random order (default MEMORY_PIPELINES_EXPLORE_RATE,
     off when unset); such builds are logged as randomized for unbiased offline evaluation.
+    `task` ({task_type, failure_class, event_type}): the learnings matching it join the candidates and rank by the
+    learnings spec's score too.
     """
-    _validate(query, mode, token_budget)
+    checked = _validate(query, mode, token_budget)
+    task_q = task_query(task, "task.") if task is not None else None
     t0 = time.perf_counter()
     now = as_of or datetime.now(UTC)
     degraded = None
@@ -131,14 +147,20 @@ def build_memory_context(
         qvec, degraded = embed_query(embedder, query)
     t_embed = time.perf_counter()
     config = active_config(pool)
-    semantic = _executor.submit(semantic_candidates, pool, embedder, owner, query, qvec, as_of, depth)
-    events = _executor.submit(event_candidates, pool, embedder, owner, query, qvec, mode, now)
+    semantic = _executor.submit(semantic_candidates, pool, embedder, owner, checked, qvec, as_of, depth)
+    events = _executor.submit(event_candidates, pool, embedder, owner, checked, qvec, mode, now)
     profile = _executor.submit(load_profile, pool, owner, mode)
-    qlang = language(query)
+    matched = _executor.submit(task_learnings, pool, owner, task_q, now, depth) if task_q else None
+    qlang = checked.language
     retrieved = semantic.result(), events.result()
     for group in retrieved:  # channel ranks are within each retrieval, before the floor
         add_features(group, qlang, now)
     candidates, floored = apply_floor(retrieved[0] + retrieved[1], config)
+    task_matched = matched.result() if matched else {}
+    if task_matched:
+        kept = len(candidates)
+        candidates = with_task_learnings(candidates, task_matched)
+        add_features(candidates[kept:], qlang, now)
     prof = profile.result()
     add_features(prof.goals, qlang, now)
     t_retrieve = time.perf_counter()
@@ -147,6 +169,7 @@ def build_memory_context(
                  mode, floored, floored + len(candidates))
 
     score_all(candidates, config, mode, now)
+    boost_task_learnings(candidates, task_matched)
     score_all(prof.goals, config, mode, now)
     ranked = sorted(candidates, key=lambda c: c.score, reverse=True)
     order = mmr_select(ranked, k=len(ranked), lam=MMR_LAMBDA)

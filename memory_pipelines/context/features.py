@@ -1,16 +1,16 @@
-"""What a learned ranker sees of one candidate, and the ranker itself (issue 12, item 5). Pure: no I/O.
+"""What a learned ranker sees of one candidate, and the ranker itself. Pure: no I/O.
 
 `candidate_features` turns the candidates of one retrieval into compact dicts, written with every logged
 candidate (`retrieval_candidates.features`, sql/009):
 
 - `fused`: the hybrid search's score (the relevance the plain builder uses, neighbour lift included);
-- `semantic` / `keyword`: each channel's calibrated score (`retrieval/search.calibrate_*`), null when the
+- `semantic` / `keyword`: each channel's calibrated score (`retrieval/*.calibrate_*`), null when the
   channel did not find the item; `keyword_evidence`: the keyword match against the corpus's strongest
-  one-term match (`search.Hit.keyword_evidence`);
+  one-term match (`hits.Hit.keyword_evidence`);
 - `rank_semantic` / `rank_keyword`: the item's 1-based rank within its retrieval by that channel's score
   (ranked before the relevance floor, so a config's floor does not move them), null when absent;
 - `neighbour_gain`: the lift a neighbouring strong hit gave it (`retrieval/neighbours.py`), 0 if none;
-- `same_language`: the query and the item are in the same language (`search.language`);
+- `same_language`: the query and the item are in the same language (`text.language`);
 - `source`, `age_days`: what decay and mode weights read (kept for analysis; the ranker does not use them).
 
 `Ranker` is a logistic model over `RANKER_INPUTS` (standardised), stored in a scoring config's
@@ -28,7 +28,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from ..infra.errors import ValidationError
-from ..retrieval.search import language
+from ..text.language import language
 
 
 class Retrieved(Protocol):
@@ -53,7 +53,7 @@ def _ranks(values: Sequence[float | None]) -> list[int | None]:
 
 def candidate_features(candidates: Sequence[Retrieved], query_language: str, now: datetime) -> list[dict[str, Any]]:
     """The features of each candidate of one retrieval (same order). `query_language` is
-    `search.language(query)`; ages are measured from `now` (the build's moment)."""
+    `text.language.language(query)`; ages are measured from `now` (the build's moment)."""
     rank_sem = _ranks([c.semantic for c in candidates])
     rank_kw = _ranks([c.keyword for c in candidates])
     out = []

@@ -177,19 +177,28 @@ def hit_rates(pool: ConnectionPool, owner: str, *, days: int = 30, today: date |
     start = today - timedelta(days=days - 1)
     since = datetime(start.year, start.month, start.day, tzinfo=UTC)
     until = since + timedelta(days=days)
-    window = {"owner": owner, "since": since, "until": until}
+    window = {"owner": owner, "since": since, "until": until, "first": start, "end": start + timedelta(days=days)}
     with pool.connection() as conn:
+        # Live rows plus the roll-up of pruned ones (operations/retention.py): each row is counted in one of the two.
         per_day = conn.execute(
-            "SELECT (r.created_at AT TIME ZONE 'UTC')::date, count(*), count(r.feedback_at) FROM retrievals r"
-            " WHERE r.owner_id = %(owner)s AND r.created_at >= %(since)s AND r.created_at < %(until)s"
-            " GROUP BY 1",
+            "SELECT day, sum(n)::bigint, sum(fb)::bigint FROM ("
+            " SELECT (r.created_at AT TIME ZONE 'UTC')::date AS day, count(*) AS n, count(r.feedback_at) AS fb"
+            " FROM retrievals r"
+            " WHERE r.owner_id = %(owner)s AND r.created_at >= %(since)s AND r.created_at < %(until)s GROUP BY 1"
+            " UNION ALL SELECT day, builds, with_feedback FROM retrieval_daily"
+            " WHERE owner_id = %(owner)s AND day >= %(first)s AND day < %(end)s) s GROUP BY day",
             window,
         ).fetchall()
         marks = conn.execute(
-            "SELECT (r.created_at AT TIME ZONE 'UTC')::date, c.source, count(*), count(*) FILTER (WHERE c.used)"
+            "SELECT day, source, sum(n)::bigint, sum(u)::bigint FROM ("
+            " SELECT (r.created_at AT TIME ZONE 'UTC')::date AS day, c.source, count(*) AS n,"
+            " count(*) FILTER (WHERE c.used) AS u"
             " FROM retrievals r JOIN retrieval_candidates c ON c.retrieval_id = r.id AND c.owner_id = r.owner_id"
             " WHERE r.owner_id = %(owner)s AND r.created_at >= %(since)s AND r.created_at < %(until)s"
-            " AND r.feedback_at IS NOT NULL AND c.injected GROUP BY 1, 2",
+            " AND r.feedback_at IS NOT NULL AND c.injected GROUP BY 1, 2"
+            " UNION ALL SELECT day, source, injected_fb, used_injected_fb FROM retrieval_daily_items"
+            " WHERE owner_id = %(owner)s AND day >= %(first)s AND day < %(end)s AND injected_fb > 0) s"
+            " GROUP BY day, source",
             window,
         ).fetchall()
     counts = {d: (int(n), int(fb)) for d, n, fb in per_day}

@@ -11,7 +11,7 @@ Two overlap measures between the output and the block line the agent was shown:
   that says 令牌 matches an item that says token.
 
 The decision is one number against one constant: evidence = max(semantic, lexical) ≥ IMPLICIT_THRESHOLD. How
-the constant was measured is in README.md ("Implicit feedback") and `scripts/calibrate_implicit.py`.
+the constant was measured is in docs/tuning.md ("Implicit feedback threshold") and `scripts/calibrate_implicit.py`.
 No I/O here: log.record_implicit_feedback reads the build, embeds and writes.
 """
 
@@ -31,7 +31,7 @@ IMPLICIT_THRESHOLD = 0.7
 """An injected item counts as used when max(semantic, lexical) reaches this. Measured with the bundled model on
 the demo corpus's 300 simulated sessions (2 262 injected items with evidence, 296 really used): chosen on the
 even sessions as the best F1 with precision ≥ 0.8; on the odd (held-out) ones precision 0.80, recall 0.60
-(scripts/calibrate_implicit.py; README "Implicit feedback")."""
+(scripts/calibrate_implicit.py; docs/tuning.md)."""
 MIN_DISTINCTIVE = 4
 """The lexical share divides by at least this many terms: an item with two distinctive words is not 'used'
 because an answer happens to say one of them."""

@@ -11,7 +11,19 @@ from psycopg_pool import ConnectionPool
 
 from ..embeddings import Embedder
 from ..infra.db import reading
-from ..retrieval.search import Hit, SearchFilters, calibrated_similarity, language, search
+from ..retrieval.filters import SearchFilters
+from ..retrieval.hits import Hit
+from ..retrieval.learnings import (
+    BOOST_WEIGHT,
+    MAX_SCORE,
+    LearningQuery,
+    ScoredLearning,
+    matches_task,
+    structured_learnings,
+)
+from ..retrieval.query import Query
+from ..retrieval.search import search
+from ..retrieval.semantic import calibrated_similarity
 from ..vocabulary import EVENT_WINDOW_HOURS, SEARCH_SOURCES
 from .features import candidate_features
 from .scoring import ScoringConfig
@@ -38,14 +50,13 @@ class Candidate:
     keyword: float | None = None
     """The keyword channel's calibrated score, None if not found."""
     keyword_evidence: float | None = None
-    """The keyword match against the corpus's strongest possible one-term match (`search.Hit.keyword_evidence`)."""
+    """The keyword match against the corpus's strongest possible one-term match (`hits.Hit.keyword_evidence`)."""
     features: dict[str, Any] | None = None
     """What a learned ranker sees (`features.candidate_features`), logged with the candidate."""
 
 
-def _candidates(hits: list[Hit], embedder: Embedder, query: str) -> list[Candidate]:
+def _candidates(hits: list[Hit], embedder: Embedder, qlang: str) -> list[Candidate]:
     """Search hits as candidates, with both channels on the calibrated scale (for the relevance floor)."""
-    qlang = language(query)
     return [
         Candidate(
             source=h.source,
@@ -68,7 +79,7 @@ def _search(
     pool: ConnectionPool,
     embedder: Embedder,
     owner: str,
-    query: str,
+    query: Query,
     qvec: np.ndarray | None,
     filters: SearchFilters,
     limit: int,
@@ -84,14 +95,14 @@ def _search(
         limit=limit,
         query_vector=qvec,
     )
-    return _candidates(result.hits, embedder, query)
+    return _candidates(result.hits, embedder, query.language)
 
 
 def semantic_candidates(
     pool: ConnectionPool,
     embedder: Embedder,
     owner: str,
-    query: str,
+    query: Query,
     qvec: np.ndarray | None,
     as_of: datetime | None,
     depth: int = 20,
@@ -104,7 +115,7 @@ def event_candidates(
     pool: ConnectionPool,
     embedder: Embedder,
     owner: str,
-    query: str,
+    query: Query,
     qvec: np.ndarray | None,
     mode: str,
     now: datetime,
@@ -116,6 +127,38 @@ def event_candidates(
     hours = EVENT_WINDOW_HOURS.get(mode, EVENT_WINDOW_HOURS["default"])
     filters = SearchFilters(sources=("event",), time_range_days=hours / 24, as_of=now)
     return _search(pool, embedder, owner, query, qvec, filters, limit)
+
+
+def task_learnings(
+    pool: ConnectionPool, owner: str, task: LearningQuery, now: datetime, depth: int = 20
+) -> dict[str, ScoredLearning]:
+    """The owner's learnings that match the task context (its type, failure class or trigger event), by the
+    learnings spec's score (retrieval/learnings.py), best first, as of `now`."""
+    scored = structured_learnings(pool, owner, task, limit=depth, now=now)
+    return {s.id: s for s in scored if matches_task(s)}
+
+
+def with_task_learnings(candidates: list[Candidate], matched: dict[str, ScoredLearning]) -> list[Candidate]:
+    """The candidates plus the task-matched learnings search did not bring (the task match is their evidence;
+    relevance 0 until `boost_task_learnings`)."""
+    found = {c.id for c in candidates if c.source == "learning"}
+    added = [
+        Candidate(source="learning", id=s.id, title=s.title, text=f"{s.title}\n{s.content}", created_at=s.created_at,
+                  relevance=0.0, extra={"task_type": s.task_type, "failure_class": s.failure_class,
+                                        "trigger_event": s.trigger_event, "category": s.category})
+        for s in matched.values() if s.id not in found
+    ]
+    return candidates + added
+
+
+def boost_task_learnings(candidates: list[Candidate], matched: dict[str, ScoredLearning]) -> None:
+    """Add the learnings spec's score, scaled into [0, BOOST_WEIGHT] (as its phase 2 does), to the relevance of
+    each task-matched learning, and score it again (after `score_all`: a ranker's relevance is boosted alike)."""
+    for c in candidates:
+        s = matched.get(c.id) if c.source == "learning" else None
+        if s is not None:
+            c.relevance += BOOST_WEIGHT * s.score / MAX_SCORE
+            c.score = c.relevance * c.decay * c.mode_weight
 
 
 @dataclass
@@ -131,7 +174,7 @@ def load_profile(pool: ConnectionPool, owner: str, mode: str, limit: int = 3) ->
     with reading(pool) as conn:
         rows = conn.execute(
             "SELECT id::text, title, status, progress, created_at FROM goals"
-            " WHERE owner_id = %s AND status IN ('in_progress', 'pending')"
+            " WHERE owner_id = %s AND is_active AND status IN ('in_progress', 'pending')"
             " ORDER BY priority ASC, progress DESC LIMIT %s",
             (owner, limit),
         ).fetchall()

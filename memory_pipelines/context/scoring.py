@@ -1,10 +1,10 @@
 """Pure scoring: score = relevance × bounded decay × bounded weight, after a relevance floor.
 
 The context-builder spec's `relevance × timeDecay(halfLife[source]) × modeWeight[source][mode]`, bounded so that
-recency and mode weights reorder relevant items but never bury them (issue 11):
+recency and mode weights reorder relevant items but never bury them:
 
 - **floor**: a candidate enters when one of its channels clears that channel's floor on the calibrated
-  scale of search (`retrieval/search.calibrate_*`: 0 is the model's floor for unrelated texts of the language
+  scale of search (`retrieval/*.calibrate_*`: 0 is the model's floor for unrelated texts of the language
   pair; keyword BM25 saturated), when it is a conversation turn lifted by an adjacent top hit, or when search
   ranks it at least as high as a candidate that enters (`ranked_floor`). An empty slot is better than noise, and
   noise is what ranks below everything relevant: the floor trims the tail of search's ranking, never its middle.
@@ -17,9 +17,7 @@ recency and mode weights reorder relevant items but never bury them (issue 11):
 
 So one item can outscore another of higher relevance by at most hi / (lo · decay_floor) (1.95× with the defaults:
 recency and mode reorder items of comparable relevance; they do not lift a loosely related item over the one
-asked for). The first bounds, 0.5 and 0.5 – 1.5 (6×), let a fresh capability of relevance 0.44 outrank the
-learning asked for by its exact title (0.75, decayed and weighted to 0.42), and kept its other-language twin
-out of 37 % of blocks (tests/test_context_relevance.py).
+asked for: tests/test_context_relevance.py, docs/retrieval-quality.md).
 The offline tuner (memory_pipelines.tuning) uses these same functions, so online and offline agree.
 """
 
@@ -36,12 +34,10 @@ from .features import Ranker
 SEED_HALF_LIVES: dict[str, float | None] = seed_half_lives()
 SEED_MODE_WEIGHTS: dict[str, dict[str, float]] = seed_mode_weights()
 
-# Floors on the calibrated channel scores (search.calibrate_semantic / calibrate_keyword), chosen from what the
-# calibration means and checked on three sets, not fitted to one: see README, "Token-budgeted context and
-# feedback" (the semantic floor was 0.40, which floored 45 % of memorybank_cross_dev's gold translations).
-# The keyword floor reads the match's evidence (BM25 over the corpus's strongest one-term match, search.Hit.
-# keyword_evidence), so it means the same in a corpus of 2 documents or of 100,000; 0.25 is what the former floor on
-# saturated BM25 (0.10, BM25 1.1) was at the demo corpus's 100-400 documents per owner and source.
+# Floors on the calibrated channel scores (retrieval calibrate_semantic / calibrate_keyword), chosen from what the
+# calibration means and checked on three sets, not fitted to one (docs/retrieval-quality.md). The keyword floor
+# reads the match's evidence (BM25 over the corpus's strongest one-term match, hits.Hit.keyword_evidence), so
+# it means the same in a corpus of 2 documents or of 100,000.
 RELEVANCE_FLOORS: dict[str, float] = {"semantic": 0.30, "keyword": 0.25}
 DECAY_FLOOR = 0.8
 PROFILE_SOURCES = ("okr",)  # the profile is injected first whatever its score: no ranker applies to it

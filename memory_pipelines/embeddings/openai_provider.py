@@ -1,8 +1,8 @@
 """OpenAI (or any OpenAI-compatible server) embeddings through the official `openai` client.
 
-The client's own retries are disabled; `memory_pipelines.retry.call_with_retries` retries 429, 5xx,
-timeouts and connection errors with backoff. Requests are bounded by input count and total tokens,
-and single inputs are truncated to the model's 8191-token limit.
+The client is the one the chat model uses too (`infra.openai_client`: retries 429, 5xx, timeouts and connection
+errors with backoff). Requests are bounded by input count and total tokens, and single inputs are truncated to
+the model's 8191-token limit.
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..infra.errors import ConfigError
-from ..infra.redact import redact, redact_url
-from ..infra.retry import RetriesExhausted, call_with_retries, describe_error, status_code
+from ..infra.openai_client import OpenAIClient
+from ..infra.retry import RetriesExhausted, describe_error, status_code
 from ..text.tokens import count_tokens, truncate_to_tokens
 from .base import Embedder, EmbeddingAuthError, EmbeddingError, normalise
 
@@ -52,20 +51,14 @@ class OpenAIEmbedder(Embedder):
         *,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        import openai
-
-        if not api_key:
-            raise ConfigError("the OpenAI embedder needs an API key. Fix: set OPENAI_API_KEY.")
-        self._client = openai.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0)
-        self.base_url = redact_url(str(self._client.base_url))  # for messages: without a password
+        self.client = OpenAIClient(api_key, base_url, user="the OpenAI embedder", timeout=timeout,
+                                   max_retries=max_retries, backoff_base=backoff_base, backoff_max=backoff_max,
+                                   sleep=sleep)
+        self.base_url = self.client.base_url
         self.model_name = model
         self.dimensions = dimensions
         self.batch_size = max_inputs
         self.max_tokens_per_request = max_tokens_per_request
-        self.max_retries = max_retries
-        self.backoff_base = backoff_base
-        self.backoff_max = backoff_max
-        self.sleep = sleep
         self._dimension: int | None = dimensions or KNOWN_DIMENSIONS.get(model)
         self._probe_lock = threading.Lock()
 
@@ -128,13 +121,7 @@ class OpenAIEmbedder(Embedder):
         if self.dimensions:
             kwargs["dimensions"] = self.dimensions
         try:
-            response = call_with_retries(
-                lambda: self._client.embeddings.create(**kwargs),
-                max_retries=self.max_retries,
-                backoff_base=self.backoff_base,
-                backoff_max=self.backoff_max,
-                sleep=self.sleep,
-            )
+            response = self.client.call(lambda: self.client.api.embeddings.create(**kwargs))
         except Exception as exc:
             raise self._translate(exc) from exc
         rows = sorted(response.data, key=lambda item: item.index)
@@ -155,7 +142,7 @@ class OpenAIEmbedder(Embedder):
                 f"the OpenAI API key was rejected by {self.base_url} (HTTP {status}). "
                 "Fix: check OPENAI_API_KEY (or unset it to use the local model)."
             )
-        detail = redact(getattr(exc, "message", None) or str(exc), self._client.api_key)  # may quote the key
+        detail = self.client.redact(getattr(exc, "message", None) or str(exc))
         return EmbeddingError(
             f"OpenAI embeddings request to {self.base_url} failed ({describe_error(exc)}): {detail}"
         )

@@ -7,10 +7,13 @@ changed since they were indexed are re-indexed (delete then insert); `full=True`
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import psycopg
 from psycopg import sql
+from psycopg.copy import QueuedLibpqWriter
 from psycopg_pool import ConnectionPool
 
 from ..text.keywords import term_counts
@@ -40,6 +43,7 @@ def _stale_sql(source_name: str, full: bool) -> str:
 
 
 BM25_K1, BM25_B = 1.2, 0.75
+QUEUED_COPY_MIN_ROWS = 20_000
 
 
 def impact(tf: int, doc_len: int, avg_len: float) -> float:
@@ -84,10 +88,22 @@ def _average_lengths(
 
 
 def index_rows(
-    conn: psycopg.Connection, source_name: str, rows: list[tuple[str, str, str, str]], totals: Totals | None = None
+    conn: psycopg.Connection, source_name: str, rows: list[tuple[str, str, str, str]], totals: Totals | None = None,
+    counts: Sequence[Counter[str]] | None = None,
 ) -> int:
     """(Re)index the given (id, owner, text, hash) rows of one source; returns terms written. `totals`: the
-    running per-owner lengths of a bulk pass (`_average_lengths`), kept current here."""
+    running per-owner lengths of a bulk pass (`_average_lengths`), kept current here. `counts`: the rows' term
+    counts when the caller made them already (in a thread, while the previous batch was being written). Rows
+    deleted since they were read are skipped; the others stay locked against deletion until the caller commits
+    (a removal waits, then deletes these postings too)."""
+    table = INDEXED[source_name]
+    live = {r[0] for r in conn.execute(
+        f"SELECT t.id::text FROM {table.table} t WHERE t.id = ANY(%s::{table.id_type}[]) FOR KEY SHARE",
+        ([r[0] for r in rows],),
+    )}
+    if counts is not None:
+        counts = [c for r, c in zip(rows, counts, strict=True) if r[0] in live]
+    rows = [r for r in rows if r[0] in live]
     ids = [r[0] for r in rows]
     replaced = conn.execute(
         "DELETE FROM keyword_docs WHERE source = %s AND item_id = ANY(%s) RETURNING owner_id, doc_len",
@@ -99,22 +115,26 @@ def index_rows(
                 totals[owner][0] -= doc_len
                 totals[owner][1] -= 1
     docs, counted = [], []
-    for item_id, owner, text, content_hash in rows:
-        counts = term_counts(text)
-        docs.append((source_name, item_id, owner, sum(counts.values()), content_hash))
-        counted.append(counts)
+    for (item_id, owner, _text, content_hash), counts_of in zip(
+        rows, counts if counts is not None else (term_counts(r[2]) for r in rows), strict=True
+    ):
+        docs.append((source_name, item_id, owner, sum(counts_of.values()), content_hash))
+        counted.append(counts_of)
     avg = _average_lengths(conn, source_name, docs, totals)
     terms = [
         (source_name, doc[1], doc[2], term, tf, impact(tf, doc[3], avg[doc[2]]))
-        for doc, counts in zip(docs, counted, strict=True)
-        for term, tf in counts.items()
+        for doc, counts_of in zip(docs, counted, strict=True)
+        for term, tf in counts_of.items()
     ]
     with conn.cursor() as cur:
         sql = "COPY keyword_docs (source, item_id, owner_id, doc_len, content_hash) FROM STDIN"
         with cur.copy(sql) as copy:
             for doc in docs:
                 copy.write_row(doc)
-        with cur.copy("COPY keywords (source, item_id, owner_id, keyword, tf, impact) FROM STDIN") as copy:
+        # Many postings: sent from a thread, so rows are formatted here while the server stores the ones before.
+        writer = QueuedLibpqWriter(cur) if len(terms) > QUEUED_COPY_MIN_ROWS else None
+        with cur.copy("COPY keywords (source, item_id, owner_id, keyword, tf, impact) FROM STDIN",
+                      writer=writer) as copy:
             for term in terms:
                 copy.write_row(term)
     return len(terms)
@@ -135,8 +155,8 @@ def analyze_if_grown(conn: psycopg.Connection, written: dict[str, int]) -> list[
     """ANALYZE each table that just took more rows (`written`: table -> rows) than autovacuum's threshold for an
     analyze (50 + 10 % of the table as last analyzed, or never analyzed); returns those analyzed. Statements
     that join what a bulk pass wrote come next, and autovacuum may not have run yet (nor even seen the writes:
-    a backend reports them when idle): planned on the empty table's statistics, the weight refresh after the
-    demo corpus's first keyword pass (11k postings) ran a nested loop for 53-65 s instead of 0.4 s."""
+    a backend reports them when idle): planned on the empty table's statistics, the weight refresh that follows a
+    first keyword pass runs a nested loop for a minute instead of under a second."""
     due = []
     for table, rows in written.items():
         if rows <= 50:  # under the threshold of any table: no need to ask its size

@@ -3,16 +3,11 @@ of a table than an exact scan reads cheaply. They are the only vector indexes of
 
 Every vector search is scoped to one owner (DESIGN: no path reads another owner's rows). An owner at or under
 EXACT_SCAN_MAX_ROWS is scanned exactly, which is exact and cheap (~2 µs a row). An owner above it searches a
-graph of her own rows alone: an unfiltered search there found 0.994 of her exact top 10 at 1M rows in 5 ms
-(`ef_search` 200), where a filtered search of the table's whole graph found 0.980 at pgvector's longest
-candidate list in 23 ms (bench/filtered_recall.py; pgvector's README advises the same for filters on a few
-values). Owners' rows are disjoint, so these graphs hold at most as many rows as the table.
-
-Until migration 012 each table also had a graph of all its rows. It served only an owner holding more than half
-of the table (the others were scanned exactly or had their own graph), yet every write paid an insert into it
-and every bulk load its rebuild: 20-36 s of a 100k-row backfill whose owners were all scanned exactly
-(bench/backfill_throughput.py). Now that owner gets her own graph like the others, and a table of many small
-owners carries no graph at all.
+graph of her own rows alone, an unfiltered search with better recall at a shorter candidate list than a
+filtered search of a whole-table graph (bench/filtered_recall.py, docs/performance.md; pgvector's README
+advises the same for filters on a few values). Owners' rows are disjoint, so these graphs hold at most as many
+rows as the table, and a table of many small owners carries no graph at all: no write pays an insert into a
+graph that no search reads.
 
 The planner takes the partial index when the query's `owner_id = value` implies its predicate, which needs a
 custom plan (the pool forces them). `sync_owner_indexes` builds the missing ones (CONCURRENTLY: writes go on)

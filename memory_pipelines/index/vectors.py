@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import psycopg
 from psycopg_pool import ConnectionPool
@@ -146,27 +147,38 @@ def ensure_vector_indexes(conn: psycopg.Connection) -> list[str]:
     return [VECTOR_COLUMNS[i][2] for i in range(len(VECTOR_COLUMNS)) if restore_vector_index(conn, i)]
 
 
-def embed_source(
-    pool: ConnectionPool,
-    embedder: Embedder,
-    source_name: str,
-    *,
-    batch_size: int | None = None,
-    defer_index: bool | None = None,
-    max_consecutive_failures: int = 3,
-    progress: ProgressFn | None = None,
-    live: bool = False,
-) -> BackfillResult:
-    """Embed every pending row of one source, then build the owners' graphs that are missing.
+def embed_source(pool: ConnectionPool, embedder: Embedder, source_name: str, **options: Any) -> BackfillResult:
+    """Embed every pending row of one source, then build the owners' graphs that are missing. `options`: those of
+    `embed_buckets` (batch_size, defer_index, max_consecutive_failures, progress, live).
 
     `defer_index` drops the owners' graphs of the table before the load and builds them after; by default it
     does so when more than half of a table of over 2,000 rows needs embedding. The load holds the
     source's loader lock (shared), like the bucketed loads; whichever loader ends last builds the missing
     graphs, so a load killed after the drop is healed by the next run of any loader. `live`: see `embed_buckets`.
     """
-    return embed_buckets(pool, embedder, source_name, range(BUCKETS), BUCKETS, batch_size=batch_size,
-                         defer_index=defer_index, max_consecutive_failures=max_consecutive_failures,
-                         progress=progress, live=live)
+    return embed_buckets(pool, embedder, source_name, range(BUCKETS), BUCKETS, **options)
+
+
+def _embed_rows(embedder: Embedder, rows: list[tuple]) -> tuple[list | None, EmbeddingError | None]:
+    """The vectors of the rows' texts (second column), or the provider's failure; a refused key is raised, since
+    no later batch can succeed."""
+    try:
+        return embedder.embed([r[1] for r in rows], kind="passage"), None
+    except EmbeddingAuthError:
+        raise
+    except EmbeddingError as exc:
+        return None, exc
+
+
+def _keyset(pool: ConnectionPool, sql: str, params: dict[str, Any]) -> Iterator[list[tuple]]:
+    """The batches of a keyset query ordered by id, `params["after"]` moved past the last row of each."""
+    while True:
+        with pool.connection() as conn:
+            rows = conn.execute(sql, params).fetchall()
+        if not rows:
+            return
+        params["after"] = rows[-1][0]
+        yield rows
 
 
 def _load(
@@ -190,17 +202,9 @@ def _load(
     sql = _pending_sql(source, bucket is not None)
     consecutive_failures = 0
     try:
-        while True:
-            with pool.connection() as conn:
-                rows = conn.execute(sql, params).fetchall()
-            if not rows:
-                break
-            params["after"] = rows[-1][0]
-            try:
-                vectors = embedder.embed([r[1] for r in rows], kind="passage")
-            except EmbeddingAuthError:
-                raise
-            except EmbeddingError as exc:
+        for rows in _keyset(pool, sql, params):
+            vectors, exc = _embed_rows(embedder, rows)
+            if exc is not None:
                 result.failed += len(rows)
                 result.errors.append(str(exc))
                 consecutive_failures += 1
@@ -227,8 +231,13 @@ def _load(
 def embed_all(
     pool: ConnectionPool, embedder: Embedder, progress: ProgressFn | None = None
 ) -> list[BackfillResult]:
-    """Embed every pending row of every embedded source."""
-    return [embed_source(pool, embedder, name, progress=progress) for name in INDEXED_NAMES]
+    """Embed every pending row of every embedded source, then build the table-wide HNSW indexes that are missing
+    (`ensure_vector_indexes`), also when no row was pending: an index an interrupted load dropped comes back."""
+    results = [embed_source(pool, embedder, name, progress=progress) for name in INDEXED_NAMES]
+    with pool.connection() as conn:
+        for index in ensure_vector_indexes(conn):
+            log.warning("HNSW index %s was missing (an interrupted bulk load?); rebuilt it", index)
+    return results
 
 
 def pending_total(pool: ConnectionPool, model: str) -> int:
@@ -336,3 +345,50 @@ def embed_buckets(
                 count_pending(conn, source_name, model, bucket=b, buckets=buckets)[0] for b in todo)
     result.seconds = time.perf_counter() - started
     return result
+
+
+# --- the items a write left pending (the server's background worker) ----------------------------------------------
+
+ITEM_SOURCES: tuple[str, ...] = ("task", "learning", "capability", "event")
+"""The embedded sources callers write (store/items.py); goals are not embedded."""
+
+_UNEMBEDDED = "t.embedded_hash IS DISTINCT FROM t.content_hash"
+"""A live row whose indexed text has no current embedding: what `<table>_unembedded` (sql/013) lists."""
+
+
+def embed_pending_items(
+    pool: ConnectionPool, embedder: Embedder, owners: Sequence[str] | None = None, *, batch_size: int | None = None
+) -> dict[str, Any]:
+    """Embed the live task, learning, capability and event rows (of `owners`; None: every owner) whose indexed
+    text changed since it was embedded or never was, then build the graphs of the owners who crossed the
+    exact-scan cap. The rows are found through the small partial indexes of such rows, so a pass costs what it
+    embeds, not the size of the tables. A provider failure leaves the rest pending (the next pass, the backfill).
+    Returns {embedded, failed, pending, errors}."""
+    model = embedder.model_name
+    size = batch_size or max(embedder.batch_size, 16)
+    out: dict[str, Any] = {"embedded": 0, "failed": 0, "pending": 0, "errors": []}
+    scope = " AND t.owner_id = ANY(%(owners)s)" if owners is not None else ""
+    for name in ITEM_SOURCES:
+        source = INDEXED[name]
+        where = f"{source.active_sql} AND {_UNEMBEDDED}{scope}"
+        params: dict[str, Any] = {"owners": list(owners or []), "after": None, "limit": size, "model": model}
+        touched: set[str] = set()
+        pending = (f"SELECT t.id::text, {source.text_sql}, t.content_hash, t.owner_id FROM {source.from_sql}"
+                   f" WHERE {where} AND (%(after)s::uuid IS NULL OR t.id > %(after)s::uuid)"
+                   " ORDER BY t.id LIMIT %(limit)s")
+        for rows in _keyset(pool, pending, params):
+            vectors, exc = _embed_rows(embedder, rows)
+            if exc is not None:
+                out["failed"] += len(rows)
+                out["errors"].append(f"{name}: {exc}")
+                log.warning("embedding written %s rows failed (%s left pending): %s", name, len(rows), exc)
+                break
+            with pool.connection() as conn:
+                out["embedded"] += _write_batch(conn, source, rows, vectors, model)
+            touched.update(r[3] for r in rows)
+        with pool.connection() as conn:
+            if touched:
+                sync_owner_indexes(conn, embedder.dimension, tables=[source.table], owners=sorted(touched))
+            out["pending"] += conn.execute(
+                f"SELECT count(*) FROM {source.from_sql} WHERE {where}", params).fetchone()[0]
+    return out

@@ -20,6 +20,7 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 
 from .errors import ConfigError
+from .registry import live_registrants, pgserver_class
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +63,6 @@ def upgrade_embedded(home: Path, say: Callable[[str], None] = print) -> Path | N
     vector extension is created at the new version. Returns the kept old folder (None: nothing to do).
     Refuses while another process uses the server.
     """
-    from .db import live_registrants, pgserver_class
-
     PostgresServer = pgserver_class()
 
     pgdata = (Path(home) / "pgdata").resolve()

@@ -10,9 +10,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigError
-from .redact import redact, redact_url
-from .retry import RetriesExhausted, call_with_retries, describe_error, status_code
+from .openai_client import OpenAIClient
+from .retry import RetriesExhausted, describe_error, status_code
 
 if TYPE_CHECKING:
     from .settings import Settings
@@ -40,17 +39,11 @@ class ChatLLM:
         *,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        import openai
-
-        if not api_key:
-            raise ConfigError("the chat model needs an API key. Fix: set OPENAI_API_KEY.")
-        self._client = openai.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0)
-        self.base_url = redact_url(str(self._client.base_url))  # for messages: without a password
+        self.client = OpenAIClient(api_key, base_url, user="the chat model", timeout=timeout,
+                                   max_retries=max_retries, backoff_base=backoff_base, backoff_max=backoff_max,
+                                   sleep=sleep)
+        self.base_url = self.client.base_url
         self.model = model
-        self.max_retries = max_retries
-        self.backoff_base = backoff_base
-        self.backoff_max = backoff_max
-        self.sleep = sleep
         self.temperature = temperature
 
     @classmethod
@@ -87,13 +80,7 @@ class ChatLLM:
         if self.temperature is not None:
             kwargs["temperature"] = self.temperature
         try:
-            response = call_with_retries(
-                lambda: self._client.chat.completions.create(**kwargs),
-                max_retries=self.max_retries,
-                backoff_base=self.backoff_base,
-                backoff_max=self.backoff_max,
-                sleep=self.sleep,
-            )
+            response = self.client.call(lambda: self.client.api.chat.completions.create(**kwargs))
         except Exception as exc:
             raise self._translate(exc) from exc
         if not response.choices or response.choices[0].message.content is None:
@@ -112,7 +99,7 @@ class ChatLLM:
                 f"the OpenAI API key was rejected by {self.base_url} (HTTP {status_code(exc)}). "
                 "Fix: check OPENAI_API_KEY."
             )
-        detail = redact(getattr(exc, "message", None) or str(exc), self._client.api_key)  # may quote the key
+        detail = self.client.redact(getattr(exc, "message", None) or str(exc))
         return LLMError(f"chat request to {self.base_url} failed ({describe_error(exc)}): {detail}")
 
 

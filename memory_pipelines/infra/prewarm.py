@@ -2,16 +2,15 @@
 its vector indexes into PostgreSQL's buffers.
 
 After the machine restarts, or its page cache has gone to other files, every page a context build reads comes
-from disk, one random read at a time: at 1M memories the first 200 builds after such a start took p50 167 ms
-and p99 4.8 s (bench/context_latency.py, `--warmup 10`, caches dropped), and within those 200 builds the three
-HNSW graphs were read whole (1.3 GB, 650 MB, 650 MB). Read front to back, the same files come in at the disk's
-sequential speed. So `serve` and `mcp` read them at start, in a thread: the vector indexes first, then the
-relations whose pages PostgreSQL most often had to fetch from outside its buffers (its statistics' `blks_read`,
-per page held; TOAST tables included), as long as they fit in PREWARM_MEMORY_SHARE of the memory available.
+from disk, one random read at a time, and the first few hundred builds read the HNSW graphs whole; read front to
+back, the same files come in at the disk's sequential speed (docs/performance.md has the cold-start figures).
+So `serve` and `mcp` read them at start, in a thread: the vector indexes first, then the relations whose pages
+PostgreSQL most often had to fetch from outside its buffers (its statistics' `blks_read`, per page held; TOAST
+tables included), as long as they fit in PREWARM_MEMORY_SHARE of the memory available.
 Fetches, not buffer hits: a table hit a million times on a few pages (the keyword table at 1M) needs those few
 pages, not its 3 GB. Pages already cached are not read again (`pagecache.residency`). Then `walk_graphs`
-searches each vector index so its pages sit in PostgreSQL's buffers too. The same cold start with both: p99
-89 ms, the steady state.
+searches each vector index so its pages sit in PostgreSQL's buffers too: the first builds then run as fast as
+in the steady state.
 
 Only for the embedded server, whose files are on this machine: a server behind DATABASE_URL warms itself
 (`pg_prewarm`'s autoprewarm, offered by managed services too). The embedded build has no `pg_prewarm`.
@@ -46,8 +45,8 @@ def default_budget() -> int:
     """Bytes `prewarm` may read: PREWARM_MEMORY_SHARE of the memory available now."""
     return int(psutil.virtual_memory().available * PREWARM_MEMORY_SHARE)
 
-# Every table and index of the schema, with the TOAST table and TOAST index of each table (long texts live there:
-# at 1M the memories' TOAST table, 514 MB, had 266k pages fetched, more than the memories' own heap).
+# Every table and index of the schema, with the TOAST table and TOAST index of each table (long texts live there,
+# and the memories' TOAST table is fetched more than their own heap).
 RELATIONS_SQL = """
 WITH tables AS (
     SELECT c.oid, c.reltoastrelid, s.toast_blks_read, s.tidx_blks_read FROM pg_class c
@@ -125,7 +124,7 @@ def segments(pgdata: Path, rel: Relation) -> Iterator[Path]:
 
 def read_relation(pgdata: Path, rel: Relation, buffer: bytearray) -> tuple[int, int]:
     """Read the pages of `rel`'s files that are not in the page cache already (`pagecache.residency`; where the
-    system cannot say, whole files): a copy of 10 GB already cached costs ~10 s of CPU. Returns (bytes read,
+    system cannot say, whole files): copying gigabytes already cached costs seconds of CPU. Returns (bytes read,
     bytes found cached)."""
     read = cached = 0
     for path in segments(pgdata, rel):
@@ -166,10 +165,9 @@ def cache_warmth(conn: psycopg.Connection, pgdata: Path) -> dict[str, float] | N
 
 
 # Filling PostgreSQL's buffers: the page cache spares the disk, but each page still costs a buffer miss the first
-# time a build reads it, and the first 200 builds at 1M after a start read the three graphs whole (p99 154 ms
-# with the files cached, against 71 in the steady state). A search reads its graph's upper layers and a path
-# of pages through the base layer; about one search per PAGES_PER_WALK pages, each from a row of the table
-# itself, reads most of a graph (200 such searches of the 1M fragment graph at ef_search 400 took ~3 s). Only
+# time a build reads it, and the first builds after a start read the graphs whole. A search reads its graph's
+# upper layers and a path of pages through the base layer; about one search per PAGES_PER_WALK pages, each from a
+# row of the table itself, reads most of a graph in seconds. Only
 # graphs that fit in WALK_BUFFER_SHARE of shared_buffers, since each walked page takes a buffer.
 PAGES_PER_WALK, MAX_WALKS, WALK_EF = 800, 400, 400
 WALK_BUFFER_SHARE = 0.5

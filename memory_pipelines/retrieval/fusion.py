@@ -6,26 +6,16 @@ an item the keyword channel did not return scores 0 there. A channel with nothin
 term in the owner's corpus, in any language) adds nothing to anyone, and no item is penalised for being found by
 one channel only.
 `weighted` is the advanced-search spec's rule: 0.6 × semantic + 0.4 × keyword when both found the item, × 0.7 of its
-one score when only one did. Its single-source penalty is what made fusion fall below the semantic channel across
-languages: an item the keyword channel missed lost 30 % to items with a stray keyword match (memorybank_cross_dev:
-hybrid 0.869 against semantic 0.889; evidence fusion 0.956 with the dictionary, 0.886 without).
+one score when only one did. Its single-source penalty lets an item the keyword channel missed lose to items with a
+stray keyword match, which pulls fusion below the semantic channel across languages.
 `rrf` is reciprocal-rank fusion (k = 60), which ignores score scales. All inputs are calibrated onto [0, 1]
-(search.calibrate_*).
+(`semantic.calibrate_semantic`, `keyword.calibrate_keyword`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
-
-
-class Ranked(Protocol):
-    source: str
-    id: str
-    score: float
-    semantic: float | None
-    keyword: float | None
-
+from typing import Any
 
 SEMANTIC_WEIGHT, KEYWORD_WEIGHT, SINGLE_SOURCE_FACTOR = 0.6, 0.4, 0.7
 RRF_K = 60

@@ -5,11 +5,13 @@ Phase 1 (`relevance_score`, in SQL and in Python for tests): task type match 10,
 `failure_pattern` 4, freshness 3 (≤ 7 days) / 2 (≤ 30 days) / 1; highest total first.
 Phase 2 (the context-builder spec): when the context has a description and learnings carry current-model embeddings,
 vector similarity plus a keyword boost (the phase-1 score scaled into [0, BOOST_WEIGHT]); if the
-embedding provider fails it falls back to phase 1. `get_recent_learnings` is kept as the old fallback.
+embedding provider fails it falls back to phase 1. `get_recent_learnings` (newest first) is the spec's fallback.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -18,6 +20,7 @@ from psycopg_pool import ConnectionPool
 
 from ..embeddings import Embedder, EmbeddingError
 from ..infra.errors import ValidationError
+from ..vocabulary import MAX_LABEL, SNAKE_PATTERN, TASK_TYPES
 
 WEIGHTS = {"task_type": 10, "failure_class": 8, "event_type": 6, "failure_pattern": 4}
 FRESHNESS = ((7, 3), (30, 2))  # (max age in days, points); older gets 1
@@ -47,6 +50,41 @@ class ScoredLearning:
     created_at: datetime
     score: float
     breakdown: dict[str, float] = field(default_factory=dict)
+
+
+TASK_CONTEXT_FIELDS = ("task_type", "failure_class", "event_type")
+
+
+def task_query(task: Mapping[str, Any] | None, field_prefix: str = "") -> LearningQuery:
+    """The task context of a relevance query or a context build ({task_type, failure_class, event_type}, each
+    optional) checked: task_type one of the task types, event_type lower_snake, failure_class a label (compared
+    in upper case). ValidationError names the field (after `field_prefix`, e.g. "task.")."""
+    if task is None:
+        return LearningQuery()
+    if not isinstance(task, Mapping):
+        raise ValidationError(field_prefix.rstrip(".") or "task",
+                              "must be an object of " + ", ".join(TASK_CONTEXT_FIELDS))
+    for name in task:
+        if name not in TASK_CONTEXT_FIELDS:
+            raise ValidationError(f"{field_prefix}{name}", "is not a field of a task context; the fields are "
+                                  + ", ".join(TASK_CONTEXT_FIELDS))
+    values = {name: task.get(name) for name in TASK_CONTEXT_FIELDS}
+    for name, value in values.items():
+        if value is not None and (not isinstance(value, str) or not value.strip() or len(value) > MAX_LABEL
+                                  or "\x00" in value):
+            raise ValidationError(f"{field_prefix}{name}", f"must be a non-empty string of at most {MAX_LABEL} "
+                                  "characters")
+    if values["task_type"] is not None and values["task_type"] not in TASK_TYPES:
+        raise ValidationError(f"{field_prefix}task_type", f"must be one of {list(TASK_TYPES)}")
+    if values["event_type"] is not None and not re.fullmatch(SNAKE_PATTERN, values["event_type"]):
+        raise ValidationError(f"{field_prefix}event_type", f"must match {SNAKE_PATTERN}")
+    return LearningQuery(**values)
+
+
+def matches_task(learning: ScoredLearning) -> bool:
+    """Whether a scored learning matched the task itself (type, failure class or event), not only by its
+    category and freshness, which every learning has."""
+    return any(learning.breakdown.get(k) for k in ("task_type", "failure_class", "event_type"))
 
 
 def freshness_points(age_days: float) -> int:

@@ -9,9 +9,8 @@ hits gains that much; one that was not is read from the database and scored by i
 channel) plus the lift. The work is bounded: at most 2 × NEIGHBOUR_TOP rows are read in full, in the one query
 of exchanges.read_exchanges.
 
-On locomo_dev (README, "Retrieval quality") the lift raised hybrid recall@10 from 0.739 to 0.776. On
-memorybank_cross_dev, where every memory is a whole User/AI exchange (speaker "User") and a session is a day of
-unrelated ones, lifting same-speaker neighbours cost 0.05 (0.956 to 0.906); `other_party` keeps them out.
+Where every memory is a whole User/AI exchange (speaker "User") and a session a day of unrelated ones, lifting
+same-speaker neighbours costs recall, so `other_party` keeps them out (docs/retrieval-quality.md).
 """
 
 from __future__ import annotations

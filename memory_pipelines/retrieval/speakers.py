@@ -10,9 +10,8 @@ the neighbour lift, the named speaker's turns score SPEAKER_BOOST more (× 1.15)
 It stays mild because a question can name the wrong speaker (LoCoMo's adversarial category): there the
 evidence is the other party's turn, and it usually matches the rest of the question by more than that.
 
-locomo_dev recall@10 (README, "Retrieval quality", step 7): multi_hop 0.356 → 0.420, no category lower, but
-adversarial nDCG@10 −0.053 (the wrong speaker's turns now rank above the evidence, inside the top 10);
-memorybank_cross_dev (one speaker, "User") is unchanged by construction.
+It lifts multi-hop recall on locomo_dev and costs a little adversarial ordering inside the top 10
+(docs/retrieval-quality.md); a corpus with one speaker is unchanged by construction.
 """
 
 from __future__ import annotations

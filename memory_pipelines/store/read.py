@@ -16,10 +16,12 @@ from psycopg_pool import ConnectionPool
 
 from ..embeddings import Embedder
 from ..infra.errors import NotFoundError, ValidationError, check_storable
-from ..retrieval.search import SearchFilters, embed_query, search
+from ..retrieval.filters import SearchFilters
+from ..retrieval.query import Query, embed_query
+from ..retrieval.search import search
 from ..text.keywords import terms
 from ..vocabulary import CONTENT_TYPES, MAX_IDS, MAX_SEARCH_LIMIT, MAX_TIMELINE_LIMIT, MAX_TS
-from .ingest import validate_owner
+from .ingest.inputs import validate_owner
 from .projects import project_key_from_name
 
 SNIPPET_CHARS = 200
@@ -143,8 +145,7 @@ def search_memories(
     An unknown project gives no results.
     """
     owner = validate_owner(owner)
-    if not isinstance(query, str) or not query.strip():
-        raise ValidationError("query", "must be a non-empty string")
+    checked = Query.checked(query)
     content_type = _content_type("scope", scope, allow_all=True)
     limit = _limit(limit, 20, MAX_SEARCH_LIMIT)
     out: dict[str, Any] = {"results": [], "next_action": NEXT_ACTION}
@@ -162,7 +163,7 @@ def search_memories(
         pool,
         embedder,
         owner,
-        query,
+        checked,
         mode="hybrid" if qvec is not None else "keyword",
         filters=filters,
         limit=limit,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import psycopg
 from mcp.server.mcpserver import Context, MCPServer
@@ -24,6 +24,7 @@ from pydantic import Field
 from ..face import Memory
 from ..infra.db import RETRY_AFTER_SECONDS
 from ..infra.errors import NotFoundError, UserError, ValidationError
+from ..store.ingest.inputs import FIELDS as MEMORY_FIELDS
 from ..vocabulary import (
     CONTENT_TYPES_TEXT,
     DEFAULT_BUDGET,
@@ -43,6 +44,7 @@ from ..vocabulary import (
     Scope,
 )
 from .encode import jsonable
+from .mcp_items import add_item_tools
 from .schema import Instant, Output, Text, Ts
 
 log = logging.getLogger(__name__)
@@ -56,6 +58,8 @@ INSTRUCTIONS = (
     "full content. Answer from the full content. Save durable facts, decisions and lessons with "
     "mem.ingest_memory. For one ready-to-use context block within a token budget, call mem.context; when "
     "you are done, post what you produced with mem.implicit_feedback (its retrieval_id and your output). "
+    "Record what you do and learn as you work: a lesson with mem.record_learning, a task with mem.record_task "
+    "and its status with mem.update_task, an event with mem.record_event; before a task, mem.relevant_learnings. "
     "The owner is fixed by the server (configuration or your API key); never pass owner_id. "
     + CONTENT_TYPES_TEXT
 )
@@ -65,6 +69,7 @@ QueryArg = Annotated[str, Field(min_length=1, max_length=MAX_QUERY, description=
 ProjectKeyArg = Annotated[str | None, Field(max_length=MAX_NAME, description="Only this project."), Text]
 ProjectNameArg = Annotated[str | None, Field(max_length=MAX_NAME, description="Project, by name."), Text]
 OptName = Annotated[str | None, Field(max_length=MAX_NAME), Text]
+Forgettable = Literal["memory", "task", "learning", "capability", "goal", "event"]
 RetrievalIdArg = Annotated[str, Field(min_length=1, max_length=MAX_ID, description="retrieval_id of a mem.context "
                                                                                 "answer."), Text]
 
@@ -193,12 +198,9 @@ def build_server(memory: Memory, owner_resolver: OwnerResolver) -> MCPServer:
         session: Annotated[OptName, Field(description="The conversation it is a turn of: indexed with the turn "
                                           "before it; search lifts its neighbouring turns.")] = None,
     ) -> dict[str, Any]:
+        fields = {k: v for k, v in locals().items() if k in MEMORY_FIELDS}  # the arguments above, named as stored
         owner = owner_of(ctx)
-        return _call(lambda: memory.ingest(
-            owner, content=content, content_type=content_type,
-            project_name=project_name, project_key=project_key, machine_name=machine_name,
-            project_path=project_path, ts=ts, speaker=speaker, session=session,
-        ).as_dict())
+        return _call(lambda: memory.ingest(owner, **fields).as_dict())
 
     @tool(
         name="mem.search",
@@ -328,6 +330,27 @@ def build_server(memory: Memory, owner_resolver: OwnerResolver) -> MCPServer:
     ) -> dict[str, Any]:
         owner = owner_of(ctx)
         return _call(memory.implicit_feedback, owner, retrieval_id, output)
+
+    add_item_tools(server, memory, tool, owner_of, _call)
+    @tool(
+        name="mem.forget",
+        description=(
+            "Forget one of your items for good: a memory (with its versions), task, learning, capability, goal "
+            "or event. source: which kind. id: its id (from mem.search, mem.get or mem.context), or the key you "
+            "wrote it with. Afterwards no search, get, timeline or context returns any of it. An id that is not "
+            "yours, unknown or already forgotten is 'not found' and nothing is removed. Returns the rows removed."
+        ),
+    )
+    def forget_tool(
+        ctx: Context,
+        source: Annotated[Forgettable, Field(description="The kind of item.")],
+        id: Annotated[str, Field(min_length=1, max_length=MAX_ID, description="The item's id or key."),  # noqa: A002
+                      Text],
+    ) -> dict[str, Any]:
+        owner = owner_of(ctx)
+        key = bearer_key(ctx.headers)
+        actor = (memory.key_id(key) if key else None) or "mcp"
+        return _call(memory.forget, owner, source, id, actor=actor)
 
     return server
 

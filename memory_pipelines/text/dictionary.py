@@ -16,11 +16,11 @@ Chinese headwords count only from two characters on (jieba's 1-character words a
   that word ("library", not "public library"; at most `MAX_ZH_PER_EN`, the most frequent in jieba's
   dictionary first), which keeps the noisy reverse direction to real translations.
 
-The maps are built once per process, lazily and thread-safely, on the first expansion. Parsing the file takes
-~9 s of CPU on a slow core, which every `serve`, `mcp`, CLI search and Dagster step process would pay; so the
+The maps are built once per process, lazily and thread-safely, on the first expansion. Parsing the file costs
+seconds of CPU, which every `serve`, `mcp`, CLI search and Dagster step process would pay; so the
 parsed maps are kept as JSON in the user's cache folder (`$XDG_CACHE_HOME` or `~/.cache`, then
 `memory_pipelines/`), under a key made of everything they are derived from (the packages' versions, the data
-file's size and time, and this module's and `text.keywords`' source), and read back in ~0.3 s. A cache that is
+file's size and time, and this module's and `text.keywords`' source), and read back far faster. A cache that is
 missing, unreadable, malformed or unwritable only means parsing again.
 """
 
@@ -119,8 +119,7 @@ def _parts(sense: str) -> list[tuple[str, list[str]]]:
 def _entry(defs: str) -> tuple[list[str], list[str]]:
     """One entry's English terms (single-word glosses first, in order; enough for `MAX_EN_PER_ZH`) and
     the words its first `REVERSE_SENSES` usable senses give exactly (a gloss of one bare word, as its term: its
-    stem). Before keyword terms were stemmed, the gloss had to equal its term; with stems that kept "library" but
-    lost "painting" (term "paint"), and English-to-Chinese recall on memorybank_cross_dev fell 0.011."""
+    stem, so that "painting", whose term is "paint", maps back as well as "library")."""
     single: dict[str, None] = {}
     multi: dict[str, None] = {}
     exact: list[str] = []

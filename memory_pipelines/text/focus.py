@@ -1,4 +1,4 @@
-"""Focus a long query (a dialogue or a long prompt) on what it asks now (issue 12, item 4).
+"""Focus a long query (a dialogue or a long prompt) on what it asks now.
 
 A query that is a whole dialogue, or a long prompt, would be embedded as one blur of every topic it
 touched (and the local model reads only its first 512 tokens), and its keyword terms would count the

@@ -3,8 +3,8 @@
 All functions are pure (no I/O beyond jieba loading its bundled dictionary on first use).
 Chinese runs are segmented with jieba in accurate mode; everything else is split into
 lower-cased words on non-alphanumerics (``_`` is kept so identifiers like ``rate_limit`` survive), and English
-words are reduced to their Snowball stem (``snowballstemmer``, BSD): on locomo_dev the keyword channel's recall@10
-rose from 0.709 to 0.740 (multi_hop 0.320 to 0.377) with it. Changing these terms changes what is indexed:
+words are reduced to their Snowball stem (``snowballstemmer``, BSD), so "painted" and "paintings" match "paint"
+(docs/retrieval-quality.md has what it does to recall). Changing these terms changes what is indexed:
 migration 011 marks every keyword entry pending, so the next keyword refresh re-indexes.
 """
 

@@ -1,4 +1,4 @@
-"""The learned ranker (issue 12, item 5): P(used) from each candidate's logged features.
+"""The learned ranker: P(used) from each candidate's logged features.
 
 Every logged candidate carries its features (`context/features.py`, sql/009): the fused search score, each
 channel's calibrated score and rank within its retrieval, the neighbour gain and whether query and item share
@@ -43,9 +43,7 @@ class RankerOptions:
     enabled: bool = True
     inputs: tuple[str, ...] = DEFAULT_INPUTS
     C: float = 1.0
-    # "balanced" or None. Measured on LoCoMo (bench/ranker_locomo.py, README): balanced was never worse, slightly
-    # better (held-out recall@10 +0.006 against −0.001, nDCG@10 +0.022 against +0.021; before context fragments the
-    # cross-fitted nDCG@10 gain was +0.006..+0.008 against +0.002..+0.003).
+    # "balanced" or None; balanced was never worse on LoCoMo (bench/ranker_locomo.py, docs/tuning.md).
     class_weight: str | None = "balanced"
     min_samples: int = 200  # labelled candidates with features
     min_positives: int = 20  # used ones (and as many unused)

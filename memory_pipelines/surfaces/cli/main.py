@@ -20,7 +20,7 @@ from ..schema import Name, Query, check
 
 # Modules that add their own commands: each has `register(sub)` adding sub-parsers with
 # `set_defaults(func=...)`. Add a module here to add its commands.
-COMMAND_MODULES: list[str] = ["online", "tuning", "feedback"]
+COMMAND_MODULES: list[str] = ["online", "tuning", "feedback", "items", "removal"]
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 
@@ -55,7 +55,8 @@ def _bar(total: int, desc: str):
 def cmd_migrate(args: argparse.Namespace) -> int:
     from ...embeddings import make_embedder
     from ...index.owner_indexes import sync_owner_indexes
-    from ...infra.db import connect, database_url, describe_url
+    from ...infra.db import connect, describe_url
+    from ...infra.embedded import database_url
     from ...infra.migrate import migrate, reembed
     from ...infra.settings import get_settings
 
@@ -82,7 +83,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 @command("status")
 def cmd_status(args: argparse.Namespace) -> int:
-    from ...pipelines.status import collect_status, format_status
+    from ...operations.status import collect_status, format_status
 
     rt = _runtime()
     info = collect_status(rt)
@@ -131,7 +132,7 @@ def embed_with_bar(rt) -> list:
 def cmd_run(args: argparse.Namespace) -> int:
     import time
 
-    from ...pipelines.main_job import code_location, run_main_job
+    from ...operations.main_job import code_location, run_main_job
     from .run import EmbeddingProgress, print_report, print_run_summary
 
     started = time.perf_counter()
@@ -181,9 +182,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ...embeddings import make_embedder
-    from ...infra.db import database_url
+    from ...evaluation.run import evaluate, format_table
+    from ...infra.embedded import database_url
     from ...infra.settings import get_settings
-    from ...pipelines.evaluation import evaluate, format_table
 
     settings = get_settings()
     embedder = make_embedder(settings)
@@ -269,7 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "and for hybrid / hybrid_rrf `vs_best_channel`")
     p.add_argument("--save-rankings", metavar="PATH",
                    help="write every query's gold and per-method rankings (dataset ids) to PATH as JSONL; "
-                   "compare two such files with memory_pipelines.pipelines.evaluation.compare_runs")
+                   "compare two such files with memory_pipelines.evaluation.run.compare_runs")
     p.add_argument("--embedding-cache", metavar="DIR",
                    help="keep embeddings in DIR (SQLite, keyed by model, kind and text) and reuse them in "
                    "later runs; off by default")

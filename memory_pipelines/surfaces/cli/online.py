@@ -23,7 +23,7 @@ def _serving() -> Any:
     """The `Memory` of a long-running server: requests wait at most a couple of seconds for a connection
     (then a 503 with Retry-After), and the embedded database is watched and started again when it goes; its
     most used files are read into the page cache meanwhile (infra/prewarm.py)."""
-    from ...infra.db import embedded_pgdata, supervise
+    from ...infra.embedded import embedded_pgdata, supervise
     from ...infra.prewarm import start_prewarm
 
     memory = _memory()

@@ -1,7 +1,7 @@
 """What `make run` shows around the pipeline run: embedding progress, counts, searches and contexts.
 
 The pipeline itself is the Dagster code location's `demo_job` and `main_job`, launched through Dagster by
-`memory_pipelines.pipelines.main_job.run_main_job` and read back from the shared Dagster instance.
+`memory_pipelines.operations.main_job.run_main_job` and read back from the shared Dagster instance.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ...context.builder import build_memory_context
 from ...index.vectors import count_pending
-from ...pipelines.status import collect_status, format_status
+from ...operations.status import collect_status, format_status
 from ...retrieval.search import search
 from ...text.keywords import has_cjk
 from ...vocabulary import CONTEXT_MODES, INDEXED_NAMES
@@ -46,7 +46,7 @@ def print_contexts(rt, owner: str, query: str = CONTEXT_QUERY) -> None:
 
 def print_run_summary(summary: dict) -> None:
     """What the Dagster runs reported: assets, checks, rows; where the log is, and its tail on failure."""
-    from ...pipelines.main_job import tail
+    from ...operations.main_job import tail
 
     demo = summary.get("demo", {}).get("assets", {}).get("demo_corpus", {})
     if demo:

@@ -33,9 +33,9 @@ def _require_extra() -> None:
 def cmd_tune(args: argparse.Namespace) -> int:
     _require_extra()
     from ...tuning.fit import FitOptions
-    from ...tuning.pipeline import run_tuning
     from ...tuning.publish import jsonable
     from ...tuning.report import format_result
+    from ...tuning.run import run_tuning
 
     if not 0 < args.holdout_fraction < 1:
         raise ValidationError("--holdout-fraction", "must be between 0 and 1 (exclusive)")

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from ...vocabulary import (
     DEFAULT_BUDGET,
     MAX_BUDGET,
     MAX_ID,
     MAX_IDS,
+    MAX_LABEL,
     MAX_TOP_K,
     MIN_BUDGET,
+    SNAKE_PATTERN,
+    TASK_TYPES,
     ContentType,
     ContextMode,
     Scope,
@@ -96,17 +99,35 @@ class IngestRequest(_Body):
                               "Default: the server's (`serve --ingest`, background unless set).")
     owner_id: OwnerField = None
 
+    def memory_fields(self) -> dict[str, object]:
+        """The fields of the memory itself (`MemoryInput`'s), for `Memory.ingest`."""
+        return self.model_dump(exclude={"wait", "owner_id"})
+
+
+class TaskContext(_Body):
+    """The task at hand: the learnings matching it join the context's candidates and rank higher (the learnings
+    spec's score: task type 10, failure class 8, event type 6)."""
+
+    task_type: Literal[TASK_TYPES] | None = Field(None, description="The kind of work.")  # type: ignore[valid-type]
+    failure_class: Name | None = Field(None, description="The failure being worked on, e.g. GATEWAY_TIMEOUT.")
+    event_type: Annotated[str, StringConstraints(min_length=1, max_length=MAX_LABEL, pattern=SNAKE_PATTERN)] | None \
+        = Field(None, description="The event that started it, e.g. task_failed.")
+
 
 class ContextRequest(_Body):
     """Token-budgeted context (the context-builder spec)."""
 
-    model_config = _examples({"query": "fix the login cookie bug", "mode": "debug", "tokenBudget": 800})
+    model_config = _examples({"query": "fix the login cookie bug", "mode": "debug", "tokenBudget": 800},
+                             {"query": "the deploy fails with 502s", "mode": "debug",
+                              "task": {"task_type": "dev", "failure_class": "GATEWAY_TIMEOUT",
+                                       "event_type": "task_failed"}})
 
     query: Query = Field(description="The task or question the agent is working on, any language.")
     mode: ContextMode = Field("execute", description="plan | execute | debug | chat: weighs the sources "
                               "(debug favours learnings and recent events; chat has no profile).")
     token_budget: Int = Field(DEFAULT_BUDGET, alias="tokenBudget", ge=MIN_BUDGET, le=MAX_BUDGET,
                               description="cl100k tokens the block may use, the profile included.")
+    task: TaskContext | None = Field(None, description="The task at hand, to rank the learnings that match it.")
     owner_id: OwnerField = None
 
 

@@ -2,7 +2,7 @@
 
 The endpoints return the encoded library result itself (`encode.to_json`); these models describe that JSON,
 field for field. They forbid extra fields, so a test that validates real answers against them fails when an
-answer carries a field the documentation does not name.
+answer carries a field the documentation does not name. The error answers are in `errors`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ...vocabulary import MAX_BODY_BYTES, ContentType, ContextMode
+from ...vocabulary import ContentType, ContextMode
 
 Level = Literal["task", "learning", "capability", "memory"]
 
@@ -29,65 +29,6 @@ def _examples(*examples: dict[str, Any]) -> ConfigDict:
 
 class _Out(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-# -- errors ----------------------------------------------------------------------------------------------------
-
-class ErrorItem(_Out):
-    loc: list[str] = Field(description="Where the bad value is: `body`, `query` or `path`, then the field name.")
-    msg: str = Field(description="What is wrong with it.")
-    type: str = Field(description="A machine-readable kind, e.g. `value_error`, `missing`, `literal_error`.")
-
-
-class Error(_Out):
-    """Every error answer: `detail` says what went wrong; a 422 also names the offending `field`."""
-
-    model_config = _examples({"detail": "unknown or revoked API key"})
-
-    detail: str | list[ErrorItem] = Field(description="A message (400, 401, 404, 413, 503), or the list of "
-                                          "problems with the request (422).")
-    field: str | None = Field(None, description="422 only: the request field that was rejected.")
-
-
-class ValidationProblem(_Out):
-    """A request the API rejected before doing anything: nothing was read or written."""
-
-    model_config = _examples({
-        "detail": [{"loc": ["body", "content_type"], "msg": "Input should be 'requirement', 'plan', "
-                    "'development', 'testing' or 'insight'", "type": "literal_error"}],
-        "field": "content_type",
-    })
-
-    detail: list[ErrorItem]
-    field: str = Field(description="The offending field, as the request spells it (e.g. `topK`, `ids`).")
-
-
-def _error(description: str, example: str) -> dict[str, Any]:
-    return {"model": Error, "description": description,
-            "content": {"application/json": {"example": {"detail": example}}}}
-
-
-UNAUTHORIZED = {401: _error("Missing, unknown or revoked API key (`Authorization: Bearer <key>`).",
-                            "unknown or revoked API key")}
-INVALID = {422: {"model": ValidationProblem, "description": "Bad input; `field` names it. Nothing changed."}}
-UNAVAILABLE = {503: _error("The database is unreachable (retry later), or the server is misconfigured.",
-                           "the database is unavailable; retry later")}
-BAD_REQUEST = {400: _error("A request the library refused for a reason other than one field.",
-                           "the request cannot be served")}
-TOO_LARGE = {413: _error(f"The request body is larger than {MAX_BODY_BYTES} bytes.",
-                         f"the request body is larger than {MAX_BODY_BYTES} bytes")}
-
-
-def not_found(what: str, example: str) -> dict[int, dict[str, Any]]:
-    return {404: _error(f"No {what} of this owner (one of another owner answers exactly the same).", example)}
-
-
-def errors(*groups: dict[int, dict[str, Any]]) -> dict[int | str, dict[str, Any]]:
-    """The documented error answers of an endpoint: 401, 422 and 503 always, plus the given ones."""
-    out: dict[int | str, dict[str, Any]] = {}
-    for group in (*groups, UNAUTHORIZED, INVALID, UNAVAILABLE):
-        out.update(group)
-    return dict(sorted(out.items(), key=lambda kv: str(kv[0])))
 
 
 # -- health ----------------------------------------------------------------------------------------------------

@@ -1,0 +1,1 @@
+"""Retrieval evaluation on labelled datasets (`run`) and its statistics (`stats`). Offline only."""

@@ -1,0 +1,109 @@
+"""The inbox: files dropped into `$MEMORY_PIPELINES_HOME/inbox/` are imported once each (the Dagster sensor
+`inbox_sensor` launches the runs), then moved to `inbox/done/` or, when not imported, to `inbox/rejected/` beside
+a `<name>.rejects.txt` that says why.
+
+Where a file goes: in `inbox/<owner>/` its rows are that owner's (a row naming another owner is rejected), at the
+top its rows need an `owner` column or get MEMORY_PIPELINES_OWNER. A file named after a source (`learnings.jsonl`,
+`task-2024.csv`, `events_q3.parquet`) holds that source; otherwise each row's `source` column says.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from ..store.imports import FORMATS, IMPORT_SOURCES, ImportReport
+
+DONE, REJECTED = "done", "rejected"
+SETTLE_SECONDS = 5.0
+"""A file changed more recently than this may still be being copied in: it waits for the next tick."""
+_PARTITION_UNSAFE = re.compile(r"[\x00-\x1f,\[\]]")  # what a Dagster partition key may not hold
+
+
+@dataclass(frozen=True)
+class InboxFile:
+    """A file waiting in the inbox: its path relative to the inbox (the partition key), size and mtime."""
+
+    relpath: str
+    size: int
+    mtime_ns: int
+
+    @property
+    def run_key(self) -> str:
+        """Another file, or the same name written again, is another run; the same file never twice."""
+        return f"{self.relpath}:{self.size}:{self.mtime_ns}"
+
+
+def inbox_dir(home: Path) -> Path:
+    return home / "inbox"
+
+
+def waiting_files(inbox: Path, *, settle_seconds: float = SETTLE_SECONDS, now: float | None = None) -> list[InboxFile]:
+    """Files to import, oldest first: importable suffixes, at the top or in an owner's folder, not hidden, not
+    partial (.part, .tmp), not in done/ or rejected/, unchanged for `settle_seconds`."""
+    now = time.time() if now is None else now
+    found: list[tuple[int, InboxFile]] = []
+    if not inbox.is_dir():
+        return []
+    for entry in sorted(inbox.iterdir()):
+        candidates = [entry]
+        if entry.is_dir():
+            if entry.name in (DONE, REJECTED) or entry.name.startswith("."):
+                continue
+            candidates = sorted(entry.iterdir())
+        for path in candidates:
+            if not path.is_file() or path.name.startswith((".", "~")) or path.suffix.lower() not in FORMATS:
+                continue
+            relpath = path.relative_to(inbox).as_posix()
+            if _PARTITION_UNSAFE.search(relpath):
+                continue
+            st = path.stat()
+            if now - st.st_mtime < settle_seconds:
+                continue
+            found.append((st.st_mtime_ns, InboxFile(relpath, st.st_size, st.st_mtime_ns)))
+    return [f for _m, f in sorted(found, key=lambda x: (x[0], x[1].relpath))]
+
+
+def owner_of(relpath: str) -> str | None:
+    """The owner folder a file sits in, or None at the top of the inbox."""
+    parts = relpath.split("/")
+    return parts[0] if len(parts) > 1 else None
+
+
+def source_of(name: str) -> str | None:
+    """The source a file's name starts with (`learnings.jsonl`, `task-2024.csv`), or None."""
+    stem = name.split(".", 1)[0].lower()
+    word = re.split(r"[^a-z]", stem, maxsplit=1)[0]
+    plural = {"memories": "memory", "capabilities": "capability"}
+    word = plural.get(word, word[:-1] if word.endswith("s") else word)
+    return word if word in IMPORT_SOURCES else None
+
+
+def _free(path: Path) -> Path:
+    """`path`, or with the time before its suffix when a file of that name is already there."""
+    if not path.exists():
+        return path
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
+    return path.with_name(f"{path.stem}.{stamp}{path.suffix}")
+
+
+def move(inbox: Path, relpath: str, to: str) -> Path:
+    """Move an inbox file to `done/` or `rejected/`, keeping its owner folder; where it went."""
+    target = _free(inbox / to / relpath)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(inbox / relpath, target)
+    return target
+
+
+def write_rejects(target: Path, report: ImportReport | None, error: str | None) -> Path:
+    """`<file>.rejects.txt` beside a rejected file: the error, or each rejected line as `line: field: reason`."""
+    lines = [error] if error else []
+    if report is not None:
+        lines += [f"{r.line}: {r.field}: {r.reason}" for r in report.rejects]
+    out = target.with_name(target.name + ".rejects.txt")
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return out

@@ -1,0 +1,100 @@
+"""The server's background embedder: memories stored with `wait=false` are embedded and judged here.
+
+An ingest that does not wait is stored at once (keyword-searchable, action DEFERRED) and wakes this worker,
+which runs `finish_deferred`: embed the pending fragments, then the duplicate check and arbitration a live
+ingest runs. One thread per server, at a lower CPU priority (`infra.priority`): on a busy machine context
+builds and searches take the cores first, and the queue drains in the gaps. Several servers may run one each;
+`finish_deferred` claims its rows, so none is embedded or judged twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from ...index.vectors import embed_pending_items
+from ...infra.priority import BACKGROUND_NICE, set_thread_nice
+from .deferred import finish_deferred
+
+log = logging.getLogger(__name__)
+
+RETRY_SECONDS = 30.0
+"""After a pass that left memories pending (provider down) or failed (database away), the next one."""
+
+
+class EmbedWorker:
+    """A daemon thread that drains the deferred memories whenever `notify` is called (started on first use)."""
+
+    def __init__(self, memory: Any, *, nice: int = BACKGROUND_NICE, retry_seconds: float = RETRY_SECONDS) -> None:
+        """`memory`: a `Memory` (or anything with its `pool`, `embedder` and `llm`), read at each pass."""
+        self.memory = memory
+        self.nice = nice
+        self.retry_seconds = retry_seconds
+        self.passes = 0
+        self.last: dict[str, Any] | None = None  # the last pass's summary (counts, seconds)
+        self._wake = threading.Event()
+        self._idle = threading.Condition()
+        self._busy = False
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+
+    def notify(self) -> None:
+        """Something was queued: run a pass soon (passes coalesce; one runs at a time)."""
+        with self._start_lock:
+            if self._thread is None and not self._stopping:
+                self._thread = threading.Thread(target=self._run, name="embed-worker", daemon=True)
+                self._thread.start()
+        with self._idle:
+            self._busy = True
+        self._wake.set()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Block until no pass is due or running (True), or `timeout` seconds passed (False)."""
+        with self._idle:
+            return self._idle.wait_for(lambda: not self._busy, timeout)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Finish the running pass (if any) and end the thread."""
+        self._stopping = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        set_thread_nice(self.nice)
+        timeout: float | None = None  # idle until notified; after a pass that left work, retry
+        while True:
+            self._wake.wait(timeout)
+            if self._stopping:
+                break
+            self._wake.clear()
+            left = self._pass()
+            with self._idle:
+                if not self._wake.is_set():
+                    self._busy = False
+                    self._idle.notify_all()
+            timeout = self.retry_seconds if left else None
+
+    def _pass(self) -> bool:
+        """One `finish_deferred`; True when memories are left pending."""
+        started = time.perf_counter()
+        try:
+            m = self.memory
+            out = finish_deferred(m.pool, m.embedder, m.llm, live=True)
+            items = embed_pending_items(m.pool, m.embedder)  # tasks, learnings, ... written through Memory.write*
+        except Exception:  # the database restarting, the provider failing: retried later, nothing lost
+            log.exception("background embedding failed; retried in %.0f s", self.retry_seconds)
+            return True
+        self.passes += 1
+        self.last = {
+            "embedded_fragments": out["embedded_fragments"],
+            "arbitrated": out["arbitrated"],
+            "still_pending": out["still_pending"],
+            "embedded_items": items["embedded"],
+            "seconds": round(time.perf_counter() - started, 3),
+        }
+        log.info("background embedding: %s", self.last)
+        return bool(out["still_pending"] or out["failed_fragments"] or items["pending"])

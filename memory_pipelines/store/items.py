@@ -1,0 +1,347 @@
+"""Writing tasks, learnings, capabilities, goals and events: validate against the write contract, upsert, index.
+
+`write_items` validates every item first (nothing is written when one is bad), then in one transaction copies
+them into a temporary table and upserts them with one INSERT ... ON CONFLICT per group: by the caller's `key`
+(unique per owner and source), a capability without a key by its name, anything else as a new row. A rewrite
+whose fields are all as stored changes nothing (action `unchanged`), so its embedding stays current. The rows
+written are keyword-indexed before the transaction commits (searchable by keyword at once); their embedding is
+left pending for the background worker (`embed_pending_items`) or the backfill. An item's `at` is its
+`created_at`: the date in its indexed text, in time filters and in decay.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool
+
+from ..index.keywords import Totals, index_rows, refresh_stats
+from ..infra.errors import NotFoundError, check_storable
+from ..infra.ids import is_uuid
+from ..retrieval.learnings import structured_learnings, task_query
+from ..text.keywords import term_counts
+from ..vocabulary import (
+    INDEXED,
+    LOCK_KEYWORD_STATS,
+    MAX_ITEM_KEY,
+    WRITE_CONTRACTS,
+    WRITE_TABLES,
+    FieldSpec,
+)
+from .ingest import validate_owner
+from .item_contract import ItemConflict, ItemError, check_source, parse_time, validate_item, validate_items
+
+__all__ = ["ItemConflict", "ItemError", "WriteResult", "index_items", "parse_time", "relevant_learnings",
+           "update_item", "validate_item", "validate_items", "write_items"]
+
+STATS_REFRESH_SHARE = 0.5
+"""An owner's stored BM25 statistics are rewritten in full once she gained this share of her documents since."""
+
+INDEX_BATCH = 2_000
+"""Rows keyword-indexed at a time by a large write (their terms counted while the batch before is stored)."""
+
+_SQL_TYPES = {"text": "text", "enum": "text", "int": "int4", "object": "jsonb", "bool": "bool",
+              "time": "timestamptz"}
+
+
+@dataclass
+class WriteResult:
+    """What one write did, item by item (in the order given), and the counts of each action."""
+
+    source: str
+    results: list[dict[str, Any]] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=lambda: {"created": 0, "updated": 0, "unchanged": 0})
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "results": self.results, "counts": dict(self.counts)}
+
+
+# --- writing ---------------------------------------------------------------------------------------------------
+
+
+def _specs(source: str) -> list[FieldSpec]:
+    """The contract's fields but `key`, stored in the column of the same meaning."""
+    return [s for s in WRITE_CONTRACTS[source] if s.name != "key"]
+
+
+def _stage(conn: psycopg.Connection, source: str, items: list[dict[str, Any]], ids: list[uuid.UUID]) -> str:
+    """COPY the items into a temporary table (emptied at commit); its name."""
+    specs = _specs(source)
+    stage = f"items_stage_{source}"
+    columns = ", ".join(f"{s.db_column} {_SQL_TYPES[s.kind]}" for s in specs)
+    conn.execute(f"CREATE TEMP TABLE IF NOT EXISTS {stage} (i int4, id uuid, key text, {columns})"
+                 " ON COMMIT DELETE ROWS")
+    names = ", ".join(s.db_column for s in specs)
+    with conn.cursor() as cur, cur.copy(f"COPY {stage} (i, id, key, {names}) FROM STDIN WITH (FORMAT BINARY)") as copy:
+        copy.set_types(["int4", "uuid", "text", *(_SQL_TYPES[s.kind] for s in specs)])
+        for i, (item, item_id) in enumerate(zip(items, ids, strict=True)):
+            copy.write_row((i, item_id, item["key"], *(item[s.name] for s in specs)))
+    return stage
+
+
+def _upsert(
+    conn: psycopg.Connection, source: str, owner: str, stage: str, where: str, conflict: str | None, match: str
+) -> list[tuple[str, str | None, str | None, bool]]:
+    """INSERT the staged rows passing `where`; on a `conflict` update the row when a field differs. `match`
+    joins a staged row `s` to the stored row `e` it would update.
+    Returns (id, key, name, created) of each row inserted or updated (unchanged ones are not returned)."""
+    specs = _specs(source)
+    table = WRITE_TABLES[source]
+    cols = [s.db_column for s in specs if s.name != "at"]
+    values = ", ".join(f"s.{c}" for c in cols)
+    # An item without `at` keeps the stored time of the row it rewrites (or is dated now).
+    select = (f"SELECT s.id, %(owner)s, s.key, {values}, coalesce(s.created_at, e.created_at, now()), now()"
+              f" FROM {stage} s LEFT JOIN {table} e ON e.owner_id = %(owner)s AND {match}"
+              f" WHERE {where} ORDER BY s.i")
+    sql = f"INSERT INTO {table} AS t (id, owner_id, key, {', '.join(cols)}, created_at, updated_at) {select}"
+    if conflict:
+        changed = [*cols, "created_at"]
+        sql += (f" ON CONFLICT {conflict} DO UPDATE SET "
+                + ", ".join(f"{c} = EXCLUDED.{c}" for c in changed) + ", updated_at = now()"
+                + f" WHERE ({', '.join('t.' + c for c in changed)}) IS DISTINCT FROM"
+                  f" ({', '.join('EXCLUDED.' + c for c in changed)})")
+    natural = "t.name" if source == "capability" else "NULL::text"
+    sql += f" RETURNING t.id::text, t.key, {natural}, (t.xmax = 0)"
+    return conn.execute(sql, {"owner": owner}).fetchall()
+
+
+def _check_capability_names(
+    conn: psycopg.Connection, owner: str, items: list[dict[str, Any]]
+) -> None:
+    """A capability's name is unique per owner: a keyed item may not take the name of another row."""
+    keyed = {it["name"]: (i, it["key"]) for i, it in enumerate(items) if it["key"] is not None}
+    if not keyed:
+        return
+    rows = conn.execute("SELECT name, key FROM capabilities WHERE owner_id = %s AND name = ANY(%s)",
+                        (owner, list(keyed))).fetchall()
+    for name, key in rows:
+        i, wanted = keyed[name]
+        if key != wanted:
+            raise ItemConflict("name", f"another capability of this owner is named {name[:60]!r}"
+                                       + (f" (key {key[:60]!r})" if key else " (without a key)"), i)
+
+
+def _results(
+    conn: psycopg.Connection, source: str, owner: str, items: list[dict[str, Any]], staged_ids: list[uuid.UUID],
+    written: list[tuple[str, str | None, str | None, bool]],
+) -> WriteResult:
+    """Each item's id and action: from the rows the upserts returned (by key, a keyless capability by name, any
+    other keyless item by the id staged for it); an item they did not return was unchanged, its id read by key
+    (or name)."""
+    table = WRITE_TABLES[source]
+    by_key = {k: (i, c) for i, k, _n, c in written if k is not None}
+    by_name = {n: (i, c) for i, k, n, c in written if k is None and n is not None}
+    by_id = {i: (i, c) for i, _k, _n, c in written}
+    missing_keys = [it["key"] for it in items if it["key"] is not None and it["key"] not in by_key]
+    unchanged_keys = dict(conn.execute(
+        f"SELECT key, id::text FROM {table} WHERE owner_id = %s AND key = ANY(%s)", (owner, missing_keys)
+    ).fetchall()) if missing_keys else {}
+    names = [it["name"] for it in items if source == "capability" and it["key"] is None and it["name"] not in by_name]
+    unchanged_names = dict(conn.execute(
+        "SELECT name, id::text FROM capabilities WHERE owner_id = %s AND name = ANY(%s)", (owner, names)
+    ).fetchall()) if names else {}
+    result = WriteResult(source=source)
+    for index, (item, staged) in enumerate(zip(items, staged_ids, strict=True)):
+        if item["key"] is not None:
+            hit, unchanged = by_key.get(item["key"]), unchanged_keys.get(item["key"])
+        elif source == "capability":
+            hit, unchanged = by_name.get(item["name"]), unchanged_names.get(item["name"])
+        else:
+            hit, unchanged = by_id.get(str(staged)), None
+        item_id, action = (hit[0], "created" if hit[1] else "updated") if hit else (unchanged, "unchanged")
+        result.results.append({"index": index, "id": item_id, "key": item["key"], "action": action})
+        result.counts[action] += 1
+    return result
+
+
+def write_items(pool: ConnectionPool, owner: str, source: str, items: Sequence[Mapping]) -> WriteResult:
+    """Validate every item, then upsert them all in one transaction and keyword-index the rows written.
+
+    An item with a `key` updates the owner's row of that key (another owner's rows are never read or
+    touched), one without creates a row (a capability without a key: the owner's row of that name). Returns
+    {index, id, key, action} per item, action created, updated or unchanged, and the counts."""
+    owner = validate_owner(owner)
+    source = check_source(source)
+    valid = validate_items(source, items)
+    if not valid:
+        return WriteResult(source=source)
+    staged_ids = [uuid.uuid4() for _ in valid]
+    with pool.connection() as conn, conn.transaction():
+        if source == "capability":
+            _check_capability_names(conn, owner, valid)
+        stage = _stage(conn, source, valid, staged_ids)
+        written = _upsert(conn, source, owner, stage, "s.key IS NOT NULL", "(owner_id, key) WHERE key IS NOT NULL",
+                          "e.key = s.key")
+        if source == "capability":  # the name is unique per owner: a capability without a key is found by it
+            written += _upsert(conn, source, owner, stage, "s.key IS NULL", "(owner_id, name)", "e.name = s.name")
+        else:
+            written += _upsert(conn, source, owner, stage, "s.key IS NULL", None, "false")
+        result = _results(conn, source, owner, valid, staged_ids, written)
+        changed = [r["id"] for r in result.results if r["action"] != "unchanged"]
+        if source in INDEXED and changed:
+            index_items(conn, source, owner, changed)
+    return result
+
+
+def _counts(rows: list[tuple]) -> list[Counter[str]]:
+    return [term_counts(r[2]) for r in rows]
+
+
+def _index_pipelined(conn: psycopg.Connection, source: str, rows: list[tuple], totals: Totals) -> None:
+    """`index_rows` batch by batch, each batch's terms counted in a thread while the one before is written: the
+    counting (Python) and the server's storing of postings overlap instead of taking turns."""
+    batches = [rows[i:i + INDEX_BATCH] for i in range(0, len(rows), INDEX_BATCH)]
+    if len(batches) <= 1:
+        if rows:
+            index_rows(conn, source, rows, totals)
+        return
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="item-terms") as counter:
+        ahead = counter.submit(_counts, batches[0])
+        for i, batch in enumerate(batches):
+            counts = ahead.result()
+            if i + 1 < len(batches):
+                ahead = counter.submit(_counts, batches[i + 1])
+            index_rows(conn, source, batch, totals, counts)
+
+
+def index_items(conn: psycopg.Connection, source: str, owner: str, ids: list[str]) -> int:
+    """Keyword-index the given rows of one owner whose indexed text changed since they were indexed, and drop the
+    index entries of those no longer live; keep the owner's stored BM25 statistics current. Returns rows indexed."""
+    indexed = INDEXED[source]
+    conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (LOCK_KEYWORD_STATS, f"{source}:{owner}"))
+    stats = conn.execute(
+        "SELECT total_len, n, added FROM keyword_stats WHERE owner_id = %s AND source = %s", (owner, source)
+    ).fetchone()
+    if stats is None:
+        before = conn.execute(
+            "SELECT coalesce(sum(doc_len), 0), count(*) FROM keyword_docs WHERE owner_id = %s AND source = %s",
+            (owner, source),
+        ).fetchone()
+    else:
+        before = stats[:2]
+    totals = {owner: [float(before[0]), int(before[1])]}
+    rows = conn.execute(
+        f"SELECT t.id::text, t.owner_id, {indexed.text_sql}, t.content_hash FROM {indexed.from_sql}"
+        " LEFT JOIN keyword_docs kd ON kd.source = %(s)s AND kd.item_id = t.id::text"
+        f" WHERE t.owner_id = %(owner)s AND t.id = ANY(%(ids)s::uuid[]) AND {indexed.active_sql}"
+        " AND kd.content_hash IS DISTINCT FROM t.content_hash",
+        {"s": source, "owner": owner, "ids": ids},
+    ).fetchall()
+    _index_pipelined(conn, source, rows, totals)
+    removed = conn.execute(
+        f"DELETE FROM keyword_docs kd USING {indexed.from_sql} WHERE kd.source = %(s)s"
+        " AND kd.item_id = ANY(%(ids)s) AND t.id::text = kd.item_id AND t.owner_id = %(owner)s"
+        f" AND NOT ({indexed.active_sql}) RETURNING kd.doc_len",
+        {"s": source, "owner": owner, "ids": ids},
+    ).fetchall()
+    totals[owner][0] -= sum(r[0] for r in removed)
+    totals[owner][1] -= len(removed)
+    gained = max(totals[owner][1] - int(before[1]), 0)
+    if stats is None:
+        if rows:
+            refresh_stats(conn, source, [owner])
+        return len(rows)
+    kept = conn.execute(
+        "UPDATE keyword_stats SET n = %s, total_len = %s, added = added + %s WHERE owner_id = %s AND source = %s"
+        " RETURNING n, added",
+        (totals[owner][1], int(totals[owner][0]), gained, owner, source),
+    ).fetchone()
+    # Rewritten in full when she grew by half since, or when a keyword pass rewrote them meanwhile (row gone).
+    if kept is None or kept[1] > STATS_REFRESH_SHARE * max(kept[0] - kept[1], 0):
+        refresh_stats(conn, source, [owner])
+    return len(rows)
+
+
+# --- updating one item -----------------------------------------------------------------------------------------
+
+
+def _find(conn: psycopg.Connection, table: str, owner: str, ref: str) -> tuple[str, str | None] | None:
+    """(id, key) of the owner's row whose id or key is `ref` (the id first), or None."""
+    row = conn.execute(
+        f"SELECT id::text, key FROM {table} WHERE owner_id = %s AND (id = %s OR key = %s)"
+        " ORDER BY (id = %s) DESC LIMIT 1 FOR UPDATE",
+        (owner, ref if is_uuid(ref) else None, ref, ref if is_uuid(ref) else None),
+    ).fetchone()
+    return None if row is None else (row[0], row[1])
+
+
+def _ref(ref: object) -> str:
+    if not isinstance(ref, str) or not ref.strip():
+        raise ItemError("ref", "must be an item's id or key")
+    ref = ref.strip()
+    if len(ref) > MAX_ITEM_KEY:  # a key, or an id (36 characters)
+        raise ItemError("ref", f"must be at most {MAX_ITEM_KEY} characters")
+    check_storable("ref", ref)
+    return ref
+
+
+def update_item(pool: ConnectionPool, owner: str, source: str, ref: str, changes: Mapping) -> dict[str, Any]:
+    """Change some fields of one of the owner's items, found by id or key (a task's status, a goal's progress,
+    `active: false` to deactivate it). An id or key of another owner is not found, exactly like an unknown one.
+    Returns {id, key, action}: updated, or unchanged when every field given was already so."""
+    owner = validate_owner(owner)
+    source = check_source(source)
+    ref = _ref(ref)
+    fields = validate_item(source, changes, partial=True)
+    specs = {s.name: s for s in WRITE_CONTRACTS[source]}
+    table = WRITE_TABLES[source]
+    cols = [specs[name].db_column for name in fields]
+    values = [Jsonb(v) if specs[n].kind == "object" else v for n, v in fields.items()]
+    with pool.connection() as conn, conn.transaction():
+        found = _find(conn, table, owner, ref)
+        if found is None:
+            raise NotFoundError(f"no {source} {ref!r}")
+        item_id = found[0]
+        if "key" in fields and fields["key"] is not None:
+            taken = conn.execute(f"SELECT 1 FROM {table} WHERE owner_id = %s AND key = %s AND id <> %s",
+                                 (owner, fields["key"], item_id)).fetchone()
+            if taken:
+                raise ItemConflict("key", f"{fields['key'][:60]!r} is already another {source}'s key")
+        if source == "capability" and "name" in fields:
+            taken = conn.execute("SELECT 1 FROM capabilities WHERE owner_id = %s AND name = %s AND id <> %s",
+                                 (owner, fields["name"], item_id)).fetchone()
+            if taken:
+                raise ItemConflict("name", f"another capability of this owner is named {fields['name'][:60]!r}")
+        assignments = ", ".join(f"{c} = %s" for c in cols)
+        placeholders = ", ".join(["%s"] * len(cols))
+        row = conn.execute(
+            f"UPDATE {table} SET {assignments}, updated_at = now() WHERE id = %s AND owner_id = %s"
+            f" AND ({', '.join(cols)}, NULL) IS DISTINCT FROM ({placeholders}, NULL) RETURNING key",
+            (*values, item_id, owner, *values),
+        ).fetchone()
+        if row is None:
+            return {"id": item_id, "key": found[1], "action": "unchanged"}
+        if source in INDEXED:
+            index_items(conn, source, owner, [item_id])
+    return {"id": item_id, "key": row[0], "action": "updated"}
+
+
+# --- learnings relevance ---------------------------------------------------------------------------------------
+
+
+def relevant_learnings(
+    pool: ConnectionPool,
+    owner: str,
+    *,
+    task_type: str | None = None,
+    failure_class: str | None = None,
+    event_type: str | None = None,
+    limit: int = 10,
+) -> list[dict[str, Any]]:
+    """The owner's learnings most relevant to a task (the learnings spec: task type 10, failure class 8, trigger
+    event 6, category failure_pattern 4, freshness 3 / 2 / 1), best first, with each part of the score."""
+    owner = validate_owner(owner)
+    query = task_query({"task_type": task_type, "failure_class": failure_class, "event_type": event_type})
+    return [
+        {"id": s.id, "title": s.title, "content": s.content, "task_type": s.task_type,
+         "failure_class": s.failure_class, "trigger_event": s.trigger_event, "category": s.category,
+         "created_at": s.created_at, "score": s.score, "breakdown": s.breakdown}
+        for s in structured_learnings(pool, owner, query, limit)
+    ]

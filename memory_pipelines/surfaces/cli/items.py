@@ -1,0 +1,187 @@
+"""CLI commands for items: `import` (a JSON Lines, CSV or Parquet file), `write` and `update` (one item, or a
+batch, as JSON), `learnings-relevant` (the learnings spec's relevance search). They call the library as HTTP's
+/api/{source} routes and MCP's mem.record_* tools do."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ...infra.errors import ValidationError
+from ...vocabulary import MAX_BATCH, MAX_SEARCH_LIMIT, TASK_TYPES, WRITABLE_SOURCES
+
+OWNER_HELP = "owner id (default MEMORY_PIPELINES_OWNER or 'default')"
+
+
+def _memory() -> Any:
+    from ...face import Memory
+
+    return Memory.open(llm=None)
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, ensure_ascii=False, indent=2, default=str))
+
+
+def read_json_arg(args: argparse.Namespace, name: str = "--json") -> Any:
+    """The JSON given inline (`--json`), or read from a file or stdin (`--file`, '-')."""
+    if args.json_text is not None:
+        text, where = args.json_text, name
+    else:
+        where = "--file"
+        try:
+            text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValidationError("--file", f"cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValidationError(where, f"is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+
+
+def _owner(args: argparse.Namespace, memory: Any) -> str:
+    return args.owner or memory.settings.default_owner
+
+
+def cmd_write(args: argparse.Namespace) -> int:
+    value = read_json_arg(args)
+    memory = _memory()
+    owner = _owner(args, memory)
+    if isinstance(value, list):
+        if len(value) > MAX_BATCH:
+            raise ValidationError("items", f"at most {MAX_BATCH} items per write; import a file for more "
+                                           "(`memory-pipelines import`)")
+        _print_json(memory.write_many(owner, args.source, value))
+    else:
+        _print_json(memory.write(owner, args.source, value))
+    return 0
+
+
+def cmd_update(args: argparse.Namespace) -> int:
+    changes = read_json_arg(args)
+    memory = _memory()
+    _print_json(memory.update(_owner(args, memory), args.source, args.ref, changes))
+    return 0
+
+
+def cmd_learnings_relevant(args: argparse.Namespace) -> int:
+    if not 1 <= args.limit <= MAX_SEARCH_LIMIT:
+        raise ValidationError("--limit", f"must be from 1 to {MAX_SEARCH_LIMIT}, got {args.limit}")
+    memory = _memory()
+    found = memory.relevant_learnings(_owner(args, memory), task_type=args.task_type,
+                                      failure_class=args.failure_class, event_type=args.event_type, limit=args.limit)
+    if args.json:
+        _print_json({"learnings": found})
+        return 0
+    for item in found:
+        print(f"{item['score']:>5}  {item['id']}  {item['title'][:80]}")
+    if not found:
+        print("no learnings", file=sys.stderr)
+    return 0
+
+
+def print_report(report: Any, as_json: bool) -> None:
+    """Every reject as `file:line: field: reason` on stderr, then the counts (or the whole report as JSON)."""
+    name = Path(report.path).name
+    for r in report.rejects:
+        print(f"{name}:{r.line}: {r.field}: {r.reason}", file=sys.stderr)
+    if as_json:
+        _print_json(report.as_dict())
+        return
+    print(f"{name}: {report.rows} rows read, {report.valid} valid, {len(report.rejects)} rejected "
+          f"({report.read_seconds:.1f} s)")
+    if report.dry_run:
+        for source, n in report.valid_by_source.items():
+            print(f"  {source}: {n} valid")
+        print("dry run: nothing written")
+        return
+    if not report.written:
+        print(f"nothing written: {len(report.rejects)} rows rejected. Fix them, or pass --skip-invalid to write "
+              "the valid rows only")
+        return
+    for source, counts in report.counts.items():
+        print(f"  {source}: " + ", ".join(f"{n} {action}" for action, n in counts.items()))
+    done = sum(report.totals.values())
+    rate = f" ({done / report.write_seconds:,.0f} rows/s)" if report.write_seconds > 0 and done else ""
+    print(f"written in {report.write_seconds:.1f} s{rate}; embeddings follow in the background "
+          "(`serve`, the Dagster sensor) or with `memory-pipelines embed`")
+    if report.stopped:
+        print(f"stopped at {report.stopped}: the rows before it are written; fix it and import again "
+              "(rows already written come back unchanged)")
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from ...infra.settings import get_settings
+    from ...store.imports import file_format, import_file
+    from .main import _bar
+
+    file_format(Path(args.path), args.format)  # an unknown format fails before the database starts
+    pool = embedder = None
+    default_owner = get_settings().default_owner
+    if not args.dry_run:
+        memory = _memory()
+        pool, embedder, default_owner = memory.pool, memory.embedder, memory.settings.default_owner
+    report = import_file(pool, args.path, embedder=embedder, source=args.source, owner=args.owner,
+                         default_owner=default_owner, fmt=args.format, dry_run=args.dry_run,
+                         skip_invalid=args.skip_invalid, bar=None if args.json else _bar)
+    print_report(report, args.json)
+    if report.stopped or (report.rejects and not report.written and not report.dry_run):
+        return 1
+    return 0
+
+
+def _json_input(p: argparse.ArgumentParser, what: str) -> None:
+    given = p.add_mutually_exclusive_group(required=True)
+    given.add_argument("--json", dest="json_text", metavar="JSON", help=what)
+    given.add_argument("--file", metavar="FILE", help="read that JSON from FILE ('-': stdin)")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add `import`, `write`, `update` and `learnings-relevant` to the CLI."""
+    sources = list(WRITABLE_SOURCES)
+    p = sub.add_parser(
+        "import",
+        help="import a JSON Lines, CSV or Parquet file of tasks, learnings, capabilities, goals, events or "
+        "memories: every row checked first, original times kept, idempotent by key (a re-import changes nothing)",
+    )
+    p.add_argument("path", help="the file (.jsonl / .ndjson, .csv with a header row, .parquet)")
+    p.add_argument("--source", choices=[*sources, "memory"],
+                   help="what every row is; without it, each row's `source` column says")
+    p.add_argument("--owner", help="whose rows these are; without it, each row's `owner` column, else "
+                   "MEMORY_PIPELINES_OWNER or 'default'. A row naming another owner than --owner is rejected")
+    p.add_argument("--format", choices=["jsonl", "csv", "parquet"], help="the format, when the suffix does not say")
+    p.add_argument("--dry-run", action="store_true", help="check and count every row; write nothing")
+    p.add_argument("--skip-invalid", action="store_true",
+                   help="write the valid rows even when some are rejected (each reject is still reported); "
+                   "without it, one rejected row means nothing is written")
+    p.add_argument("--json", action="store_true", help="print the report (counts, every reject) as JSON")
+    p.set_defaults(func=cmd_import)
+
+    p = sub.add_parser("write", help="write one item (a JSON object) or a batch (a JSON array) of one source; an "
+                       "item with a `key` updates the owner's item of that key")
+    p.add_argument("source", choices=sources)
+    p.add_argument("--owner", help=OWNER_HELP)
+    _json_input(p, "the item, e.g. '{\"title\": \"...\", \"content\": \"...\"}', or a JSON array of items "
+                   f"(at most {MAX_BATCH})")
+    p.set_defaults(func=cmd_write)
+
+    p = sub.add_parser("update", help="change some fields of one item, by id or key (a task's status, a goal's "
+                       "progress, {\"active\": false} to deactivate it)")
+    p.add_argument("source", choices=sources)
+    p.add_argument("ref", metavar="ID_OR_KEY")
+    p.add_argument("--owner", help=OWNER_HELP)
+    _json_input(p, "the fields to change, e.g. '{\"status\": \"completed\"}'")
+    p.set_defaults(func=cmd_update)
+
+    p = sub.add_parser("learnings-relevant", help="the owner's learnings most relevant to a task: task type, "
+                       "failure class, trigger event, failure patterns, freshness (the learnings spec)")
+    p.add_argument("--owner", help=OWNER_HELP)
+    p.add_argument("--task-type", choices=TASK_TYPES)
+    p.add_argument("--failure-class", metavar="CLASS", help="e.g. TIMEOUT")
+    p.add_argument("--event-type", metavar="TYPE", help="e.g. task_failed")
+    p.add_argument("--limit", type=int, default=10)
+    p.add_argument("--json", action="store_true", help="print the learnings with their score parts as JSON")
+    p.set_defaults(func=cmd_learnings_relevant)

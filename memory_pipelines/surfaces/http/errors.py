@@ -1,0 +1,195 @@
+"""The API's one error shape: its models and documented answers (for the OpenAPI document), the handlers that
+turn library and request errors into it, and the body-size limit.
+
+Every error answer is `{"detail": ...}`; a 422 also names the rejected `field`, as the request spells it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import psycopg
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from ...infra.db import RETRY_AFTER_SECONDS
+from ...infra.errors import ConfigError, NotFoundError, UserError, ValidationError
+from ...vocabulary import MAX_BODY_BYTES
+
+log = logging.getLogger(__name__)
+
+# Library field names that the API spells differently.
+FIELD_ALIASES = {"token_budget": "tokenBudget", "top_k": "topK"}
+
+
+class Unauthorized(Exception):
+    """No usable API key: missing, unknown or revoked."""
+
+
+# -- models ------------------------------------------------------------------------------------------------------
+
+class ErrorItem(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    loc: list[str] = Field(description="Where the bad value is: `body`, `query` or `path`, then the field name.")
+    msg: str = Field(description="What is wrong with it.")
+    type: str = Field(description="A machine-readable kind, e.g. `value_error`, `missing`, `literal_error`.")
+
+
+class Error(BaseModel):
+    """Every error answer: `detail` says what went wrong; a 422 also names the offending `field`."""
+
+    model_config = ConfigDict(extra="forbid",
+                              json_schema_extra={"examples": [{"detail": "unknown or revoked API key"}]})
+
+    detail: str | list[ErrorItem] = Field(description="A message (400, 401, 404, 413, 503), or the list of "
+                                          "problems with the request (422).")
+    field: str | None = Field(None, description="422 only: the request field that was rejected.")
+
+
+class ValidationProblem(BaseModel):
+    """A request the API rejected before doing anything: nothing was read or written."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+        "detail": [{"loc": ["body", "content_type"], "msg": "Input should be 'requirement', 'plan', "
+                    "'development', 'testing' or 'insight'", "type": "literal_error"}],
+        "field": "content_type",
+    }]})
+
+    detail: list[ErrorItem]
+    field: str = Field(description="The offending field, as the request spells it (e.g. `topK`, `ids`).")
+
+
+# -- documented error answers -------------------------------------------------------------------------------------
+
+def _documented(description: str, example: str) -> dict[str, Any]:
+    return {"model": Error, "description": description,
+            "content": {"application/json": {"example": {"detail": example}}}}
+
+
+UNAUTHORIZED = {401: _documented("Missing, unknown or revoked API key (`Authorization: Bearer <key>`).",
+                                 "unknown or revoked API key")}
+INVALID = {422: {"model": ValidationProblem, "description": "Bad input; `field` names it. Nothing changed."}}
+UNAVAILABLE = {503: _documented("The database is unreachable (retry later), or the server is misconfigured.",
+                                "the database is unavailable; retry later")}
+BAD_REQUEST = {400: _documented("A request the library refused for a reason other than one field.",
+                                "the request cannot be served")}
+TOO_LARGE = {413: _documented(f"The request body is larger than {MAX_BODY_BYTES} bytes.",
+                              f"the request body is larger than {MAX_BODY_BYTES} bytes")}
+
+
+def not_found(what: str, example: str) -> dict[int, dict[str, Any]]:
+    return {404: _documented(f"No {what} of this owner (one of another owner answers exactly the same).", example)}
+
+
+def errors(*groups: dict[int, dict[str, Any]]) -> dict[int | str, dict[str, Any]]:
+    """The documented error answers of an endpoint: 401, 422 and 503 always, plus the given ones."""
+    out: dict[int | str, dict[str, Any]] = {}
+    for group in (*groups, UNAUTHORIZED, INVALID, UNAVAILABLE):
+        out.update(group)
+    return dict(sorted(out.items(), key=lambda kv: str(kv[0])))
+
+
+READ = errors()
+"""A GET's error answers."""
+WRITE = errors(BAD_REQUEST, TOO_LARGE)
+"""A POST's error answers."""
+
+# -- handlers ------------------------------------------------------------------------------------------------------
+
+def error(status: int, detail: Any, **extra: Any) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse({"detail": detail, **extra}, status_code=status, headers=headers)
+
+
+def _invalid(field: str, message: str, where: str = "body") -> JSONResponse:
+    field = FIELD_ALIASES.get(field, field)
+    return error(422, [{"loc": [where, field], "msg": message, "type": "value_error"}], field=field)
+
+
+def _where(request: Request, field: str) -> str:
+    """Where a field the library rejected came from, as FastAPI's own 422s say it: path, query or body."""
+    if field in request.path_params:
+        return "path"
+    if field in request.query_params or request.method in ("GET", "HEAD", "DELETE"):
+        return "query"
+    return "body"
+
+
+_STATUS: dict[type[Exception], int] = {NotFoundError: 404, ConfigError: 503, UserError: 400, Unauthorized: 401}
+"""The answer to a library error (the most specific class decides: a ValidationError is a UserError)."""
+
+
+def _answer(status: int) -> Callable[[Request, Exception], Awaitable[JSONResponse]]:
+    async def handle(_req: Request, exc: Exception) -> JSONResponse:
+        return error(status, str(exc))
+
+    return handle
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def _request_invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:
+        # Only loc, msg and type: the rejected input is the caller's data and may not be JSON-encodable.
+        errors = [{"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", "")),
+                   "type": str(e.get("type", ""))} for e in exc.errors()]
+        loc = errors[0]["loc"] if errors else ["body"]
+        return error(422, errors, field=".".join(loc[1:]) or loc[0])
+
+    @app.exception_handler(ValidationError)
+    async def _lib_invalid(req: Request, exc: ValidationError) -> JSONResponse:
+        return _invalid(exc.field, exc.message, _where(req, FIELD_ALIASES.get(exc.field, exc.field)))
+
+    for kind, status in _STATUS.items():
+        app.add_exception_handler(kind, _answer(status))
+
+    @app.exception_handler(psycopg.OperationalError)  # psycopg_pool's PoolTimeout is one: no connection in time
+    async def _db_down(_req: Request, exc: psycopg.OperationalError) -> JSONResponse:
+        log.warning("database unavailable: %s", exc)
+        response = error(503, "the database is unavailable; retry later")
+        response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        return response
+
+
+# -- body size -------------------------------------------------------------------------------------------------------
+
+class _BodyTooLarge(HTTPException):
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"the request body is larger than {limit} bytes")
+
+
+class BodyLimit:
+    """ASGI middleware: a request body over `limit` bytes is a 413, before it is read whole.
+
+    A declared Content-Length over the limit is refused at once; a streamed (chunked) body is counted as it
+    arrives and refused when it passes the limit (FastAPI re-raises an HTTPException from reading the body).
+    """
+
+    def __init__(self, app: Any, limit: int = MAX_BODY_BYTES) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await error(413, _BodyTooLarge(self.limit).detail)(scope, receive, send)
+            return
+        seen = 0
+
+        async def counted() -> dict:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise _BodyTooLarge(self.limit)
+            return message
+
+        await self.app(scope, counted, send)

@@ -1,0 +1,1 @@
+"""The API's routers, one per area; `create_app` includes them."""

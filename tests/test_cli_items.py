@@ -1,0 +1,112 @@
+"""`memory-pipelines import / write / update / learnings-relevant` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memory_pipelines.surfaces.cli import main
+
+
+@pytest.fixture
+def cli_env(db_url, monkeypatch, tmp_path):
+    env = {"DATABASE_URL": db_url, "MEMORY_PIPELINES_EMBEDDER": "fake", "MEMORY_PIPELINES_HOME": str(tmp_path),
+           "MEMORY_PIPELINES_OWNER": "carol"}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    return env
+
+
+def _rows(pool, table: str) -> list[tuple]:
+    with pool.connection() as conn:
+        return conn.execute(f"SELECT owner_id, key, title FROM {table} ORDER BY key").fetchall()
+
+
+def _file(tmp_path: Path, lines: list) -> Path:
+    path = tmp_path / "learnings.jsonl"
+    path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines), encoding="utf-8")
+    return path
+
+
+def test_import_reports_bad_lines_and_writes_only_with_skip_invalid(cli_env, pool, tmp_path, capsys):
+    path = _file(tmp_path, [{"key": "a", "title": "Keep retries idempotent"},
+                            {"key": "b", "title": "x", "category": "gossip"},
+                            "not json",
+                            {"key": "c", "title": "Alert on queue depth, not on CPU"}])
+    assert main(["import", str(path), "--source", "learning", "--owner", "alice"]) == 1
+    out = capsys.readouterr()
+    assert "learnings.jsonl:2: category:" in out.err and "learnings.jsonl:3: line: is not valid JSON" in out.err
+    assert "nothing written" in out.out and _rows(pool, "learnings") == []
+
+    assert main(["import", str(path), "--source", "learning", "--owner", "alice", "--dry-run"]) == 0
+    assert "learning: 2 valid" in capsys.readouterr().out and _rows(pool, "learnings") == []
+
+    assert main(["import", str(path), "--source", "learning", "--owner", "alice", "--skip-invalid"]) == 0
+    out = capsys.readouterr()
+    assert "learnings.jsonl:2: category:" in out.err and "learning: 2 created, 0 updated, 0 unchanged" in out.out
+    assert _rows(pool, "learnings") == [("alice", "a", "Keep retries idempotent"),
+                                        ("alice", "c", "Alert on queue depth, not on CPU")]
+
+    assert main(["import", str(path), "--source", "learning", "--owner", "alice", "--skip-invalid", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["totals"] == {"created": 0, "updated": 0, "unchanged": 2}
+    assert [r["line"] for r in report["rejects"]] == [2, 3]
+
+
+def test_import_without_owner_uses_the_configured_one(cli_env, pool, tmp_path, capsys):
+    path = _file(tmp_path, [{"key": "a", "title": "Feature flags expire"}])
+    assert main(["import", str(path), "--source", "learning"]) == 0
+    assert _rows(pool, "learnings") == [("carol", "a", "Feature flags expire")]
+
+
+@pytest.mark.slow
+def test_a_bad_file_is_one_clear_line_without_a_traceback(cli_env, tmp_path):
+    path = tmp_path / "tasks.parquet"
+    path.write_text("title\nnot parquet\n")
+    proc = subprocess.run([sys.executable, "-m", "memory_pipelines.surfaces.cli", "import", str(path), "--source",
+                           "task"], capture_output=True, text=True, env={**os.environ, **cli_env}, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "tasks.parquet: is not a Parquet file" in lines[0]
+
+
+def test_write_update_and_relevant_learnings(cli_env, pool, tmp_path, capsys, monkeypatch):
+    item = {"title": "Drain the node before the kernel upgrade", "task_type": "dev", "failure_class": "OOM",
+            "key": "drain"}
+    assert main(["write", "learning", "--owner", "alice", "--json", json.dumps(item)]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert first["action"] == "created" and first["key"] == "drain"
+
+    batch = tmp_path / "batch.json"
+    batch.write_text(json.dumps([{"title": "Ship the CLI", "key": "t1"}, {"title": "Ship the MCP tools"}]))
+    assert main(["write", "task", "--owner", "alice", "--file", str(batch)]) == 0
+    assert json.loads(capsys.readouterr().out)["counts"] == {"created": 2, "updated": 0, "unchanged": 0}
+
+    assert main(["update", "task", "t1", "--owner", "alice", "--json", '{"status": "completed"}']) == 0
+    assert json.loads(capsys.readouterr().out)["action"] == "updated"
+    with pool.connection() as conn:
+        assert conn.execute("SELECT status FROM tasks WHERE key = 't1'").fetchone()[0] == "completed"
+
+    assert main(["learnings-relevant", "--owner", "alice", "--task-type", "dev", "--failure-class", "OOM",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["learnings"][0]["id"] == first["id"]
+    assert main(["learnings-relevant", "--owner", "bob", "--task-type", "dev", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"learnings": []}
+
+    # Bad input: one line naming the field, nothing written.
+    assert main(["write", "goal", "--owner", "alice", "--json", '{"title": "Faster", "progress": 120}']) == 2
+    assert "progress" in capsys.readouterr().err
+    assert main(["write", "event", "--owner", "alice", "--json", "{not json"]) == 2
+    assert "--json: is not valid JSON" in capsys.readouterr().err
+    assert main(["update", "task", "t1", "--owner", "bob", "--json", '{"status": "failed"}']) == 2
+    assert "no task 't1'" in capsys.readouterr().err
+    assert main(["write", "task", "--owner", "alice", "--json", json.dumps([{"title": "a"}, {"title": ""}])]) == 2
+    assert "items[1].title" in capsys.readouterr().err
+    with pool.connection() as conn:
+        assert conn.execute("SELECT count(*) FROM goals").fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM tasks").fetchone()[0] == 2

@@ -1,0 +1,220 @@
+"""Tasks, learnings, capabilities, goals and events through real HTTP (uvicorn on loopback): written, found by keyword
+at once and by vectors after the server's background pass, rewritten by key, updated in part, deactivated, refused
+when bad (422 naming the field and the item, 413 over the batch size, nothing written), owner isolation."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from memory_pipelines.infra.auth import create_key
+from memory_pipelines.vocabulary import MAX_BATCH, MAX_ITEM_KEY, MAX_ITEM_TEXT, WRITE_TABLES
+from tests.test_api import client
+from tests.test_items import ONE, WORD
+
+PLURAL = {"task": "tasks", "learning": "learnings", "capability": "capabilities", "goal": "goals", "event": "events"}
+
+
+@pytest.fixture
+def alice(live, runtime) -> httpx.Client:
+    return client(live, create_key(runtime.pool, "alice")[1])
+
+
+@pytest.fixture
+def bob(live, runtime) -> httpx.Client:
+    return client(live, create_key(runtime.pool, "bob")[1])
+
+
+def _rows(pool, source: str) -> list[dict]:
+    with pool.connection() as conn:
+        cur = conn.execute(f"SELECT * FROM {WRITE_TABLES[source]} ORDER BY created_at")
+        names = [d.name for d in cur.description]
+        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+
+def _written(pool) -> int:
+    with pool.connection() as conn:
+        return sum(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in WRITE_TABLES.values()) + \
+            conn.execute("SELECT count(*) FROM keyword_docs").fetchone()[0]
+
+
+def _found(c: httpx.Client, word: str, mode: str) -> set[str]:
+    r = c.post("/api/brain/memory/search", json={"query": word, "mode": mode, "topK": 10})
+    assert r.status_code == 200, r.text
+    return {m["id"] for m in r.json()["matches"]}
+
+
+def _context_ids(c: httpx.Client, query: str, **extra) -> list[str]:
+    r = c.post("/api/brain/memory/context", json={"query": query, "mode": "debug", "tokenBudget": 2000, **extra})
+    assert r.status_code == 200, r.text
+    return [i["id"] for i in r.json()["items"]]
+
+
+def test_one_item_of_each_source_written_over_http_is_found_at_once_then_by_vectors(app, alice, bob, runtime):
+    ids = {}
+    for source, item in ONE.items():
+        r = alice.post(f"/api/{PLURAL[source]}", json=item)
+        assert r.status_code == 201, r.text
+        assert r.json()["action"] == "created" and r.json()["key"] == item["key"]
+        ids[source] = r.json()["id"]
+    for source in ("task", "learning", "capability"):  # keyword-searchable when the answer came back
+        assert ids[source] in _found(alice, WORD[source], "keyword"), source
+        assert ids[source] not in _found(bob, WORD[source], "keyword"), source
+    assert ids["event"] in _context_ids(alice, "axolotl gateway")  # a recent event, by its keyword channel
+    profile = alice.post("/api/brain/memory/context", json={"query": "release", "mode": "plan"}).json()["block"]
+    assert "Ship the narwhal release" in profile
+    assert app.state.embed_worker.wait_idle(30)  # the server's background pass
+    for source in WORD:
+        row = next(r for r in _rows(runtime.pool, source) if str(r["id"]) == ids[source])
+        assert row["embedding"] is not None and row["embedded_hash"] == row["content_hash"], source
+    for source in ("task", "learning", "capability"):
+        assert ids[source] in _found(alice, WORD[source], "semantic"), source
+    assert ids["learning"] in _context_ids(alice, "marmalade timeouts")
+    assert _context_ids(bob, "marmalade timeouts") == []
+
+
+def test_rewriting_a_key_over_http_updates_in_place(app, alice, runtime):
+    first = alice.post("/api/learnings", json=ONE["learning"]).json()
+    assert app.state.embed_worker.wait_idle(30)
+    embedded_at = _rows(runtime.pool, "learning")[0]["embedded_at"]
+    same = alice.post("/api/learnings", json=ONE["learning"])
+    assert same.status_code == 201 and same.json() == {"id": first["id"], "key": "L-1", "action": "unchanged"}
+    changed = alice.post("/api/learnings", json={**ONE["learning"], "content": "raise the pool to 80"}).json()
+    assert changed == {"id": first["id"], "key": "L-1", "action": "updated"}
+    batch = alice.post("/api/learnings/batch", json={"items": [ONE["learning"] | {"content": "raise the pool to 80"},
+                                                              {"title": "a second marmalade lesson"}]})
+    assert batch.status_code == 200, batch.text
+    assert [x["action"] for x in batch.json()["results"]] == ["unchanged", "created"]
+    assert batch.json()["counts"] == {"created": 1, "updated": 0, "unchanged": 1}
+    assert batch.json()["results"][0]["id"] == first["id"] and batch.json()["results"][1]["index"] == 1
+    rows = _rows(runtime.pool, "learning")
+    assert len(rows) == 2 and rows[0]["content"] == "raise the pool to 80"
+    assert app.state.embed_worker.wait_idle(30)
+    assert _rows(runtime.pool, "learning")[0]["embedded_at"] > embedded_at  # the changed text was re-embedded
+
+
+def test_patch_changes_a_task_status_re_embeds_it_and_deactivation_hides_items(app, alice, runtime):
+    task = alice.post("/api/tasks", json=ONE["task"]).json()
+    learning = alice.post("/api/learnings", json=ONE["learning"]).json()
+    assert app.state.embed_worker.wait_idle(30)
+    before = _rows(runtime.pool, "task")[0]
+    r = alice.patch("/api/tasks/T-1", json={"status": "completed"})
+    assert r.status_code == 200 and r.json() == {"id": task["id"], "key": "T-1", "action": "updated"}
+    assert alice.patch(f"/api/tasks/{task['id']}", json={"status": "completed"}).json()["action"] == "unchanged"
+    assert app.state.embed_worker.wait_idle(30)
+    after = _rows(runtime.pool, "task")[0]
+    assert after["status"] == "completed" and after["title"] == ONE["task"]["title"]
+    assert after["embedded_at"] > before["embedded_at"] and after["embedded_hash"] == after["content_hash"]
+    assert alice.patch("/api/goals/G-1", json={"progress": 50}).status_code == 404  # not written yet
+    alice.post("/api/goals", json=ONE["goal"])
+    assert alice.patch("/api/goals/G-1", json={"progress": 50}).json()["action"] == "updated"
+    assert _rows(runtime.pool, "goal")[0]["progress"] == 50
+
+    assert learning["id"] in _found(alice, "marmalade", "hybrid")
+    assert alice.patch("/api/learnings/L-1", json={"active": False}).json()["action"] == "updated"
+    assert learning["id"] not in _found(alice, "marmalade", "hybrid")
+    assert learning["id"] not in _context_ids(alice, "marmalade timeouts")
+    alice.patch("/api/goals/G-1", json={"active": False})
+    assert "narwhal" not in alice.post("/api/brain/memory/context", json={"query": "release", "mode": "plan"}
+                                       ).json()["block"]
+
+
+def test_relevant_learnings_and_a_context_with_a_task(alice):
+    alice.post("/api/learnings/batch", json={"items": [
+        ONE["learning"],
+        {"title": "Document the release steps", "task_type": "research", "category": "best_practice"}]})
+    r = alice.post("/api/learnings/relevant", json={"task_type": "dev", "failure_class": "timeout", "limit": 5})
+    assert r.status_code == 200, r.text
+    found = r.json()["learnings"]
+    assert found[0]["title"] == ONE["learning"]["title"]
+    assert found[0]["breakdown"]["task_type"] == 10 and found[0]["breakdown"]["failure_class"] == 8
+    assert found[0]["score"] > found[1]["score"]
+    task = {"task_type": "dev", "failure_class": "TIMEOUT", "event_type": "task_failed"}
+    ids = _context_ids(alice, "what should I check first", task=task)
+    assert found[0]["id"] in ids
+    bad = alice.post("/api/brain/memory/context", json={"query": "x", "task": {"task_type": "cooking"}})
+    assert bad.status_code == 422 and bad.json()["field"] == "task.task_type"
+    assert alice.post("/api/learnings/relevant", json={"event_type": "Task Failed"}).status_code == 422
+
+
+BAD = [
+    ("task", {"title": "t", "colour": "red"}, "colour"),
+    ("task", {"title": "t", "status": "done"}, "status"),
+    ("task", {"title": ""}, "title"),
+    ("task", {"title": "   "}, "title"),
+    ("event", {"type": "task_failed", "payload": "boom"}, "payload"),
+    ("event", {"type": "task_failed", "payload": [1, 2]}, "payload"),
+    ("task", {"title": "t", "key": "k" * (MAX_ITEM_KEY + 1)}, "key"),
+    ("learning", {"title": "l", "content": "c" * (MAX_ITEM_TEXT + 1)}, "content"),
+    ("task", {"title": "t", "at": "1999-12-31T00:00:00Z"}, "at"),
+    ("task", {"title": "t", "at": "2999-01-01T00:00:00Z"}, "at"),
+    ("task", {"title": "t", "at": 4_000_000_000}, "at"),
+    ("goal", {"title": "g", "progress": 101}, "progress"),
+    ("learning", {"title": "l", "failure_class": "timeout"}, "failure_class"),
+]
+
+
+@pytest.mark.parametrize(("source", "item", "field"), BAD)
+def test_bad_input_is_a_422_naming_the_field_and_the_item_and_writes_nothing(alice, runtime, source, item, field):
+    one = alice.post(f"/api/{PLURAL[source]}", json=item)
+    assert one.status_code == 422, one.text
+    assert one.json()["field"] == field and one.json()["detail"][0]["loc"][-1] == field
+    good = {"task": {"title": "fine"}, "learning": {"title": "fine"}, "goal": {"title": "fine"},
+            "event": {"type": "alert", "payload": {}}}[source]
+    batch = alice.post(f"/api/{PLURAL[source]}/batch", json={"items": [good, good, item]})
+    assert batch.status_code == 422, batch.text
+    assert batch.json()["field"] == f"items[2].{field}"
+    assert batch.json()["detail"][0]["loc"] == ["body", "items", "2", field]
+    assert _written(runtime.pool) == 0
+
+
+def test_bodies_that_are_not_items_and_oversized_batches(alice, runtime):
+    for body in ([{"title": "t"}], "task", 5):
+        r = alice.post("/api/tasks", json=body)
+        assert r.status_code == 422, r.text
+    r = alice.post("/api/tasks/batch", json={"items": [{"title": "ok"}, "not an object"]})
+    assert r.status_code == 422 and r.json()["field"] == "items[1]"
+    r = alice.post("/api/tasks/batch", json={"items": []})
+    assert r.status_code == 422 and r.json()["field"] == "items"
+    r = alice.post("/api/tasks/batch", json={"items": [{"title": f"t{i}"} for i in range(MAX_BATCH + 1)]})
+    assert r.status_code == 413 and str(MAX_BATCH) in r.json()["detail"]
+    r = alice.post("/api/tasks/batch", json={"items": [{"title": "a", "key": "k"}, {"title": "b", "key": "k"}]})
+    assert r.status_code == 422 and r.json()["field"] == "items[1].key"
+    r = alice.patch("/api/tasks/T-1", json={})
+    assert r.status_code in (404, 422)
+    assert _written(runtime.pool) == 0
+    ok = alice.post("/api/tasks/batch", json={"items": [{"title": f"t{i}"} for i in range(MAX_BATCH)]})
+    assert ok.status_code == 200 and ok.json()["counts"]["created"] == MAX_BATCH
+
+
+def test_owners_never_touch_each_others_items(alice, bob, runtime):
+    mine = alice.post("/api/tasks", json=ONE["task"]).json()
+    theirs = bob.post("/api/tasks", json=ONE["task"]).json()
+    assert theirs["action"] == "created" and theirs["id"] != mine["id"]
+    unknown_id = "00000000-0000-0000-0000-000000000000"
+    for ref, missing in ((mine["id"], unknown_id), ("T-1", "T-404")):
+        carol = client(alice.base_url.__str__(), create_key(runtime.pool, "carol")[1])
+        other = carol.patch(f"/api/tasks/{ref}", json={"status": "failed"})
+        unknown = carol.patch(f"/api/tasks/{missing}", json={"status": "failed"})
+        assert other.status_code == unknown.status_code == 404
+        assert other.json()["detail"].replace(ref, "X") == unknown.json()["detail"].replace(missing, "X")
+    assert bob.patch(f"/api/tasks/{mine['id']}", json={"status": "failed"}).status_code == 404
+    assert bob.patch("/api/tasks/T-1", json={"status": "failed"}).json()["id"] == theirs["id"]
+    rows = {str(r["id"]): r for r in _rows(runtime.pool, "task")}
+    assert rows[mine["id"]]["status"] == "in_progress" and rows[theirs["id"]]["status"] == "failed"
+    assert alice.post("/api/tasks", json={"title": "x"}, params={"owner_id": "bob"}).status_code == 422
+    assert httpx.post(f"{alice.base_url}/api/tasks", json={"title": "x"}).status_code == 401
+
+
+def test_a_collision_with_another_stored_item_is_a_409_naming_the_field(alice, runtime):
+    assert alice.post("/api/capabilities", json={"name": "Summarise logs"}).status_code == 201
+    r = alice.post("/api/capabilities", json={"name": "Summarise logs", "key": "c-1"})
+    assert r.status_code == 409 and r.json()["field"] == "name" and "Summarise logs" in r.json()["detail"]
+    r = alice.post("/api/capabilities/batch", json={"items": [{"name": "Other"}, {"name": "Summarise logs",
+                                                                                   "key": "c-1"}]})
+    assert r.status_code == 409 and r.json()["field"] == "items[1].name"
+    alice.post("/api/tasks/batch", json={"items": [{"title": "a", "key": "A"}, {"title": "b", "key": "B"}]})
+    r = alice.patch("/api/tasks/B", json={"key": "A"})
+    assert r.status_code == 409 and r.json()["field"] == "key"
+    assert [row["name"] for row in _rows(runtime.pool, "capability")] == ["Summarise logs"]
+    assert sorted(row["key"] for row in _rows(runtime.pool, "task")) == ["A", "B"]

@@ -1,0 +1,111 @@
+"""The MCP tools an agent records its work with (mem.record_learning / record_task / update_task / record_event,
+mem.relevant_learnings), through real MCP client sessions over streamable HTTP with bearer keys."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from memory_pipelines import Memory
+from memory_pipelines.infra.auth import create_key
+from memory_pipelines.retrieval.search import search
+from memory_pipelines.surfaces.mcp import build_http_app
+from memory_pipelines.vocabulary import TASK_STATUSES, TASK_TYPES, WRITE_CONTRACTS
+from tests.test_api import LiveServer
+from tests.test_mcp import _client, data, error_text
+
+ITEM_TOOLS = {"mem.record_learning", "mem.record_task", "mem.update_task", "mem.record_event",
+              "mem.relevant_learnings"}
+
+
+@pytest.fixture
+def mcp_http(runtime):
+    with LiveServer(build_http_app(Memory(runtime, llm=None))) as srv:
+        yield f"{srv.url}/mcp"
+
+
+def _fields(source: str) -> set[str]:
+    return {s.name for s in WRITE_CONTRACTS[source]}
+
+
+def _rows(pool, sql: str, *params: Any) -> list[tuple]:
+    with pool.connection() as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+def test_schemas_are_the_write_contract(mcp_http, runtime):
+    _kid, key = create_key(runtime.pool, "alice")
+
+    async def main() -> dict:
+        async with _client(mcp_http, key) as client:
+            return {t.name: t.input_schema for t in (await client.list_tools()).tools if t.name in ITEM_TOOLS}
+
+    schemas = anyio.run(main)
+    assert set(schemas) == ITEM_TOOLS
+    assert set(schemas["mem.record_learning"]["properties"]) == _fields("learning") - {"active"}
+    assert schemas["mem.record_learning"]["required"] == ["title"]
+    assert set(schemas["mem.record_event"]["required"]) == {"type", "payload"}
+    update = schemas["mem.update_task"]
+    assert set(update["properties"]) == _fields("task") | {"ref"} and update["required"] == ["ref"]
+    assert update["properties"]["status"]["anyOf"][0]["enum"] == list(TASK_STATUSES)
+    assert schemas["mem.relevant_learnings"]["properties"]["task_type"]["anyOf"][0]["enum"] == list(TASK_TYPES)
+    assert "owner_id" not in schemas["mem.record_task"]["properties"]
+
+
+def test_an_agent_records_its_work_and_finds_it_again(mcp_http, runtime):
+    _a, alice = create_key(runtime.pool, "alice")
+    _b, bob = create_key(runtime.pool, "bob")
+
+    async def main() -> None:
+        async with _client(mcp_http, alice) as a:
+            lesson = {"title": "Set a deadline on every outbound HTTP call", "content": "A hung vendor API held "
+                      "every worker", "task_type": "dev", "failure_class": "TIMEOUT", "category": "failure_pattern",
+                      "key": "lesson-timeouts", "at": "2025-01-10T08:00:00Z"}
+            first = data(await a.call_tool("mem.record_learning", lesson))
+            assert first["action"] == "created" and first["key"] == "lesson-timeouts"
+            again = data(await a.call_tool("mem.record_learning", lesson))
+            assert (again["id"], again["action"]) == (first["id"], "unchanged")
+            data(await a.call_tool("mem.record_learning", {"title": "Write the runbook first", "task_type": "qa"}))
+            hits = search(runtime.pool, runtime.embedder, "alice", "outbound deadline", mode="keyword").hits
+            assert [h.id for h in hits] == [first["id"]]  # keyword-searchable when the answer comes back
+            ctx = data(await a.call_tool("mem.context", {"query": "deadline on outbound HTTP calls", "mode": "debug"}))
+            assert first["id"] in [i["id"] for i in ctx["items"]] and "outbound HTTP call" in ctx["block"]
+
+            best = data(await a.call_tool("mem.relevant_learnings", {"task_type": "dev", "failure_class": "TIMEOUT"}))
+            assert best["learnings"][0]["id"] == first["id"] and best["learnings"][0]["score"] > 0
+
+            task = data(await a.call_tool("mem.record_task", {"title": "Add client timeouts", "status": "in_progress",
+                                                              "task_type": "dev", "key": "T-42"}))
+            done = data(await a.call_tool("mem.update_task", {"ref": "T-42", "status": "completed"}))
+            assert (done["id"], done["action"]) == (task["id"], "updated")
+            by_id = data(await a.call_tool("mem.update_task", {"ref": task["id"], "status": "completed"}))
+            assert by_id["action"] == "unchanged"
+
+            event = data(await a.call_tool("mem.record_event", {"type": "task_failed", "payload": {
+                "task": "nightly export", "error": "vendor API timed out"}}))
+            assert event["action"] == "created"
+
+            bad = error_text(await a.call_tool("mem.record_event", {"type": "Task Failed", "payload": {}}))
+            assert "type" in bad
+            bad = error_text(await a.call_tool("mem.record_event", {"type": "alert", "payload": "disk full"}))
+            assert "payload" in bad
+            bad = error_text(await a.call_tool("mem.record_learning", {"title": "x", "at": "1999-12-31T00:00:00Z"}))
+            assert "`at`" in bad and "2000" in bad
+            bad = error_text(await a.call_tool("mem.record_task", {"title": "x", "colour": "red"}))
+            assert "colour" in bad
+            bad = error_text(await a.call_tool("mem.update_task", {"ref": "T-404", "status": "failed"}))
+            assert "no task 'T-404'" in bad
+            bad = error_text(await a.call_tool("mem.record_task", {"title": "x", "owner_id": "bob"}))
+            assert "owner_id" in bad
+
+        async with _client(mcp_http, bob) as b:  # another owner's key or id is not found, like an unknown one
+            for ref in ("T-42", task["id"]):
+                assert "no task" in error_text(await b.call_tool("mem.update_task", {"ref": ref, "status": "failed"}))
+            assert data(await b.call_tool("mem.relevant_learnings", {"task_type": "dev"}))["learnings"] == []
+
+    anyio.run(main)
+    assert _rows(runtime.pool, "SELECT owner_id, status FROM tasks") == [("alice", "completed")]
+    assert _rows(runtime.pool, "SELECT count(*) FROM learnings WHERE owner_id = 'alice'") == [(2,)]
+    assert _rows(runtime.pool, "SELECT owner_id FROM events WHERE type = %s", "task_failed") == [("alice",)]

@@ -1,0 +1,179 @@
+"""The ways out through real HTTP (uvicorn on loopback) and a real MCP client session: forget per source, drop a
+project, erase the key's owner, the audit trail; and the cross-owner probe of every one of them (0 leaks: another
+owner's id answers exactly as an id nobody has, and nothing is removed)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import get_args
+
+import anyio
+import httpx
+import pytest
+
+from memory_pipelines import Memory
+from memory_pipelines.infra.auth import create_key
+from memory_pipelines.store.removal import FORGETTABLE
+from memory_pipelines.surfaces.http.routes import removal as routes
+from memory_pipelines.surfaces.mcp import Forgettable, build_http_app
+from tests.factories import add_capability, add_event, add_goal, add_learning, add_task
+from tests.removal_world import owner_rows, table_counts
+from tests.test_api import LiveServer
+from tests.test_mcp import _client as mcp_client
+from tests.test_mcp import data, error_text
+
+PLURAL = routes.ITEM_PATHS
+
+
+def _client(url: str, key: str) -> httpx.Client:
+    return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60)
+
+
+def _items(c: httpx.Client, runtime, owner: str) -> dict[str, str]:
+    """One item of every source for `owner`, the memory written through the API."""
+    with runtime.pool.connection() as conn:
+        ids = {"task": add_task(conn, owner, f"{owner} deploy task"),
+               "learning": add_learning(conn, owner, f"{owner} lesson"),
+               "capability": add_capability(conn, owner, f"{owner} skill"),
+               "goal": add_goal(conn, owner, f"{owner} goal"),
+               "event": add_event(conn, owner, "alert", {"disk": f"{owner} full"})}
+    ids["memory"] = c.post("/ingest/memory", json={"project_name": "agent-mem", "content_type": "plan",
+                                                   "content": f"{owner} ships on Tuesdays"}).json()["id"]
+    return ids
+
+
+def _forget(c: httpx.Client, source: str, item_id: str) -> httpx.Response:
+    path = f"/memories/{item_id}" if source == "memory" else f"/api/{PLURAL[source]}/{item_id}"
+    return c.delete(path)
+
+
+@pytest.fixture
+def two(live, runtime):
+    alice_key_id, alice_key = create_key(runtime.pool, "alice")
+    _b, bob_key = create_key(runtime.pool, "bob")
+    a, b = _client(live, alice_key), _client(live, bob_key)
+    return {"alice": (a, _items(a, runtime, "alice"), alice_key_id), "bob": (b, _items(b, runtime, "bob"), None)}
+
+
+def test_every_removal_of_another_owners_rows_is_the_same_404_as_an_unknown_id(two, runtime):
+    (_a, alice, _), (b, _bob, _) = two["alice"], two["bob"]
+    before = table_counts(runtime.pool)
+    for source, item_id in alice.items():  # bob names alice's ids, then ids nobody has
+        foreign = _forget(b, source, item_id)
+        unknown = _forget(b, source, str(uuid.uuid4()) if source != "memory" else "mem_" + "0" * 20)
+        assert foreign.status_code == unknown.status_code == 404, source
+        assert foreign.json() == {"detail": f"no {source} {item_id!r}"}
+        assert set(foreign.json()) == set(unknown.json())
+    projects = b.delete("/projects/web-app")  # alice has no such project either; bob has none
+    assert projects.status_code == 404 and projects.json() == {"detail": "no project 'web-app'"}
+    spoof = b.delete("/api/owner", params={"confirm": "alice"})  # bob's key can only ever erase bob
+    assert spoof.status_code == 422 and spoof.json()["field"] == "confirm"
+    spoof = b.delete("/api/owner", params={"confirm": "alice", "owner_id": "alice"})
+    assert spoof.status_code == 422 and spoof.json()["field"] == "owner_id"
+    dry = b.delete("/api/owner", params={"dry_run": "true"})
+    assert dry.status_code == 200 and dry.json()["owner"] == "bob" and "alice" not in dry.text
+    assert b.get("/api/removals").json() == {"removals": [], "next_cursor": None}
+    assert table_counts(runtime.pool) == before  # nothing of anyone's was removed
+
+
+def test_forget_each_source_then_the_audit_trail_names_the_key(two, runtime):
+    (a, alice, key_id), (b, bob, _) = two["alice"], two["bob"]
+    bob_before = owner_rows(runtime.pool, "bob")
+    for source, item_id in alice.items():
+        out = _forget(a, source, item_id)
+        assert out.status_code == 200, out.text
+        body = routes.Forgotten.model_validate(out.json())
+        assert (body.source, body.id) == (source, item_id) and body.removed
+        again = _forget(a, source, item_id)  # idempotent: gone is gone, and says so like an unknown id
+        assert again.status_code == 404 and again.json() == {"detail": f"no {source} {item_id!r}"}
+    assert a.get(f"/api/brain/memory/detail/{alice['task']}").status_code == 404
+    assert a.get("/memories", params={"ids": alice["memory"]}).json()["missing"] == [alice["memory"]]
+    assert alice["memory"] not in a.get("/memories/search", params={"query": "ships Tuesdays"}).text
+    trail = routes.Removals.model_validate(a.get("/api/removals", params={"limit": 4}).json())
+    assert [r.source for r in trail.removals] == ["memory", "event", "goal", "capability"]
+    assert {r.actor for r in trail.removals} == {key_id} and trail.next_cursor
+    rest = a.get("/api/removals", params={"cursor": trail.next_cursor}).json()["removals"]
+    assert [r["source"] for r in rest] == ["learning", "task"]
+    assert owner_rows(runtime.pool, "bob") == bob_before
+    assert b.get(f"/api/brain/memory/detail/{bob['task']}").status_code == 200
+
+
+def test_drop_project_and_erase_over_http(two, runtime):
+    (a, _alice, _), (b, bob, _) = two["alice"], two["bob"]
+    a.post("/ingest/memory", json={"project_name": "web-app", "content_type": "requirement",
+                                   "content": "The login page keeps the session cookie for 30 days."})
+    dropped = a.delete("/projects/web-app")
+    assert dropped.status_code == 200 and dropped.json()["removed"]["projects"] == 1
+    assert [p["project_key"] for p in a.get("/projects").json()["projects"]] == ["agent-mem"]
+    assert b.get("/projects").json()["projects"][0]["memory_count"] == 1
+
+    missing = a.delete("/api/owner")
+    assert missing.status_code == 422 and missing.json()["field"] == "confirm"
+    wrong = a.delete("/api/owner", params={"confirm": "ALICE"})
+    assert wrong.status_code == 422 and wrong.json()["field"] == "confirm"
+    alice_rows = owner_rows(runtime.pool, "alice")
+    preview = routes.Erased.model_validate(a.delete("/api/owner", params={"dry_run": "true"}).json())
+    assert preview.dry_run and preview.audit_id is None and preview.counts["api_keys"] == 1
+    assert owner_rows(runtime.pool, "alice") == alice_rows
+    assert a.get("/whoami").status_code == 200  # the dry run removed nothing, the key included
+    erased = routes.Erased.model_validate(a.delete("/api/owner", params={"confirm": "alice"}).json())
+    assert not erased.dry_run and erased.counts == preview.counts
+    assert a.get("/whoami").status_code == 401  # her key went with her
+    assert {t: n for t, n in owner_rows(runtime.pool, "alice").items() if n} == {"removals": 1}
+    assert b.get(f"/api/brain/memory/detail/{bob['learning']}").status_code == 200
+    bad = b.delete(f"/api/tasks/{'x' * 201}")
+    assert bad.status_code == 422 and bad.json()["field"] == "id"
+    blank = b.delete("/api/tasks/%20")
+    assert blank.status_code == 422 and blank.json()["field"] == "id"
+
+
+def test_route_examples_validate_and_sources_agree():
+    for model in (routes.Forgotten, routes.ProjectDropped, routes.Erased, routes.Removals):
+        for example in model.model_config["json_schema_extra"]["examples"]:
+            model.model_validate(example)
+    assert set(get_args(Forgettable)) == set(FORGETTABLE) == {*routes.ITEM_PATHS, "memory"}
+
+
+@pytest.fixture
+def mcp_http(runtime):
+    with LiveServer(build_http_app(Memory(runtime, llm=None))) as srv:
+        yield f"{srv.url}/mcp"
+
+
+def test_mcp_forget_is_scoped_to_the_key_and_audited(mcp_http, runtime):
+    a_id, alice = create_key(runtime.pool, "alice")
+    _b, bob = create_key(runtime.pool, "bob")
+
+    async def main() -> None:
+        async with mcp_client(mcp_http, alice) as a:
+            mine = data(await a.call_tool("mem.ingest_memory", {
+                "project_name": "vault", "content_type": "insight", "content": "the passphrase is tangerine-42"}))["id"]
+        async with mcp_client(mcp_http, bob) as b:
+            foreign = error_text(await b.call_tool("mem.forget", {"source": "memory", "id": mine}))
+            unknown = error_text(await b.call_tool("mem.forget", {"source": "memory", "id": "mem_" + "0" * 20}))
+            assert foreign.replace(mine, "X") == unknown.replace("mem_" + "0" * 20, "X")
+            assert "source" in error_text(await b.call_tool("mem.forget", {"source": "fragment", "id": mine}))
+        async with mcp_client(mcp_http, alice) as a:
+            out = data(await a.call_tool("mem.forget", {"source": "memory", "id": mine}))
+            assert out["removed"]["memories"] == 1
+            got = data(await a.call_tool("mem.get", {"ids": [mine]}))
+            assert got["missing"] == [mine] and "tangerine" not in json.dumps(got)
+
+    anyio.run(main)
+    trail = Memory(runtime, llm=None).removals("alice")["removals"]
+    assert [(r["action"], r["actor"]) for r in trail] == [("forget", a_id)]
+
+
+def test_an_item_written_with_a_key_is_forgotten_by_its_key(live, runtime):
+    _k, key = create_key(runtime.pool, "alice")
+    _b, bob_key = create_key(runtime.pool, "bob")
+    a, b = _client(live, key), _client(live, bob_key)
+    written = a.post("/api/tasks", json={"title": "rotate the signing keys", "key": "ops-42"})
+    assert written.status_code == 201, written.text
+    assert b.delete("/api/tasks/ops-42").json() == {"detail": "no task 'ops-42'"}  # bob has no such key
+    out = a.delete("/api/tasks/ops-42")
+    assert out.status_code == 200 and out.json()["id"] == written.json()["id"]
+    assert a.delete("/api/tasks/ops-42").status_code == 404
+    again = a.post("/api/tasks", json={"title": "rotate the signing keys", "key": "ops-42"})
+    assert again.status_code == 201 and again.json()["action"] == "created"  # the key is free again

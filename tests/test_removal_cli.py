@@ -1,0 +1,80 @@
+"""The ways out at the command line, as an operator runs them (subprocesses against a real database): forget,
+drop-project, erase (dry run, refusal without --yes), removals, export, prune, and the log in `status`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from memory_pipelines.infra.auth import create_key
+from tests.factories import add_task
+from tests.removal_world import aged_log, owner_rows, settle, table_counts, write_owner
+
+
+def _cli(db_url: str, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DATABASE_URL": db_url, "MEMORY_PIPELINES_EMBEDDER": "fake"}
+    return subprocess.run([sys.executable, "-m", "memory_pipelines.surfaces.cli", *args], capture_output=True,
+                          text=True, env=env, timeout=300)
+
+
+def _ok(proc: subprocess.CompletedProcess) -> dict:
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def _refused(proc: subprocess.CompletedProcess, field: str) -> str:
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"error: {field}:" in proc.stderr, proc.stderr
+    return proc.stderr
+
+
+def test_forget_drop_erase_and_the_trail_at_the_command_line(db_url, pool, fake_embedder, fake_openai, tmp_path):
+    alice = write_owner(pool, fake_embedder, fake_openai, "alice", common=3)
+    write_owner(pool, fake_embedder, fake_openai, "bob", common=3)
+    settle(pool, fake_embedder)
+    create_key(pool, "bob")
+    task = alice.ids["task"]["t1"]
+    out = _ok(_cli(db_url, "forget", "task", task, "--owner", "alice", "--json"))
+    assert out["id"] == task and out["removed"]["tasks"] == 1
+    again = _cli(db_url, "forget", "task", task, "--owner", "alice")
+    assert again.returncode == 2 and f"no task '{task}'" in again.stderr and "Traceback" not in again.stderr
+    foreign = _cli(db_url, "forget", "memory", alice.ids["memory"]["m1"], "--owner", "bob")
+    assert foreign.returncode == 2 and "no memory" in foreign.stderr
+    assert "fragment" in _cli(db_url, "forget", "fragment", "x", "--owner", "alice").stderr  # argparse choices
+    dropped = _ok(_cli(db_url, "drop-project", "web-app", "--owner", "alice", "--json"))
+    assert dropped["removed"]["projects"] == 1
+
+    before = table_counts(pool)
+    _refused(_cli(db_url, "erase", "--owner", "bob"), "--yes")
+    _refused(_cli(db_url, "erase", "--owner", "", "--yes"), "--owner")
+    dry = _ok(_cli(db_url, "erase", "--owner", "bob", "--dry-run", "--json"))
+    assert dry["dry_run"] and dry["counts"]["api_keys"] == 1
+    assert table_counts(pool) == before
+    erased = _ok(_cli(db_url, "erase", "--owner", "bob", "--yes", "--json"))
+    assert erased["counts"] == dry["counts"]
+    assert {t: n for t, n in owner_rows(pool, "bob").items() if n} == {"removals": 1}
+    trail = _cli(db_url, "removals", "--owner", "alice")
+    assert trail.returncode == 0 and trail.stdout.count("by cli") == 2 and "drop_project" in trail.stdout
+    assert _ok(_cli(db_url, "removals", "--owner", "bob", "--json"))["removals"][0]["action"] == "erase"
+
+
+def test_export_prune_and_status_at_the_command_line(db_url, pool, fake_embedder, fake_openai, tmp_path):
+    aged_log(pool, fake_embedder, fake_openai, "alice", log_days=40, alert_days=100)
+    with pool.connection() as conn:
+        add_task(conn, "alice", "kept task")
+    manifest = _ok(_cli(db_url, "export", str(tmp_path / "out"), "--owner", "alice", "--with-log", "--json"))
+    assert manifest["files"]["tasks.jsonl"] == 3 + 3 + 1 and (tmp_path / "out" / "log" / "retrievals.jsonl").exists()
+    _refused(_cli(db_url, "export", str(tmp_path / "out"), "--owner", "alice"), "dir")
+
+    status = _ok(_cli(db_url, "status", "--json"))
+    assert status["log"]["retrieval_candidates"]["rows"] > 0 and status["log"]["rolled_up"]["days"] == 0
+    for bad, field in ((["--older-than=-5d"], "--older-than"), (["--events", "soon"], "--events"),
+                       (["--candidates", "3 weeks"], "--candidates")):
+        _refused(_cli(db_url, "prune", *bad), field)
+    pruned = _ok(_cli(db_url, "prune", "--older-than", "30d", "--json"))
+    assert pruned["removed"]["retrievals"] == 2 and pruned["removed"]["events"] == 1
+    text = _cli(db_url, "status")
+    assert text.returncode == 0 and "log retrieval_candidates" in text.stdout and "rolled up" in text.stdout
+    assert _ok(_cli(db_url, "status", "--json"))["log"]["rolled_up"]["days"] >= 1
