@@ -137,7 +137,7 @@ class Probe:
     def _wrap(self) -> None:
         s, r, q = search_module, retrieve_module, query_module
         sm, km = semantic_module, keyword_module
-        rows, expand, foc, unnamed = s.neighbour_rows, q.expand_terms, q.focus, s.without_speaker
+        rows, expand, foc, unnamed = s.read_exchanges, q.expand_terms, q.focus, s.without_speaker
         semantic, keyword, search = s.semantic_channel, s.keyword_channel, r.search
         sem_source, kw_source, plan = sm._semantic_source, km._keyword_source, sm.plan_vector_scan
 
@@ -147,10 +147,10 @@ class Probe:
             self.add(f"{name}_ms", (time.perf_counter() - t) * 1000)
             return out
 
-        def neighbour_rows(conn, ids, clauses, params):
-            out = timed("neighbours", rows, conn, ids, clauses, params)
+        def read_exchanges(conn, ids, top, clauses, params):
+            out = timed("neighbours", rows, conn, ids, top, clauses, params)
             self.add("neighbour_queries")
-            self.add("neighbour_rows", len(out))
+            self.add("neighbour_rows", sum(len(r) for r in out.adjacent.values()))
             return out
 
         def expand_terms(terms, weight=0.4):
@@ -197,7 +197,7 @@ class Probe:
                 self.now["memory_hits"] += sum(h.source == "memory" for h in out.hits)
             return out
 
-        s.neighbour_rows, q.expand_terms, q.focus, s.focus = neighbour_rows, expand_terms, focus_, focus_
+        s.read_exchanges, q.expand_terms, q.focus, s.focus = read_exchanges, expand_terms, focus_, focus_
         s.without_speaker = without_speaker
         s.semantic_channel, s.keyword_channel, r.search = semantic_channel, keyword_channel, search_
         sm._semantic_source, km._keyword_source, sm.plan_vector_scan = semantic_source, keyword_source, plan_vector_scan

@@ -80,6 +80,17 @@ def test_top_five_are_pairwise_distinct(pool, fake_embedder, team):
             assert jaccard(lines[a], lines[b]) < 0.8
 
 
+def test_the_block_lists_what_mmr_chose_by_score(pool, fake_embedder, team):
+    """MMR decides what enters within the budget; the block lists it by score, so diversity reorders nothing."""
+    for budget in (800, 32_000):
+        result = _build(pool, fake_embedder, token_budget=budget, exploration=0.0)
+        scores = [i.score for i in result.items]
+        assert len(scores) > 3 and scores == sorted(scores, reverse=True)
+    small = {i.id for i in _build(pool, fake_embedder, exploration=0.0).items}
+    large = [i.id for i in _build(pool, fake_embedder, token_budget=32_000, exploration=0.0).items]
+    assert small <= set(large)  # a larger budget can only add items
+
+
 def test_plan_mode_puts_the_okr_profile_first_and_chat_has_none(pool, fake_embedder, team):
     plan = _build(pool, fake_embedder, mode="plan")
     assert plan.block.startswith("## 当前 OKR 焦点")

@@ -15,6 +15,7 @@ from memory_pipelines.context.scoring import (
     UNBOUNDED,
     ScoringConfig,
     apply_floor,
+    ranked_floor,
     time_decay,
 )
 from memory_pipelines.text.keywords import jaccard
@@ -65,16 +66,25 @@ def test_relevance_floor_per_channel():
     config = ScoringConfig(relevance_floors={"semantic": 0.4, "keyword": 0.2})
     assert config.passes_floor(0.5, None) and config.passes_floor(None, 0.25) and config.passes_floor(0.1, 0.3)
     assert not config.passes_floor(0.3, 0.1) and not config.passes_floor(None, None)
-    items = [Channels(0.9, None), Channels(0.1, 0.05), Channels(None, 0.5), Channels(0.39, None)]
+    items = [Channels(0.9, None, relevance=0.5), Channels(0.1, 0.05), Channels(None, 0.5, relevance=0.3),
+             Channels(0.39, None, relevance=0.2)]
     kept, floored = apply_floor(items, config)
     assert kept == [items[0], items[2]] and floored == 2
+    # Search's order decides: a candidate ranked above one that clears the floor stays; the tail goes.
+    ranked = [Channels(0.9, None, relevance=0.6), Channels(0.35, 0.1, relevance=0.25),
+              Channels(None, 0.3, relevance=0.15), Channels(0.2, None, relevance=0.1)]
+    kept, floored = apply_floor(ranked, config)
+    assert kept == ranked[:3] and floored == 1
+    assert ranked_floor([0.5, 0.4, 0.3], [False, False, False]) == [False, False, False]  # nothing relevant
     # The keyword channel is judged by its evidence when search reports it (BM25 against the corpus's strongest
     # one-term match), so a small corpus's matches are not floored for their small BM25.
-    small_corpus = [Channels(None, 0.03, keyword_evidence=0.5), Channels(None, 0.5, keyword_evidence=0.1)]
+    small_corpus = [Channels(None, 0.03, keyword_evidence=0.5, relevance=0.1),
+                    Channels(None, 0.5, keyword_evidence=0.1)]
     kept, floored = apply_floor(small_corpus, config)
     assert kept == [small_corpus[0]] and floored == 1
     # A conversation turn lifted by an adjacent top hit passes whatever its own channels say.
-    turns = [Channels(0.1, None, extra={"neighbour_gain": 0.2}), Channels(0.1, None, extra={"neighbour_gain": 0.0})]
+    turns = [Channels(0.1, None, extra={"neighbour_gain": 0.2}, relevance=0.2),
+             Channels(0.1, None, extra={"neighbour_gain": 0.0})]
     kept, floored = apply_floor(turns, config)
     assert kept == [turns[0]] and floored == 1
     assert config.passes_floor(None, None, lifted=True)
@@ -95,6 +105,7 @@ class Channels:
     keyword: float | None
     keyword_evidence: float | None = None
     extra: dict = field(default_factory=dict)
+    relevance: float = 0.0
 
 
 @dataclass
@@ -102,6 +113,17 @@ class Item:
     score: float
     text: str
     embedding: np.ndarray | None = None
+
+
+def test_fit_to_budget_chooses_in_the_order_given_and_writes_in_rank_order():
+    lines = ["- a " + "x " * 50, "- b short", "- c " + "y " * 50, "- d short"]
+    budget = fit_to_budget("", [lines[0], lines[1], lines[3]], 10_000).tokens + 2  # a, b and d, not c as well
+    chosen = fit_to_budget("", lines, budget)
+    assert chosen.included == [0, 1, 3]  # c does not fit; d, after it, still does
+    ranked = fit_to_budget("", lines, budget, rank=[2, 0, 3, 1])
+    assert ranked.included == [1, 3, 0]  # the same lines, written b, d, a
+    assert ranked.block.splitlines()[1:] == [lines[1], lines[3], lines[0]]
+    assert ranked.tokens == count_tokens(ranked.block) <= budget
 
 
 def test_mmr_drops_near_duplicates_and_keeps_order_of_distinct_items():

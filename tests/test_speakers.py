@@ -24,6 +24,14 @@ def test_named_speaker_needs_exactly_one_of_several_speakers():
     assert named_speaker("What did the User say about User settings?", {"User"}) is None
 
 
+def test_a_speaker_prefix_of_a_dialogue_line_names_no_one():
+    speakers = {"User", "Assistant", "Caroline", "Mel"}
+    assert named_speaker("User: find me a WhatsApp tool for voice notes", speakers) is None
+    assert named_speaker("User: hi\nAssistant: hello\nUser: what did Mel paint?", speakers) == "Mel"
+    assert named_speaker("Caroline：Mel, did you paint it?", speakers) == "Mel"
+    assert named_speaker("What did Caroline say about it: the lake?", speakers) == "Caroline"  # not a prefix
+
+
 def test_without_speaker_takes_out_the_name_and_its_possessive():
     assert without_speaker("What video games does Nate play?", "Nate") == "What video games does play?"
     assert without_speaker("What is Caroline's identity?", "Caroline") == "What is identity?"

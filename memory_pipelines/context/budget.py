@@ -34,8 +34,10 @@ def _join(profile: str, lines: list[str]) -> str:
     return "\n".join(parts)
 
 
-def fit_to_budget(profile: str, lines: Sequence[str], budget: int) -> Fitted:
-    """The block with the profile (truncated if it alone exceeds the budget) and as many lines as fit."""
+def fit_to_budget(profile: str, lines: Sequence[str], budget: int, rank: Sequence[int] | None = None) -> Fitted:
+    """The block with the profile (truncated if it alone exceeds the budget) and as many lines as fit, chosen in
+    the order given; with `rank` (each line's place in the block, lowest first), the chosen lines are written in
+    that order instead."""
     snippet = profile.strip()
     if snippet and count_tokens(snippet) > budget:
         snippet = truncate_to_tokens(snippet, budget)
@@ -48,6 +50,8 @@ def fit_to_budget(profile: str, lines: Sequence[str], budget: int) -> Fitted:
         if used + cost <= budget:
             kept.append((i, line, tokens))
             used += cost
+    if rank is not None:
+        kept.sort(key=lambda k: rank[k[0]])
     block = _join(snippet, [line for _, line, _ in kept])
     total = count_tokens(block)
     while kept and total > budget:  # the additive count was short by a merge across a boundary

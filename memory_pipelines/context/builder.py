@@ -179,7 +179,9 @@ def build_memory_context(
         order = exploration_order(len(ranked))
     chosen = [ranked[i] for i in order]
     lines = [format_line(c) for c in chosen]
-    fitted = fit_to_budget(prof.snippet, lines, token_budget)
+    # MMR chooses what enters within the budget; the block lists it by score, so diversity never buries an item
+    # below others that search, decay and the mode weights ranked under it (an exploration build keeps its order).
+    fitted = fit_to_budget(prof.snippet, lines, token_budget, rank=None if randomized else order)
     items = [
         ContextItem(
             source=c.source,

@@ -3,10 +3,11 @@
 The context-builder spec's `relevance × timeDecay(halfLife[source]) × modeWeight[source][mode]`, bounded so that
 recency and mode weights reorder relevant items but never bury them:
 
-- **floor**: a candidate enters only when one of its channels clears that channel's floor on the calibrated
+- **floor**: a candidate enters when one of its channels clears that channel's floor on the calibrated
   scale of search (`retrieval/*.calibrate_*`: 0 is the model's floor for unrelated texts of the language
-  pair; keyword BM25 saturated), or when it is a conversation turn lifted by an adjacent top hit. An empty
-  slot is better than noise.
+  pair; keyword BM25 saturated), when it is a conversation turn lifted by an adjacent top hit, or when search
+  ranks it at least as high as a candidate that enters (`ranked_floor`). An empty slot is better than noise, and
+  noise is what ranks below everything relevant: the floor trims the tail of search's ranking, never its middle.
 - **decay** = decay_floor + (1 − decay_floor) · exp(−age · ln 2 / half-life): an item keeps at least 80 % of its
   score however old it is.
 - **weight** = mode weight × source weight, clamped to `weight_bounds` (0.8 – 1.25, symmetric in ratio).
@@ -162,6 +163,7 @@ def factors(
 
 
 class Channelled(Protocol):
+    relevance: float
     semantic: float | None
     keyword: float | None
     keyword_evidence: float | None
@@ -170,9 +172,20 @@ class Channelled(Protocol):
 T = TypeVar("T", bound=Channelled)
 
 
+def ranked_floor(fused: Sequence[float], passes: Sequence[bool]) -> list[bool]:
+    """Which candidates stay: those that clear the floor, and those search ranks at least as high (fused score at
+    least that of the weakest candidate that clears it). Search's order decides what is relevant; the floor only
+    says where relevance ends, so it trims the tail of the ranking and never takes an item out of its middle."""
+    weakest = min((f for f, p in zip(fused, passes, strict=True) if p), default=math.inf)
+    return [p or f >= weakest for f, p in zip(fused, passes, strict=True)]
+
+
 def apply_floor(candidates: Sequence[T], config: ScoringConfig) -> tuple[list[T], int]:
-    """The candidates that clear the relevance floor, and how many did not."""
-    kept = [c for c in candidates if config.admits(
+    """The candidates that stay under the relevance floor (`ranked_floor` on their fused relevance), and how many
+    did not."""
+    passes = [config.admits(
         c.semantic, c.keyword, c.keyword_evidence, float((getattr(c, "extra", None) or {}).get("neighbour_gain", 0.0))
-    )]
+    ) for c in candidates]
+    keep = ranked_floor([c.relevance for c in candidates], passes)
+    kept = [c for c, k in zip(candidates, keep, strict=True) if k]
     return kept, len(candidates) - len(kept)

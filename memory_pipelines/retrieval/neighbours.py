@@ -2,11 +2,12 @@
 
 A question's evidence is often a turn that means little alone ("Yes, it was amazing!") next to the one that
 matched. Memories written with a `session` are turns of it, ordered by `turn` (sql/008_conversation.sql).
-After fusion, each of the top NEIGHBOUR_TOP hits lifts its previous and next turn (same owner, project and
-session, within the search's filters, and another party's: `other_party`) by NEIGHBOUR_LIFT × its own
-score: a turn already among the hits gains that much; one that was not is read from the database and scored
-by its own vector (its semantic channel) plus the lift. The work is bounded: at most 2 × NEIGHBOUR_TOP rows
-are read, in one query.
+After fusion, when the candidates are a conversation (exchanges.py), each of the top NEIGHBOUR_TOP hits that is
+a turn of an exchange (no neighbouring turn is the same party's) lifts its previous and next turn (same owner,
+project and session, within the search's filters) by NEIGHBOUR_LIFT × its own score: a turn already among the
+hits gains that much; one that was not is read from the database and scored by its own vector (its semantic
+channel) plus the lift. The work is bounded: at most 2 × NEIGHBOUR_TOP rows are read in full, in the one query
+of exchanges.read_exchanges.
 
 Where every memory is a whole User/AI exchange (speaker "User") and a session a day of unrelated ones, lifting
 same-speaker neighbours costs recall, so `other_party` keeps them out (docs/retrieval-quality.md).
@@ -17,9 +18,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import psycopg
-
-from ..vocabulary import SOURCES
 from .fusion import rescored
 
 NEIGHBOUR_TOP = 10
@@ -70,31 +68,3 @@ def lifted(
     for key, n in new.items():
         out.append(rescored(n, score=own_score(n) + gain[key], extra={**n.extra, "neighbour_gain": gain[key]}))
     return sorted(out, key=lambda h: (-h.score, h.source, h.id))
-
-
-def neighbour_rows(
-    conn: psycopg.Connection, ids: Sequence[str], clauses: list[str], params: dict[str, Any]
-) -> list[tuple]:
-    """(hit id, id, title, body, created_at, 0.0, extra, vector) of the turn before and after each of `ids`.
-
-    `clauses` and `params` are the memory source's filters (filters.where_clauses): the neighbours obey the same
-    owner, project, type and time filters as the hits.
-    """
-    src = SOURCES["memory"]
-    title, body, extra, emb = src.title_sql, src.body_sql, src.extra_sql, src.vector_sql
-    where = " AND ".join(clauses)
-    side = (
-        f"(SELECT t.id, {title}, {body}, t.created_at, 0.0::float8, {extra}, {emb} FROM {src.from_sql}"
-        f" WHERE {where} AND t.project_id = h.project_id AND t.session = h.session AND t.turn <<OP>> h.turn"
-        " ORDER BY t.turn <<DIR>> LIMIT 1)"
-    )
-    sql = (
-        "WITH h AS (SELECT m.id, m.project_id, m.session, m.turn FROM memories m"
-        "           WHERE m.owner_id = %(owner)s AND m.id = ANY(%(hit_ids)s) AND m.session IS NOT NULL)"
-        " SELECT h.id, n.* FROM h CROSS JOIN LATERAL ("
-        + side.replace("<<OP>>", "<").replace("<<DIR>>", "DESC")
-        + " UNION ALL "
-        + side.replace("<<OP>>", ">").replace("<<DIR>>", "ASC")
-        + ") n"
-    )
-    return conn.execute(sql, {**params, "hit_ids": list(ids)}, binary=True).fetchall()

@@ -21,12 +21,13 @@ from ..infra.db import reading
 from ..infra.errors import ValidationError
 from ..text.focus import focus
 from ..vocabulary import SEARCH_MODES
+from .exchanges import Exchanges, read_exchanges
 from .filters import SearchFilters, where_clauses
 from .fusion import FUSIONS, SEMANTIC_WEIGHT
 from .hits import Hit, SearchResult, hit_from_row
 from .keyword import calibrate_keyword, keyword_channel
 from .memo import Memo
-from .neighbours import NEIGHBOUR_TOP, lifted, neighbour_rows, other_party
+from .neighbours import NEIGHBOUR_TOP, lifted
 from .query import Query, embed_query
 from .semantic import calibrate_semantic, calibrated_similarity, semantic_channel, vector_scored
 from .speakers import boosted, named_speaker, without_speaker
@@ -107,10 +108,11 @@ def search(
         if fusion == "evidence":
             sem = sem + vector_scored(sem, kw, qvec, memory_qvec)
         ranked = FUSIONS[fusion](calibrate_semantic(sem, embedder, q.language), calibrate_keyword(kw))
-        if neighbours and "memory" in f.sources:
-            ranked = _lift_neighbours(pool, embedder, owner, q.language, memory_qvec, f, ranked)
+        exchanges = _read_exchanges(pool, owner, f, ranked) if neighbours or turn_priors else Exchanges()
+        if neighbours and exchanges.conversation:
+            ranked = _lift_neighbours(embedder, q.language, memory_qvec, ranked, exchanges)
         if turn_priors:
-            ranked = weighed(ranked)
+            ranked = weighed(ranked, exchanges.conversation)
         if speaker:
             ranked = boosted(ranked, speaker)
     if min_score is not None:
@@ -122,27 +124,32 @@ def search(
     )
 
 
-def _lift_neighbours(
-    pool: ConnectionPool, embedder: Embedder, owner: str, query_lang: str, qvec: np.ndarray, f: SearchFilters,
-    ranked: list[Hit],
-) -> list[Hit]:
-    """Fused hits with the neighbouring turns of the top conversational ones lifted (retrieval/neighbours.py)."""
+def _read_exchanges(pool: ConnectionPool, owner: str, f: SearchFilters, ranked: list[Hit]) -> Exchanges:
+    """The exchange turns among the conversational memory hits, and the neighbouring turns of the top ones
+    (retrieval/exchanges.py): one query, none when no hit is a conversation turn."""
+    ids = [h.id for h in ranked if h.source == "memory" and h.extra.get("session")]
+    if "memory" not in f.sources or not ids:
+        return Exchanges()
     top = [h.id for h in ranked if h.source == "memory"][:NEIGHBOUR_TOP]
-    if not top:
-        return ranked
     params: dict[str, Any] = {}
     clauses = where_clauses("memory", owner, f, params)
     with reading(pool) as conn:
-        rows = neighbour_rows(conn, top, clauses, params)
-    speakers = {h.id: h.extra.get("speaker") for h in ranked if h.source == "memory"}
+        return read_exchanges(conn, ids, top, clauses, params)
+
+
+def _lift_neighbours(
+    embedder: Embedder, query_lang: str, qvec: np.ndarray, ranked: list[Hit], exchanges: Exchanges
+) -> list[Hit]:
+    """Fused hits with the neighbouring turns of the top exchange turns lifted (retrieval/neighbours.py)."""
+    if not exchanges.adjacent:
+        return ranked
     adjacent: dict[str, list[Hit]] = {}
-    for row in rows:
-        hit = hit_from_row("memory", row[1:])
-        if not other_party(speakers.get(str(row[0])), hit.extra.get("speaker")):
-            continue
-        if hit.embedding is not None:
-            hit.semantic = float(np.dot(hit.embedding, qvec))
-        adjacent.setdefault(str(row[0]), []).append(hit)
+    for hit_id, rows in exchanges.adjacent.items():
+        for row in rows:
+            hit = hit_from_row("memory", row)
+            if hit.embedding is not None:
+                hit.semantic = float(np.dot(hit.embedding, qvec))
+            adjacent.setdefault(hit_id, []).append(hit)
 
     def own_score(h: Hit) -> float:
         if h.semantic is None:

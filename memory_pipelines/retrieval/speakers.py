@@ -36,7 +36,9 @@ def named_speaker(query: str, speakers: Iterable[str | None]) -> str | None:
     known = {s for s in speakers if s and s.strip()}
     if len(known) < 2:
         return None
-    named = [s for s in known if _pattern(s).search(query)]
+    # A speaker prefix ("User: ...", "Caroline: ...") says who speaks a line of a dialogue, not whom it asks about.
+    spoken = re.sub(r"(?m)^[ \t]*(?:" + "|".join(re.escape(s) for s in known) + r")[ \t]*[:：]", " ", query)
+    named = [s for s in known if _pattern(s).search(spoken)]
     return named[0] if len(named) == 1 else None
 
 

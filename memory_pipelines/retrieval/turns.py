@@ -51,11 +51,15 @@ def turn_prior(text: str) -> float:
     return factor
 
 
-def weighed(ranked: Sequence[Any]) -> list[Any]:
-    """`ranked` with every conversational turn's score times its `turn_prior`, re-sorted. Pure."""
+def weighed(ranked: Sequence[Any], conversation: bool = True) -> list[Any]:
+    """`ranked` with every conversational turn's score times its `turn_prior`, re-sorted. Pure.
+
+    `conversation`: whether the candidates are turns of exchanges (retrieval/exchanges.py); when not, only the
+    memories that hold a whole exchange themselves ("User: ...\nAI: ...") take the prior."""
     out = []
     for h in ranked:
-        if h.source == "memory" and (h.extra or {}).get("session"):
+        extra = h.extra or {}
+        if h.source == "memory" and extra.get("session") and (conversation or is_dialogue(spoken(h.text or ""))):
             prior = turn_prior(h.text or "")
             if prior != 1.0:
                 h = rescored(h, score=h.score * prior, extra={**h.extra, "turn_prior": round(prior, 4)})

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..context.features import DEFAULT_INPUTS, Ranker, ranker_inputs
-from ..context.scoring import PROFILE_SOURCES, ScoringConfig
+from ..context.scoring import PROFILE_SOURCES, ScoringConfig, ranked_floor
 from ..vocabulary import CONTEXT_MODES as MODES
 from .frames import FEATURES, labelled, resolved_population
 
@@ -90,11 +90,16 @@ def floor_mask(cands: pd.DataFrame, config: ScoringConfig) -> np.ndarray:
     keep = np.ones(len(cands), dtype=bool)
     if FEATURES not in cands:
         return keep
-    for i, (f, source) in enumerate(zip(cands[FEATURES], cands["source"], strict=True)):
+    floored: dict[Any, list[tuple[int, float, bool]]] = {}  # per build: (row, fused, clears the floor)
+    for i, (f, source, build) in enumerate(zip(cands[FEATURES], cands["source"], cands["retrieval_id"], strict=True)):
         if isinstance(f, dict) and source not in PROFILE_SOURCES:
-            keep[i] = config.admits(
+            passes = config.admits(
                 f.get("semantic"), f.get("keyword"), f.get("keyword_evidence"), float(f.get("neighbour_gain") or 0)
             )
+            floored.setdefault(build, []).append((i, float(f.get("fused") or 0.0), passes))
+    for rows in floored.values():  # as online: search's order keeps what ranks above a candidate that clears it
+        for (i, _, _), k in zip(rows, ranked_floor([r[1] for r in rows], [r[2] for r in rows]), strict=True):
+            keep[i] = k
     return keep
 
 
