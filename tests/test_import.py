@@ -85,6 +85,48 @@ def test_later_line_with_the_same_key_updates_the_earlier_one(runtime, tmp_path)
         assert conn.execute("SELECT status FROM tasks WHERE key = 'T-1'").fetchone()[0] == "completed"
 
 
+
+def test_chunks_written_side_by_side_apply_every_key_in_file_order(runtime, tmp_path, monkeypatch):
+    """Small chunks so a file spans many, written two at a time: a key repeated in the same, the next or a later
+    chunk ends as its last line says, and the owner's keyword statistics equal a count of what is indexed."""
+    from memory_pipelines.store import imports
+
+    monkeypatch.setattr(imports, "CHUNK_ROWS", 7)
+    lines = [{"key": f"k{i % 13}", "title": f"lesson {i} about queue {i % 13}", "content": f"version {i}"}
+             for i in range(90)]
+    report = import_file(runtime.pool, _jsonl(tmp_path / "many.jsonl", lines), source="learning", owner="alice")
+    assert report.totals == {"created": 13, "updated": 77, "unchanged": 0}
+    last = {line["key"]: line["content"] for line in lines}
+    with runtime.pool.connection() as conn:
+        stored = dict(conn.execute("SELECT key, content FROM learnings WHERE owner_id = 'alice'").fetchall())
+        stats = conn.execute("SELECT n, total_len FROM keyword_stats WHERE owner_id = 'alice'"
+                             " AND source = 'learning'").fetchone()
+        real = conn.execute("SELECT count(*), sum(doc_len) FROM keyword_docs WHERE owner_id = 'alice'"
+                            " AND source = 'learning'").fetchone()
+    assert stored == last
+    assert tuple(stats) == tuple(real) and real[0] == 13
+    again = import_file(runtime.pool, _jsonl(tmp_path / "many.jsonl", lines), source="learning", owner="alice")
+    assert again.totals == {"created": 0, "updated": 90, "unchanged": 0}  # each line rewrites its key in turn
+    with runtime.pool.connection() as conn:
+        assert dict(conn.execute("SELECT key, content FROM learnings WHERE owner_id = 'alice'").fetchall()) == last
+
+
+
+def test_a_chunk_that_repeats_a_key_of_one_under_way_waits_for_it():
+    """The chunking behind the side-by-side writes: no key twice in a chunk, and a chunk holding a key of one of
+    the `overlap` chunks before it (which may still be written beside it) is marked to wait."""
+    from memory_pipelines.store.import_checks import ImportRow
+    from memory_pipelines.store.imports import _chunks
+
+    keys = ["a", "b", "c", "d", "a", "e", "f", "g", "b", "h", "i", "j", "k", "l", "m", "c"]
+    rows = [ImportRow(i + 1, "learning", "alice", {"key": k, "title": k}) for i, k in enumerate(keys)]
+    chunks = [([r.item["key"] for r in chunk], waits) for chunk, waits in _chunks(rows, 4, overlap=1)]
+    assert chunks == [(["a", "b", "c", "d"], False), (["a", "e", "f", "g"], True), (["b", "h", "i", "j"], False),
+                      (["k", "l", "m", "c"], False)]
+    wider = [waits for _chunk, waits in _chunks(rows, 4, overlap=2)]
+    assert wider == [False, True, True, False]
+
+
 CSV = (
     "source,owner,key,title,name,description,status,priority,progress,active,metadata,created_at\n"
     "task,alice,t1,Migrate the billing schema,,\"two steps:\nexpand, then contract\",in_progress,,,true,"

@@ -327,6 +327,43 @@ def test_stored_keyword_statistics_follow_the_writes(pool):
     assert stored == real and stored[0] == 34
 
 
+
+def test_writers_of_one_owner_side_by_side_keep_her_statistics_exact(pool):
+    """Eight threads writing batches for the same owner at once (their indexing overlaps), one of them first for a
+    new owner: the stored statistics equal a count of the indexed documents."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def batch(b: int) -> None:
+        write_items(pool, "alice", "learning", [{"title": f"batch {b} lesson {i} on retries " * (1 + i % 3),
+                                                  "key": f"b{b}-{i}"} for i in range(40)])
+
+    with ThreadPoolExecutor(max_workers=8) as writers:
+        list(writers.map(batch, range(8)))
+    stored, real = _learning_stats(pool)
+    assert stored == real and stored[0] == 320
+
+
+
+def test_batches_naming_the_same_rows_in_opposite_orders_both_land(pool):
+    """Two writers upserting the same capabilities, one in reverse order, again and again: where their row locks
+    deadlock, the rolled-back write is tried again, so every call returns and each name is one row."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = [f"skill {i:03d}" for i in range(300)]
+
+    def batch(args: tuple[int, bool]) -> int:
+        round_, backwards = args
+        order = names[::-1] if backwards else names
+        return len(write_items(pool, "alice", "capability",
+                               [{"name": n, "description": f"round {round_}"} for n in order]).results)
+
+    with ThreadPoolExecutor(max_workers=2) as writers:
+        for round_ in range(6):
+            assert list(writers.map(batch, [(round_, False), (round_, True)])) == [300, 300]
+    with pool.connection() as conn:
+        assert conn.execute("SELECT count(*), count(DISTINCT name) FROM capabilities").fetchone() == (300, 300)
+
+
 # -- the public face: Memory.write*, the worker, context with a task -------------------------------------------
 
 @pytest.fixture

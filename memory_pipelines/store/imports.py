@@ -28,7 +28,9 @@ they are written (about the size of the file, a few times over).
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -50,6 +52,8 @@ __all__ = ["FORMATS", "IMPORT_SOURCES", "ImportFileError", "ImportReport", "Reje
 
 CHUNK_ROWS = 5_000
 """Items per `write_items` call: each is one transaction."""
+IMPORT_WRITERS = 2
+"""Chunks written at once, each on its own connection: the server stores one while the next is prepared."""
 MEMORY_CHUNK_ROWS = 200
 """Memories looked up at once for the unchanged ones (each new one is then its own ingest)."""
 
@@ -94,11 +98,14 @@ class ImportReport:
 # --- writing -------------------------------------------------------------------------------------------------
 
 
-def _chunks(rows: list[ImportRow], size: int) -> Iterator[list[ImportRow]]:
-    """Runs of at most `size` rows in which no key (nor a capability's name) repeats: a later row with the same
-    key starts the next chunk, so it updates what the earlier one wrote."""
+def _chunks(rows: list[ImportRow], size: int, overlap: int) -> Iterator[tuple[list[ImportRow], bool]]:
+    """Runs of at most `size` rows in which no key (nor a capability's name) repeats, each with whether it must wait
+    for every run before it: when it repeats a key of one of the `overlap` runs before it (which may be under way
+    beside it), it updates what they wrote. A repeat within a run starts the next run."""
     chunk: list[ImportRow] = []
     names: set[tuple[str, Any]] = set()
+    recent: deque[set[tuple[str, Any]]] = deque(maxlen=max(overlap, 1))
+    waits = False
     for row in rows:
         key = row.item.get("key")
         key = key.strip() if isinstance(key, str) else key  # as validate_item leaves it
@@ -106,39 +113,58 @@ def _chunks(rows: list[ImportRow], size: int) -> Iterator[list[ImportRow]]:
         if row.source == "capability":
             marks.add(("name", str(row.item.get("name", "")).strip()))
         if len(chunk) >= size or marks & names:
-            yield chunk
-            chunk, names = [], set()
+            yield chunk, waits
+            recent.append(names)
+            chunk, names, waits = [], set(), False
+        waits = waits or any(marks & earlier for earlier in recent)
         chunk.append(row)
         names |= marks
     if chunk:
-        yield chunk
+        yield chunk, waits
 
 
 def _write_item_rows(pool: ConnectionPool, owner: str, source: str, rows: list[ImportRow], report: ImportReport,
                      skip_invalid: bool, progress: Callable[[int], None]) -> bool:
-    """Write one owner's rows of one source chunk by chunk; False when a row failed at write time (a conflict
-    only the database sees) and the import stops there."""
-    for chunk in _chunks(rows, CHUNK_ROWS):
-        while chunk:
-            try:
-                result = write_items(pool, owner, source, [r.item for r in chunk])
-            except ItemError as exc:
-                if exc.index is None:
-                    raise
-                bad = chunk[exc.index]
-                report.rejects.append(Reject(bad.line, exc.field, exc.message))
-                if not skip_invalid:
-                    report.stopped = f"line {bad.line}: {exc.field}: {exc.message}"
-                    return False
-                chunk = chunk[: exc.index] + chunk[exc.index + 1:]
-                report.valid -= 1
-                report.valid_by_source[source] -= 1
-                continue
-            for action, n in result.counts.items():
-                report.add(source, action, n)
-            progress(len(chunk))
-            break
-    return True
+    """Write one owner's rows of one source, IMPORT_WRITERS chunks at a time (a run that repeats a key after
+    the ones before it are written); False when a row failed at write time (a conflict only the database sees)
+    and the import stops there (chunks already under way are still written and counted)."""
+    ok = True
+    with ThreadPoolExecutor(max_workers=IMPORT_WRITERS, thread_name_prefix="import-write") as writers:
+        running: list[tuple[Future, list[ImportRow]]] = []
+
+        def settle(until: int) -> None:
+            nonlocal ok
+            while len(running) > until:
+                future, chunk = running.pop(0)
+                try:
+                    result = future.result()
+                except ItemError as exc:
+                    if exc.index is None:
+                        raise
+                    bad = chunk[exc.index]
+                    report.rejects.append(Reject(bad.line, exc.field, exc.message))
+                    report.valid -= 1
+                    report.valid_by_source[source] -= 1
+                    if not skip_invalid:
+                        report.stopped = report.stopped or f"line {bad.line}: {exc.field}: {exc.message}"
+                        ok = False
+                        continue
+                    chunk = chunk[: exc.index] + chunk[exc.index + 1:]
+                    if chunk:  # again, before anything after it
+                        running.insert(0, (writers.submit(write_items, pool, owner, source,
+                                                          [r.item for r in chunk]), chunk))
+                    continue
+                for action, n in result.counts.items():
+                    report.add(source, action, n)
+                progress(len(chunk))
+
+        for chunk, waits in _chunks(rows, CHUNK_ROWS, IMPORT_WRITERS - 1):
+            settle(0 if waits else IMPORT_WRITERS - 1)
+            if not ok:
+                break
+            running.append((writers.submit(write_items, pool, owner, source, [r.item for r in chunk]), chunk))
+        settle(0)
+    return ok
 
 
 def _stored_memories(pool: ConnectionPool, owner: str, hashes: list[str]) -> set[tuple[str, str]]:

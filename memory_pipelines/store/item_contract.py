@@ -92,11 +92,11 @@ def _value(spec: FieldSpec, value: object, now: datetime | None) -> Any:
     if spec.kind == "text":
         if not isinstance(value, str):
             raise ValueError("must be a string")
+        if spec.max_chars is not None and len(value) > spec.max_chars:  # as sent: what the schema's maxLength says
+            raise ValueError(f"must be at most {spec.max_chars} characters, got {len(value)}")
         value = value.strip()
         if not value and (spec.required or spec.nullable):
             raise ValueError("must not be empty" if spec.required else "must not be empty (leave it out or null)")
-        if spec.max_chars is not None and len(value) > spec.max_chars:
-            raise ValueError(f"must be at most {spec.max_chars} characters, got {len(value)}")
         try:
             check_storable(spec.name, value)
         except ValidationError as exc:

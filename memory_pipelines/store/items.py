@@ -44,6 +44,10 @@ __all__ = ["ItemConflict", "ItemError", "WriteResult", "index_items", "parse_tim
 STATS_REFRESH_SHARE = 0.5
 """An owner's stored BM25 statistics are rewritten in full once she gained this share of her documents since."""
 
+WRITE_ATTEMPTS = 3
+"""Tries of a write that a deadlock with a concurrent one rolled back (two batches naming the same rows in
+another order)."""
+
 INDEX_BATCH = 2_000
 """Rows keyword-indexed at a time by a large write (their terms counted while the batch before is stored)."""
 
@@ -87,10 +91,12 @@ def _stage(conn: psycopg.Connection, source: str, items: list[dict[str, Any]], i
 
 
 def _upsert(
-    conn: psycopg.Connection, source: str, owner: str, stage: str, where: str, conflict: str | None, match: str
+    conn: psycopg.Connection, source: str, owner: str, stage: str, where: str, conflict: str | None, match: str,
+    order: str = "s.i",
 ) -> list[tuple[str, str | None, str | None, bool]]:
-    """INSERT the staged rows passing `where`; on a `conflict` update the row when a field differs. `match`
-    joins a staged row `s` to the stored row `e` it would update.
+    """INSERT the staged rows passing `where`, in `order`; on a `conflict` update the row when a field differs.
+    `match` joins a staged row `s` to the stored row `e` it would update. Rows that may conflict go in the order
+    of their conflict's key, so concurrent writes of the same rows lock them in the same order.
     Returns (id, key, name, created) of each row inserted or updated (unchanged ones are not returned)."""
     specs = _specs(source)
     table = WRITE_TABLES[source]
@@ -99,7 +105,7 @@ def _upsert(
     # An item without `at` keeps the stored time of the row it rewrites (or is dated now).
     select = (f"SELECT s.id, %(owner)s, s.key, {values}, coalesce(s.created_at, e.created_at, now()), now()"
               f" FROM {stage} s LEFT JOIN {table} e ON e.owner_id = %(owner)s AND {match}"
-              f" WHERE {where} ORDER BY s.i")
+              f" WHERE {where} ORDER BY {order}")
     sql = f"INSERT INTO {table} AS t (id, owner_id, key, {', '.join(cols)}, created_at, updated_at) {select}"
     if conflict:
         changed = [*cols, "created_at"]
@@ -172,15 +178,27 @@ def write_items(pool: ConnectionPool, owner: str, source: str, items: Sequence[M
     valid = validate_items(source, items)
     if not valid:
         return WriteResult(source=source)
+    for attempt in range(WRITE_ATTEMPTS):
+        try:
+            return _write_valid(pool, owner, source, valid)
+        except psycopg.errors.TransactionRollback:  # a deadlock with a concurrent write: nothing of it was kept
+            if attempt + 1 == WRITE_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _write_valid(pool: ConnectionPool, owner: str, source: str, valid: list[dict[str, Any]]) -> WriteResult:
+    """Upsert validated items and keyword-index them, in one transaction."""
     staged_ids = [uuid.uuid4() for _ in valid]
     with pool.connection() as conn, conn.transaction():
         if source == "capability":
             _check_capability_names(conn, owner, valid)
         stage = _stage(conn, source, valid, staged_ids)
         written = _upsert(conn, source, owner, stage, "s.key IS NOT NULL", "(owner_id, key) WHERE key IS NOT NULL",
-                          "e.key = s.key")
+                          "e.key = s.key", "s.key")
         if source == "capability":  # the name is unique per owner: a capability without a key is found by it
-            written += _upsert(conn, source, owner, stage, "s.key IS NULL", "(owner_id, name)", "e.name = s.name")
+            written += _upsert(conn, source, owner, stage, "s.key IS NULL", "(owner_id, name)", "e.name = s.name",
+                               "s.name")
         else:
             written += _upsert(conn, source, owner, stage, "s.key IS NULL", None, "false")
         result = _results(conn, source, owner, valid, staged_ids, written)
@@ -213,20 +231,15 @@ def _index_pipelined(conn: psycopg.Connection, source: str, rows: list[tuple], t
 
 def index_items(conn: psycopg.Connection, source: str, owner: str, ids: list[str]) -> int:
     """Keyword-index the given rows of one owner whose indexed text changed since they were indexed, and drop the
-    index entries of those no longer live; keep the owner's stored BM25 statistics current. Returns rows indexed."""
+    index entries of those no longer live; keep the owner's stored BM25 statistics current. Returns rows indexed.
+
+    Writers of one owner index side by side (a shared lock, which a removal takes exclusively); each then adds
+    what it changed to her statistics under a short exclusive lock held until its commit."""
     indexed = INDEXED[source]
-    conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (LOCK_KEYWORD_STATS, f"{source}:{owner}"))
-    stats = conn.execute(
-        "SELECT total_len, n, added FROM keyword_stats WHERE owner_id = %s AND source = %s", (owner, source)
-    ).fetchone()
-    if stats is None:
-        before = conn.execute(
-            "SELECT coalesce(sum(doc_len), 0), count(*) FROM keyword_docs WHERE owner_id = %s AND source = %s",
-            (owner, source),
-        ).fetchone()
-    else:
-        before = stats[:2]
-    totals = {owner: [float(before[0]), int(before[1])]}
+    lock = f"{source}:{owner}"
+    conn.execute("SELECT pg_advisory_xact_lock_shared(%s, hashtext(%s))", (LOCK_KEYWORD_STATS, lock))
+    before = _stored_totals(conn, source, owner)
+    totals = {owner: list(before)}
     rows = conn.execute(
         f"SELECT t.id::text, t.owner_id, {indexed.text_sql}, t.content_hash FROM {indexed.from_sql}"
         " LEFT JOIN keyword_docs kd ON kd.source = %(s)s AND kd.item_id = t.id::text"
@@ -241,22 +254,31 @@ def index_items(conn: psycopg.Connection, source: str, owner: str, ids: list[str
         f" AND NOT ({indexed.active_sql}) RETURNING kd.doc_len",
         {"s": source, "owner": owner, "ids": ids},
     ).fetchall()
-    totals[owner][0] -= sum(r[0] for r in removed)
-    totals[owner][1] -= len(removed)
-    gained = max(totals[owner][1] - int(before[1]), 0)
-    if stats is None:
-        if rows:
-            refresh_stats(conn, source, [owner])
-        return len(rows)
+    grown_len = totals[owner][0] - before[0] - sum(r[0] for r in removed)
+    grown = totals[owner][1] - before[1] - len(removed)
+    if not rows and not removed:
+        return 0
+    conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (LOCK_KEYWORD_STATS, f"{lock}:stats"))
     kept = conn.execute(
-        "UPDATE keyword_stats SET n = %s, total_len = %s, added = added + %s WHERE owner_id = %s AND source = %s"
-        " RETURNING n, added",
-        (totals[owner][1], int(totals[owner][0]), gained, owner, source),
+        "UPDATE keyword_stats SET n = n + %s, total_len = total_len + %s, added = added + %s"
+        " WHERE owner_id = %s AND source = %s RETURNING n, added",
+        (grown, int(grown_len), max(grown, 0), owner, source),
     ).fetchone()
-    # Rewritten in full when she grew by half since, or when a keyword pass rewrote them meanwhile (row gone).
+    # Counted in full for a new owner, when she grew by half since, or when a keyword pass rewrote them meanwhile.
     if kept is None or kept[1] > STATS_REFRESH_SHARE * max(kept[0] - kept[1], 0):
         refresh_stats(conn, source, [owner])
     return len(rows)
+
+
+def _stored_totals(conn: psycopg.Connection, source: str, owner: str) -> tuple[float, int]:
+    """(total length, documents) of the owner's indexed documents: her stored statistics, else counted."""
+    row = conn.execute(
+        "SELECT total_len, n FROM keyword_stats WHERE owner_id = %s AND source = %s", (owner, source)
+    ).fetchone() or conn.execute(
+        "SELECT coalesce(sum(doc_len), 0), count(*) FROM keyword_docs WHERE owner_id = %s AND source = %s",
+        (owner, source),
+    ).fetchone()
+    return float(row[0]), int(row[1])
 
 
 # --- updating one item -----------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
@@ -97,8 +98,8 @@ ItemTime = Annotated[
 
 
 def _annotation(spec: FieldSpec, partial: bool = False) -> Any:
-    """The pydantic type of one contract field (nullable ones also take null, but not a change's time: a stored
-    item always has one)."""
+    """The pydantic type of one contract field. Null is taken by nullable fields (but not as a change's time: a
+    stored item always has one) and, in a whole item, by optional fields, where it means their default."""
     if spec.kind == "text":
         if spec.required or spec.nullable:  # not blank
             kind: Any = Annotated[str, StringConstraints(min_length=1, max_length=spec.max_chars,
@@ -110,7 +111,8 @@ def _annotation(spec: FieldSpec, partial: bool = False) -> Any:
     elif spec.kind == "enum":
         kind = Literal[spec.choices]  # type: ignore[valid-type]
     elif spec.kind == "int":
-        kind = Int  # its range is the field's (`item_model`)
+        # the bounds before the validator: pydantic then states them as minimum / maximum, nullable or not
+        kind = Annotated[int, Field(ge=spec.min, le=spec.max), BeforeValidator(_not_bool)]
     elif spec.kind == "bool":
         kind = StrictBool
     elif spec.kind == "object":
@@ -119,7 +121,8 @@ def _annotation(spec: FieldSpec, partial: bool = False) -> Any:
         kind = ItemTime
     else:
         raise AssertionError(spec.kind)
-    return kind | None if spec.nullable and not (partial and spec.kind == "time") else kind
+    takes_null = spec.nullable and spec.kind != "time" if partial else spec.nullable or not spec.required
+    return kind | None if takes_null else kind
 
 
 def _description(spec: FieldSpec) -> str:
@@ -136,17 +139,17 @@ def item_model(source: str, *, partial: bool = False) -> type[BaseModel]:
     """The request body of one item of `source` (partial: every field optional, none defaulted)."""
     fields: dict[str, Any] = {}
     for spec in WRITE_CONTRACTS[source]:
-        bounds = {"ge": spec.min, "le": spec.max} if spec.kind == "int" else {}
         if partial or not spec.required:
             default = None if partial or spec.nullable or isinstance(spec.default, dict) else spec.default
-            info = Field(default, description=_description(spec), **bounds)
+            info = Field(default, description=_description(spec))
         else:
-            info = Field(description=_description(spec), **bounds)
+            info = Field(description=_description(spec))
         fields[spec.name] = (_annotation(spec, partial), info)
     name = source.capitalize() + ("Changes" if partial else "Item")
     example = CHANGE_EXAMPLES[source] if partial else EXAMPLES[source]
     doc = (f"Fields of a {source} to change; the others stay as they are." if partial else
-           f"One {source}: with a `key`, writing it again updates the {source} of that key.")
+           f"One {source}: with a `key`, writing it again updates the {source} of that key. An optional field left "
+           "out or null takes its default.")
     extra = {"minProperties": 1} if partial else {}
     return _with_examples(create_model(name, __base__=_Body, __doc__=doc, **fields), [example], **extra)
 
