@@ -165,7 +165,7 @@ def test_real_answers_match_the_documented_models_field_for_field(app, live, run
         ("GET", "/memories/{memory_id}/versions", f"/memories/{zh['id']}/versions", None),
         ("GET", "/projects", "/projects", None),
         ("POST", "/api/learnings/relevant", "/api/learnings/relevant", {"task_type": "dev"}),
-        *(("DELETE", f"/api/{plural}/{{id}}", f"/api/{plural}/{item}", None) for plural, item in gone.items()),
+        *(("DELETE", f"/api/{plural}/{{ref}}", f"/api/{plural}/{item}", None) for plural, item in gone.items()),
         ("DELETE", "/memories/{memory_id}", f"/memories/{zh['id']}", None),
         ("DELETE", "/projects/{project_key}", "/projects/web-app", None),
         ("GET", "/api/removals", "/api/removals", {"limit": 5}),

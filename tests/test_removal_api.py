@@ -123,9 +123,9 @@ def test_drop_project_and_erase_over_http(two, runtime):
     assert {t: n for t, n in owner_rows(runtime.pool, "alice").items() if n} == {"removals": 1}
     assert b.get(f"/api/brain/memory/detail/{bob['learning']}").status_code == 200
     bad = b.delete(f"/api/tasks/{'x' * 201}")
-    assert bad.status_code == 422 and bad.json()["field"] == "id"
+    assert bad.status_code == 422 and bad.json()["field"] == "ref"
     blank = b.delete("/api/tasks/%20")
-    assert blank.status_code == 422 and blank.json()["field"] == "id"
+    assert blank.status_code == 422 and blank.json()["field"] == "ref"
 
 
 def test_route_examples_validate_and_sources_agree():

@@ -109,11 +109,11 @@ def actor(request: Request, memory: MemoryDep) -> str:
 
 
 def _forget_route(source: str, plural: str) -> None:
-    @router.delete(f"/api/{plural}/{{id}}", summary=f"Forget a {source}", response_model=Forgotten,
+    @router.delete(f"/api/{plural}/{{ref}}", summary=f"Forget a {source}", response_model=Forgotten,
                    responses=errors(not_found(source, f"no {source} '{_ID}'")), name=f"forget_{source}")
-    def forget_item(id: Annotated[m.ItemId, Path(description=f"The {source}'s id or your key of it.")],  # noqa: A002
+    def forget_item(ref: Annotated[m.ItemId, Path(description=f"The {source}'s id or your key of it.")],
                     owner: Owner, memory: MemoryDep, request: Request) -> JSONResponse:
-        return to_json(memory.forget(owner, source, id, actor=actor(request, memory)))
+        return to_json(memory.forget(owner, source, ref, actor=actor(request, memory)))
 
     forget_item.__doc__ = (f"Forget one of your {plural} (by id, or by the key you wrote it with) with its keyword "
                            "entries; the retrieval log keeps its counts without it. A 404 for an unknown id, "
