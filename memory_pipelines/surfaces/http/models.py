@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints
 
 from ...vocabulary import (
     DEFAULT_BUDGET,
@@ -66,7 +66,7 @@ class RelatedRequest(_Body):
 
     base_id: ItemId = Field(description="An id from a search match (or any id of this owner).")
     top_k: Int = Field(5, alias="topK", ge=1, le=MAX_TOP_K, description="How many neighbours (1-100).")
-    exclude_self: bool = Field(True, description="Leave the base item itself out of the matches.")
+    exclude_self: StrictBool = Field(True, description="Leave the base item itself out of the matches.")
     owner_id: OwnerField = None
 
 
@@ -93,10 +93,10 @@ class IngestRequest(_Body):
     speaker: Name | None = Field(None, description="Who said or wrote it.")
     session: Name | None = Field(None, description="The conversation it is a turn of: indexed with the turn before "
                                  "it, and search lifts the neighbouring turns of a strong hit.")
-    wait: bool | None = Field(None, description="true: answer after embedding and the duplicate check (the action "
-                              "says what was done); false: answer once stored (action DEFERRED; keyword search "
-                              "finds it at once), embedded and judged in the background within seconds. "
-                              "Default: the server's (`serve --ingest`, background unless set).")
+    wait: StrictBool | None = Field(None, description="true: answer after embedding and the duplicate check (the "
+                                    "action says what was done); false: answer once stored (action DEFERRED; keyword "
+                                    "search finds it at once), embedded and judged in the background within seconds. "
+                                    "Default: the server's (`serve --ingest`, background unless set).")
     owner_id: OwnerField = None
 
     def memory_fields(self) -> dict[str, object]:
