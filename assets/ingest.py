@@ -3,12 +3,14 @@
 - `inbox_import` (one dynamic partition per file dropped into `$MEMORY_PIPELINES_HOME/inbox/`): imports the file
   (memory_pipelines/store/imports.py), then moves it to `inbox/done/`, or to `inbox/rejected/` with the reasons
   beside it (memory_pipelines/operations/inbox.py). `inbox_sensor` adds the partition and requests its run once per
-  file: run_key = path + size + mtime, and its cursor remembers the files it requested while they wait. A run that
-  fails for another reason (the database down) leaves the file where it is: re-execute its partition from the UI.
+  file: run_key = path + size + mtime + ctime (a file moved back in is new), and its cursor remembers the files
+  it requested while they wait. A run that fails for another reason (the database down) leaves the file where it
+  is: re-execute its partition from the UI.
 - `source_sync`: the syncs of `$MEMORY_PIPELINES_HOME/sync.yaml` (memory_pipelines/operations/source_sync.py),
   incremental from the watermark stored in our database; with `since` / `until` in its run config, exactly that
   range again. `source_sync_schedule` runs it every 15 minutes once switched on.
-- `index_after_ingest`: when an import or sync run succeeds, launches `ingest_indexing` over every bucket: the
+- `index_after_ingest`: when a run that materialised either asset succeeds (its job, or Materialize on the asset
+  page), launches `ingest_indexing` over every bucket: the
   embedding assets (what the rows left pending), memory vectors, HNSW indexes and keyword tables downstream.
 
 Both assets report rows read, created, updated, unchanged and rejected, the rejects themselves, and seconds.
@@ -58,10 +60,11 @@ def _rejects_metadata(rejects: list) -> dg.MetadataValue:
     partitions_def=inbox_files,
     kinds={"file", "postgres"},
     pool=DB_WRITE_POOL,
-    description="A file dropped into MEMORY_PIPELINES_HOME/inbox/ (JSON Lines, CSV or Parquet; in inbox/<owner>/ "
-                "for that owner; named after its source, or with a source column), imported once: every row "
-                "checked, then written by key (original times kept), keyword-indexed at once; then moved to "
-                "inbox/done/, or inbox/rejected/ with <name>.rejects.txt.",
+    description="A file dropped into `MEMORY_PIPELINES_HOME/inbox/` (JSON Lines, CSV or Parquet; in "
+                "`inbox/OWNER/` for that owner; named after its source, or with a source column), imported once: "
+                "every row checked, then written by key (original times kept), keyword-indexed at once; then moved "
+                "to `inbox/done/`, or to `inbox/rejected/` with `NAME.rejects.txt`. Run config `skip_invalid: true` "
+                "imports the valid rows of a file that has rejected ones.",
 )
 def inbox_import(context: dg.AssetExecutionContext, config: InboxConfig,
                  memory: MemoryResource) -> dg.MaterializeResult:
@@ -99,6 +102,7 @@ def inbox_import(context: dg.AssetExecutionContext, config: InboxConfig,
                          f"{report.rejects[0].line}: {report.rejects[0].field}: {report.rejects[0].reason})",
                          metadata={**metadata, "moved_to": str(moved)})
     moved = move(inbox, relpath, DONE)
+    (inbox / REJECTED / f"{relpath}.rejects.txt").unlink(missing_ok=True)  # from an earlier, refused try
     if report.rejects:
         write_rejects(moved, report, None)
         context.log.warning(f"{relpath}: {len(report.rejects)} rows rejected and skipped (skip_invalid)")
@@ -208,10 +212,24 @@ ingest_indexing_job = dg.define_asset_job(
 )
 
 
-@dg.run_status_sensor(run_status=dg.DagsterRunStatus.SUCCESS, monitored_jobs=[inbox_import_job, source_sync_job],
-                      request_job=ingest_indexing_job, default_status=dg.DefaultSensorStatus.RUNNING,
+INGEST_KEYS = frozenset({inbox_import.key, source_sync.key})
+
+
+def _ingested(instance: dg.DagsterInstance, run: dg.DagsterRun) -> bool:
+    """Whether a run materialised an import or a sync: their jobs, or any run that did (the asset page's
+    Materialize runs them in Dagster's own asset job)."""
+    if run.job_name in (inbox_import_job.name, source_sync_job.name):
+        return True
+    records = instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION).records
+    return any(r.event_log_entry.dagster_event.asset_key in INGEST_KEYS for r in records)
+
+
+@dg.run_status_sensor(run_status=dg.DagsterRunStatus.SUCCESS, request_job=ingest_indexing_job,
+                      default_status=dg.DefaultSensorStatus.RUNNING,
                       description="When an import or a sync succeeded, embeds and indexes what it wrote.")
 def index_after_ingest(context: dg.RunStatusSensorContext):
+    if not _ingested(context.instance, context.dagster_run):
+        return dg.SkipReason(f"run {context.dagster_run.run_id} imported nothing")
     return dg.RunRequest(run_key=f"after-{context.dagster_run.run_id}", tags={**RANGE_TAGS, "trigger": "ingest"})
 
 

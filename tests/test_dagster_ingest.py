@@ -95,6 +95,10 @@ def test_a_file_dropped_into_the_inbox_is_imported_once(resource, tmp_path, pool
     indexing = dg.materialize([*embedding_assets.values(), memory_vectors, vector_indexes, *keyword_assets.values()],
                               resources={"memory": resource}, instance=instance, tags=follow.tags, run_config=QUIET)
     assert indexing.success
+    ctx = dg.build_run_status_sensor_context(sensor_name="index_after_ingest", dagster_instance=instance,
+                                             dagster_run=instance.get_run_by_id(indexing.run_id),
+                                             dagster_event=indexing.get_run_success_event())
+    assert isinstance(index_after_ingest(ctx), dg.SkipReason)  # a run that imported nothing follows with nothing
     with pool.connection() as conn:
         assert count_pending(conn, "learning", resource.runtime.embedder.model_name)[0] == 0
 
@@ -105,8 +109,8 @@ def test_a_file_with_bad_lines_goes_to_rejected_with_its_reasons(resource, tmp_p
     _drop(inbox, "tasks.jsonl", [{"owner": "carol", "title": "fine"}, {"owner": "carol", "title": "x",
                                                                         "status": "done"}])
     _drop(inbox, "events.parquet", ["this is not parquet"])
-    requests = {r.partition_key for r in _tick(instance, resource).run_requests}
-    assert requests == {"tasks.jsonl", "events.parquet"}
+    first_keys = {r.partition_key: r.run_key for r in _tick(instance, resource).run_requests}
+    assert set(first_keys) == {"tasks.jsonl", "events.parquet"}
 
     bad_lines = _import(instance, resource, "tasks.jsonl")
     assert not bad_lines.success
@@ -120,6 +124,16 @@ def test_a_file_with_bad_lines_goes_to_rejected_with_its_reasons(resource, tmp_p
     assert not bad_file.success
     assert "not a Parquet file" in (inbox / "rejected" / "events.parquet.rejects.txt").read_text()
     assert not [f for f in inbox.iterdir() if f.is_file()]
+
+    # The refused file moved back in unchanged (same name, size and mtime) is a new run; fixed, its import clears
+    # the old reasons.
+    os.replace(inbox / "rejected" / "tasks.jsonl", inbox / "tasks.jsonl")
+    [again] = _tick(instance, resource).run_requests
+    assert again.partition_key == "tasks.jsonl" and again.run_key != first_keys["tasks.jsonl"]
+    _drop(inbox, "tasks.jsonl", [{"owner": "carol", "title": "fine"}, {"owner": "carol", "title": "x",
+                                                                      "status": "completed"}])
+    assert _import(instance, resource, "tasks.jsonl").success
+    assert not (inbox / "rejected" / "tasks.jsonl.rejects.txt").exists()
 
 
 @pytest.fixture

@@ -26,16 +26,18 @@ _PARTITION_UNSAFE = re.compile(r"[\x00-\x1f,\[\]]")  # what a Dagster partition 
 
 @dataclass(frozen=True)
 class InboxFile:
-    """A file waiting in the inbox: its path relative to the inbox (the partition key), size and mtime."""
+    """A file waiting in the inbox: its path relative to the inbox (the partition key), size, mtime and ctime."""
 
     relpath: str
     size: int
     mtime_ns: int
+    ctime_ns: int = 0
 
     @property
     def run_key(self) -> str:
-        """Another file, or the same name written again, is another run; the same file never twice."""
-        return f"{self.relpath}:{self.size}:{self.mtime_ns}"
+        """Another file, the same name written again, or a file moved back in (a rename changes its ctime) is
+        another run; the same file never twice."""
+        return f"{self.relpath}:{self.size}:{self.mtime_ns}:{self.ctime_ns}"
 
 
 def inbox_dir(home: Path) -> Path:
@@ -64,7 +66,7 @@ def waiting_files(inbox: Path, *, settle_seconds: float = SETTLE_SECONDS, now: f
             st = path.stat()
             if now - st.st_mtime < settle_seconds:
                 continue
-            found.append((st.st_mtime_ns, InboxFile(relpath, st.st_size, st.st_mtime_ns)))
+            found.append((st.st_mtime_ns, InboxFile(relpath, st.st_size, st.st_mtime_ns, st.st_ctime_ns)))
     return [f for _m, f in sorted(found, key=lambda x: (x[0], x[1].relpath))]
 
 
