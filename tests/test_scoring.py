@@ -88,6 +88,12 @@ def test_relevance_floor_per_channel():
     kept, floored = apply_floor(turns, config)
     assert kept == [turns[0]] and floored == 1
     assert config.passes_floor(None, None, lifted=True)
+    # Found by both channels, each weakly ("Hi, I'm Susan" and the memory about Susan): the channels' agreement is
+    # the evidence; a candidate only one channel found, as weakly, is still floored.
+    weak = [Channels(0.2, 0.02, keyword_evidence=0.1, relevance=0.2), Channels(0.25, None, relevance=0.1),
+            Channels(None, 0.02, keyword_evidence=0.1, relevance=0.05), Channels(0.0, 0.02, keyword_evidence=0.1)]
+    kept, floored = apply_floor(weak, config)
+    assert kept == [weak[0]] and floored == 3
 
 
 def test_stored_config_without_params_reads_the_defaults():

@@ -96,8 +96,10 @@ class ScoringConfig:
         self, semantic: float | None, keyword: float | None, keyword_evidence: float | None, neighbour_gain: float
     ) -> bool:
         """`passes_floor` for a retrieved candidate: the keyword channel is judged by its evidence when search
-        reports one (Jaccard matches have none), and any neighbour lift counts as lifted."""
-        return self.passes_floor(
+        reports one (Jaccard matches have none), and any neighbour lift counts as lifted. A candidate both channels
+        found, each above its zero, passes too: their agreement is the evidence where either alone is weak."""
+        agreed = (semantic or 0.0) > 0 and (keyword_evidence or 0.0) > 0
+        return agreed or self.passes_floor(
             semantic, keyword if keyword_evidence is None else keyword_evidence, lifted=neighbour_gain > 0
         )
 
