@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 import uuid
 import warnings
@@ -27,6 +28,16 @@ pytest_plugins = ["tests.fake_openai"]
 
 warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")
 DIM = 384
+
+
+def _interrupted(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A SIGTERM (a CI timeout, `timeout`, a killed job) stops the run like Ctrl-C, so the session's fixtures tear
+    down and the embedded test server stops instead of outliving the run."""
+    signal.signal(signal.SIGTERM, _interrupted)
 
 
 @pytest.fixture(scope="session")
