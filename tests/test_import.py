@@ -125,6 +125,7 @@ def test_a_chunk_that_repeats_a_key_of_one_under_way_waits_for_it():
                       (["k", "l", "m", "c"], False)]
     wider = [waits for _chunk, waits in _chunks(rows, 4, overlap=2)]
     assert wider == [False, True, True, False]
+    assert [waits for _chunk, waits in _chunks(rows, 4, overlap=0)] == [False] * 4  # one writer: nothing beside
 
 
 CSV = (

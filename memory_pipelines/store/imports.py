@@ -104,7 +104,7 @@ def _chunks(rows: list[ImportRow], size: int, overlap: int) -> Iterator[tuple[li
     beside it), it updates what they wrote. A repeat within a run starts the next run."""
     chunk: list[ImportRow] = []
     names: set[tuple[str, Any]] = set()
-    recent: deque[set[tuple[str, Any]]] = deque(maxlen=max(overlap, 1))
+    recent: deque[set[tuple[str, Any]]] = deque(maxlen=overlap)
     waits = False
     for row in rows:
         key = row.item.get("key")

@@ -178,13 +178,12 @@ def write_items(pool: ConnectionPool, owner: str, source: str, items: Sequence[M
     valid = validate_items(source, items)
     if not valid:
         return WriteResult(source=source)
-    for attempt in range(WRITE_ATTEMPTS):
+    for _ in range(WRITE_ATTEMPTS - 1):
         try:
             return _write_valid(pool, owner, source, valid)
         except psycopg.errors.TransactionRollback:  # a deadlock with a concurrent write: nothing of it was kept
-            if attempt + 1 == WRITE_ATTEMPTS:
-                raise
-    raise AssertionError("unreachable")
+            continue
+    return _write_valid(pool, owner, source, valid)
 
 
 def _write_valid(pool: ConnectionPool, owner: str, source: str, valid: list[dict[str, Any]]) -> WriteResult:

@@ -27,7 +27,7 @@ def unindex(conn: psycopg.Connection, source: str, owner: str, item_ids: Sequenc
     ids = sorted(set(item_ids))
     if not ids:
         return 0
-    # what an item write takes to keep these statistics (store/items.py): one writer of them at a time
+    # item writes hold this lock shared while they index (store/items.py): a removal waits for them, they for it
     conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (LOCK_KEYWORD_STATS, f"{source}:{owner}"))
     docs = conn.execute(
         "SELECT d.item_id, coalesce(d.indexed_at <= s.refreshed_at, false) FROM keyword_docs d"
