@@ -35,15 +35,23 @@ def unstatable(response) -> bool:
             or (item_field in ("key", "name") and "once in a batch" in detail))
 
 
+def _accepted_mutations(failure) -> tuple[str, str, list[str]] | None:
+    """For an "accepted schema-violating request" (ST201): its text, the part naming the invalid components, and
+    their `violates` lines; None for any other failure."""
+    if getattr(failure, "code", None) != "ST201":
+        return None
+    text = f"{getattr(failure, 'message', '')}\n{failure}"
+    _, _, components = text.partition("Invalid component:")
+    return text, components, [line for line in components.splitlines() if "violates" in line]
+
+
 def query_text_only(failure) -> bool:
     """Whether an accepted "schema-violating" request only changed a query parameter's JSON type or added an unknown
     query parameter: a query string is text, so `?project_name=false` is the valid string "false", not a boolean,
     and unknown query parameters are ignored, as HTTP APIs do."""
-    if getattr(failure, "code", None) != "ST201":
+    if (found := _accepted_mutations(failure)) is None:
         return False
-    text = f"{getattr(failure, 'message', '')}\n{failure}"
-    _, _, components = text.partition("Invalid component:")
-    mutations = [line for line in components.splitlines() if "violates" in line]
+    _, components, mutations = found
     # Header mutations too: the harness sends its own Authorization header over whatever the case carries.
     return bool(mutations) and "body" not in components and all(
         line.strip().startswith(("- query:", "- header:")) or "in query" in line for line in mutations)
@@ -53,12 +61,10 @@ def batch_too_large(failure, status: int | None = None) -> bool:
     """Whether an "accepted" schema-violating request is a batch over its documented `maxItems` refused with 413
     (Content Too Large, the API's answer to a batch over its size), which schemathesis does not count as a
     refusal."""
-    if getattr(failure, "code", None) != "ST201":
+    if (found := _accepted_mutations(failure)) is None:
         return False
-    text = f"{getattr(failure, 'message', '')}\n{failure}"
-    _, _, components = text.partition("Invalid component:")
-    # Header mutations aside: the harness sends its own Authorization header over whatever the case carries.
-    mutations = [line for line in components.splitlines() if "violates" in line and "header:" not in line]
+    text, _, mutations = found
+    mutations = [m for m in mutations if "header:" not in m]  # the harness sends its own Authorization header
     refused = status == 413 if status is not None else "[413]" in text
     return refused and bool(mutations) and all("violates `maxItems` at /properties/items" in m for m in mutations)
 
