@@ -45,7 +45,7 @@ from .stats import (
 )
 
 METHODS = ("keyword", "semantic", "hybrid", "hybrid_no_lift", "hybrid_no_speaker", "hybrid_no_prior",
-           "hybrid_weighted", "hybrid_rrf", "context", "hybrid_matched")
+           "hybrid_no_dates", "hybrid_weighted", "hybrid_rrf", "context", "hybrid_matched")
 
 
 class Method(NamedTuple):
@@ -56,19 +56,22 @@ class Method(NamedTuple):
     lift: bool = False
     speakers: bool = False
     priors: bool = False
+    dates: bool = False
 
 
 # `hybrid` is the default hybrid search; the others are ablations of it: without the neighbour lift, without the
-# named-speaker handling (retrieval/speakers.py), without the turn priors (retrieval/turns.py), with the
+# named-speaker handling (retrieval/speakers.py), without the turn priors (retrieval/turns.py), without the date
+# prior (retrieval/dates.py), with the
 # advanced-search spec's weighted fusion and with naive reciprocal-rank fusion, both
 # without the lift, the speaker handling and the priors.
 SEARCH_METHODS = {
     "keyword": Method("keyword"),
     "semantic": Method("semantic"),
-    "hybrid": Method("hybrid", lift=True, speakers=True, priors=True),
-    "hybrid_no_lift": Method("hybrid", speakers=True, priors=True),
-    "hybrid_no_speaker": Method("hybrid", lift=True, priors=True),
-    "hybrid_no_prior": Method("hybrid", lift=True, speakers=True),
+    "hybrid": Method("hybrid", lift=True, speakers=True, priors=True, dates=True),
+    "hybrid_no_lift": Method("hybrid", speakers=True, priors=True, dates=True),
+    "hybrid_no_speaker": Method("hybrid", lift=True, priors=True, dates=True),
+    "hybrid_no_prior": Method("hybrid", lift=True, speakers=True, dates=True),
+    "hybrid_no_dates": Method("hybrid", lift=True, speakers=True, priors=True),
     "hybrid_weighted": Method("hybrid", fusion="weighted"),
     "hybrid_rrf": Method("hybrid", fusion="rrf"),
 }
@@ -191,7 +194,7 @@ def rankings(
             continue
         hits = search(
             pool, embedder, q.owner, q.query, mode=m.mode, filters=f, limit=10, fusion=m.fusion,
-            query_vector=qvec, neighbours=m.lift, speakers=m.speakers, turn_priors=m.priors,
+            query_vector=qvec, neighbours=m.lift, speakers=m.speakers, turn_priors=m.priors, dates=m.dates,
         ).hits
         out[method] = [h.id for h in hits]
     if "context" not in methods:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,7 @@ from ..infra.db import reading
 from ..infra.errors import ValidationError
 from ..text.focus import focus
 from ..vocabulary import SEARCH_MODES
+from .dates import asked_spans, dated
 from .exchanges import Exchanges, read_exchanges
 from .filters import SearchFilters, where_clauses
 from .fusion import FUSIONS, SEMANTIC_WEIGHT
@@ -69,6 +71,7 @@ def search(
     neighbours: bool = True,
     speakers: bool = True,
     turn_priors: bool = True,
+    dates: bool = True,
 ) -> SearchResult:
     """Search one owner's memory. Never raises on a provider outage: the result says it degraded.
 
@@ -76,7 +79,8 @@ def search(
     channels (`fusion`, retrieval/fusion.py) and, with `neighbours`, lifts the neighbouring turns of its top
     conversational hits (retrieval/neighbours.py). With `speakers`, a question that names one of the
     candidates' speakers is embedded without the name and prefers that speaker's turns (retrieval/speakers.py).
-    With `turn_priors`, conversational turns that ask or say little score lower (retrieval/turns.py)."""
+    With `turn_priors`, conversational turns that ask or say little score lower (retrieval/turns.py). With
+    `dates`, a short question naming a time prefers what was written, or tells of, that time (retrieval/dates.py)."""
     q = query if isinstance(query, Query) else Query.checked(query)
     _validate(mode, limit, min_score, fusion)
     f = (filters or SearchFilters()).validated()
@@ -115,6 +119,8 @@ def search(
             ranked = weighed(ranked, exchanges.conversation)
         if speaker:
             ranked = boosted(ranked, speaker)
+        if dates:
+            ranked = dated(ranked, asked_spans(text, focus(text).long, f.as_of or datetime.now(UTC)))
     if min_score is not None:
         ranked = [h for h in ranked if h.score >= min_score]
     return SearchResult(

@@ -1,0 +1,48 @@
+"""A question that names a time prefers what happened then: a soft date prior.
+
+"When did Melanie go camping in June?", "What did I cook last week?", "我上个月去哪儿旅游了？": the time named
+is evidence about which memory answers, which neither channel reads (a turn of a June session rarely says
+"June"). So when a short question names a time (`text/times.spans`, resolved against when it is asked: the
+search's as-of time, else now), a candidate written in that span, or telling of a time inside it ("we went
+camping yesterday", resolved against its own date), scores × (1 + DATE_BOOST): a preference, not a filter, since
+the memory may have been written long after the event. A question naming no time, and a long query (a
+dialogue, whose times describe its own moment rather than what it asks for), are left as they are.
+
+On locomo_dev, 113 of the 116 gold turns of questions naming a month are dated in that month, where 36 % of
+hybrid's top ten were (docs/retrieval-quality.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from ..text.times import Span, spans
+from .fusion import rescored
+
+DATE_BOOST = 0.25
+
+
+def in_span(hit: Any, asked: Sequence[Span]) -> bool:
+    """Whether the hit was written in one of the spans, or tells of a time (resolved against its date) inside one."""
+    written = getattr(hit, "created_at", None)
+    if written is None:
+        return False
+    if any(s.holds(written) for s in asked):
+        return True
+    return any(a.start <= t.start and t.end <= a.end for t in spans(hit.text or "", written) for a in asked)
+
+
+def dated(ranked: Sequence[Any], asked: Sequence[Span], boost: float = DATE_BOOST) -> list[Any]:
+    """`ranked` with the hits `in_span` of the question's spans scored × (1 + boost), re-sorted. Pure."""
+    if not asked:
+        return list(ranked)
+    out = [rescored(h, score=h.score * (1.0 + boost), extra={**(h.extra or {}), "date_prior": 1.0 + boost})
+           if in_span(h, asked) else h for h in ranked]
+    return sorted(out, key=lambda h: (-h.score, h.source, h.id))
+
+
+def asked_spans(query: str, long: bool, now: datetime) -> list[Span]:
+    """The spans a question names, resolved against `now`; none for a long query (`text/focus.Focused.long`)."""
+    return [] if long else spans(query, now)

@@ -1,0 +1,242 @@
+"""Time expressions, English and Chinese, resolved to the spans of time they name.
+
+"What did I cook last week?", "When did Melanie go camping in June?", "我上个月去哪儿旅游了？" name when the
+thing asked about happened; "We went camping yesterday" or "上周我去了杭州" say when something happened,
+relative to the day they were written. `spans(text, anchor)` reads such expressions and resolves them against
+`anchor` (when the question was asked, or when the memory was written) into half-open UTC spans:
+
+- days: today / tonight / yesterday / last night / the day before yesterday / N days ago, 今天 / 昨天 / 前天 /
+  N天前, an ISO date, "June 8" / "8 June 2023" / 5月8日;
+- weeks: this week / last week / last weekend / N weeks ago, 这周 / 上周 / 上个星期 / 上周末 / N周前, and
+  last Monday … / 上周三 …;
+- months: this month / last month / N months ago / a month name ("in June", "June 2023"), 这个月 / 上个月 /
+  N个月前 / 五月 / 2023年5月;
+- years: this year / last year / N years ago / "in 2022", 今年 / 去年 / 前年 / N年前 / 2022年.
+
+A month or a date without its year is the latest one at or before the anchor. Month names are matched as
+written (capitalised), so the verb "may" is not May. Pure.
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+
+@dataclass(frozen=True)
+class Span:
+    """[start, end) in UTC."""
+
+    start: datetime
+    end: datetime
+
+    def holds(self, moment: datetime) -> bool:
+        return self.start <= _utc(moment) < self.end
+
+    def overlaps(self, other: Span) -> bool:
+        return self.start < other.end and other.start < self.end
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def _day(anchor: datetime, back: int = 0, days: int = 1) -> Span:
+    start = _utc(anchor).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=back)
+    return Span(start, start + timedelta(days=days))
+
+
+def _week(anchor: datetime, back: int) -> Span:
+    """The calendar week (Monday first) `back` weeks before the anchor's."""
+    monday = _day(anchor).start - timedelta(days=_utc(anchor).weekday()) - timedelta(weeks=back)
+    return Span(monday, monday + timedelta(weeks=1))
+
+
+def _month(year: int, month: int) -> Span:
+    start = datetime(year, month, 1, tzinfo=UTC)
+    end = datetime(year + (month == 12), month % 12 + 1, 1, tzinfo=UTC)
+    return Span(start, end)
+
+
+def _months_back(anchor: datetime, back: int) -> Span:
+    a = _utc(anchor)
+    index = a.year * 12 + a.month - 1 - back
+    return _month(index // 12, index % 12 + 1)
+
+
+def _year(year: int) -> Span:
+    return Span(datetime(year, 1, 1, tzinfo=UTC), datetime(year + 1, 1, 1, tzinfo=UTC))
+
+
+def _latest_month(anchor: datetime, month: int, year: int | None) -> Span:
+    """The month of that year, or the latest such month at or before the anchor."""
+    a = _utc(anchor)
+    return _month(year if year is not None else (a.year if month <= a.month else a.year - 1), month)
+
+
+def _date(anchor: datetime, month: int, day: int, year: int | None) -> Span | None:
+    """That day, or the latest such day at or before the anchor; None when it does not exist."""
+    a = _utc(anchor)
+    y = year if year is not None else (a.year if (month, day) <= (a.month, a.day) else a.year - 1)
+    if not 1 <= month <= 12 or not 1 <= day <= calendar.monthrange(y, month)[1]:
+        return None
+    start = datetime(y, month, day, tzinfo=UTC)
+    return Span(start, start + timedelta(days=1))
+
+
+# --- English --------------------------------------------------------------------------------------------------
+
+_MONTHS = {name: i for i, name in enumerate(calendar.month_name) if name}
+_MONTHS.update({name[:3]: i for name, i in list(_MONTHS.items()) if name != "May"})
+_MONTHS.update({"Sept": 9})
+_MONTH = r"(?P<month>" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
+_FULL_MONTH = r"(?P<month>" + "|".join(name for name in calendar.month_name if name) + r")"
+# A month named alone ("May I ask…", "March on") is a month only after a word that says so, or before its year.
+_MONTH_LEAD = r"(?:[Ii]n|[Dd]uring|[Ss]ince|[Ff]rom|[Uu]ntil|[Bb]y|[Oo]f|[Ee]arly|[Ll]ate|[Mm]id-?|[Ll]ast|[Tt]his)\s+"
+_WEEKDAYS = {name.lower(): i for i, name in enumerate(calendar.day_name)}
+_NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
+            "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "a couple of": 2, "couple of": 2,
+            "a few": 3, "few": 3}
+_NUMBER = r"(?P<n>\d{1,3}|" + "|".join(sorted(_NUMBERS, key=len, reverse=True)) + r")"
+_YEAR = r"(?P<year>(?:19|20)\d\d)"
+
+_EN: list[tuple[re.Pattern[str], str]] = [(re.compile(p, f), kind) for p, f, kind in [
+    (r"\b(?P<y>\d{4})-(?P<m>\d{2})-(?P<d>\d{2})\b", 0, "iso"),
+    (r"\bthe day before yesterday\b", re.I, "day2"),
+    (r"\b(?:yesterday|last night)\b", re.I, "day1"),
+    (r"\b(?:today|tonight|this (?:morning|afternoon|evening))\b", re.I, "day0"),
+    (rf"\b{_NUMBER} (?P<unit>day|week|month|year)s? ago\b", re.I, "ago"),
+    (r"\blast weekend\b", re.I, "weekend"),
+    (r"\b(?P<which>this|last|past|previous) (?P<unit>week|month|year)\b", re.I, "this_last"),
+    (r"\blast (?P<weekday>" + "|".join(_WEEKDAYS) + r")\b", re.I, "weekday"),
+    (rf"\b{_MONTH} (?P<day>\d{{1,2}})(?:st|nd|rd|th)?\b(?:,? {_YEAR}\b)?", 0, "month_day"),
+    (rf"\b(?P<day>\d{{1,2}})(?:st|nd|rd|th)? (?:of )?{_MONTH}(?:,? {_YEAR}\b)?", 0, "day_month"),
+    (rf"\b{_FULL_MONTH},? (?:of )?{_YEAR}\b", 0, "month"),
+    (rf"\b{_MONTH_LEAD}(?:the month of )?{_FULL_MONTH}\b", 0, "month"),
+    (rf"\b(?:in|during|since|of|year) {_YEAR}\b", re.I, "year"),
+]]
+
+# --- Chinese --------------------------------------------------------------------------------------------------
+
+_ZH_DIGITS = {"零": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
+_ZH_NUM = r"(?P<n>\d{1,3}|[一二两三四五六七八九十]{1,3})"
+# [2023年]5月[8日]: a month is not "三个月" (a duration); a day may be written 二十五.
+_ZH_DATE = (r"(?:(?P<year>(?:19|20)\d\d)年)?(?<![个\d一二两三四五六七八九十])"
+            r"(?P<m>\d{1,2}|十[一二]?|[一二三四五六七八九])月份?"
+            r"(?:(?P<d>\d{1,2}|[一二三]?十[一二三四五六七八九]?|[一二三四五六七八九])[日号])?")
+_ZH_WEEKDAYS = {"一": 0, "二": 1, "三": 2, "四": 3, "五": 4, "六": 5, "日": 6, "天": 6}
+
+_ZH: list[tuple[re.Pattern[str], str]] = [(re.compile(p), kind) for p, kind in [
+    (r"大前天", "day3"),
+    (r"前天", "day2"),
+    (r"昨(?:天|晚|日|夜)", "day1"),
+    (r"今(?:天|晚|早|日)", "day0"),
+    (rf"{_ZH_NUM}(?P<unit>天|周|个星期|个礼拜|个月|年)(?:以|之)?前", "ago"),
+    (r"上(?:个)?(?:周|星期|礼拜)末", "weekend"),
+    (r"上(?:个)?(?:周|星期|礼拜)(?P<weekday>[一二三四五六日天])", "weekday"),
+    (r"上上(?:个)?(?:周|星期|礼拜)", "week2"),
+    (r"上(?:个)?(?:周|星期|礼拜)", "week1"),
+    (r"(?:这|本)(?:个)?(?:周|星期|礼拜)", "week0"),
+    (r"上上个月", "month2"),
+    (r"上(?:个)?月", "month1"),
+    (r"(?:这个|本)月", "month0"),
+    (r"前年", "year2"),
+    (r"去年", "year1"),
+    (r"今年", "year0"),
+    (_ZH_DATE, "zh_date"),
+    (r"(?P<year>(?:19|20)\d\d)年(?!\d{1,2}月|[一二三四五六七八九十]{1,2}月)", "zh_year"),
+]]
+
+
+def _zh_number(text: str) -> int | None:
+    """An Arabic or a Chinese number up to 99 ("3", "十二", "二十五", "两")."""
+    if text.isdigit():
+        return int(text)
+    if "十" in text:
+        tens, _, ones = text.partition("十")
+        return (_ZH_DIGITS.get(tens, 0) if tens else 1) * 10 + (_ZH_DIGITS.get(ones, 0) if ones else 0)
+    if len(text) == 1 and text in _ZH_DIGITS:
+        return _ZH_DIGITS[text]
+    return None
+
+
+def _number(text: str) -> int | None:
+    t = text.lower()
+    return int(t) if t.isdigit() else _NUMBERS.get(t, _zh_number(text))
+
+
+def _ago(anchor: datetime, n: int, unit: str) -> Span:
+    if unit in ("day", "天"):
+        return _day(anchor, back=n + 1, days=3)  # a day either side: "three days ago" is rarely exact
+    if unit in ("week", "周", "个星期", "个礼拜"):
+        return Span(_day(anchor, back=7 * n + 3).start, _day(anchor, back=7 * n - 4).start)
+    if unit in ("month", "个月"):
+        return _months_back(anchor, n)
+    return _year(_utc(anchor).year - n)
+
+
+def _last_weekday(anchor: datetime, weekday: int) -> Span:
+    back = (_utc(anchor).weekday() - weekday - 1) % 7 + 1  # strictly before the anchor's day
+    return _day(anchor, back=back)
+
+
+def _resolve(kind: str, m: re.Match[str], anchor: datetime) -> Span | None:  # noqa: PLR0911 - one case a kind
+    g = m.groupdict()
+    year = int(g["year"]) if g.get("year") else None
+    if kind.startswith(("day", "week", "month", "year")) and kind[-1].isdigit():
+        back = int(kind[-1])
+        return {"day": lambda: _day(anchor, back=back), "week": lambda: _week(anchor, back),
+                "month": lambda: _months_back(anchor, back),
+                "year": lambda: _year(_utc(anchor).year - back)}[kind[:-1]]()
+    if kind == "iso":
+        return _date(anchor, int(g["m"]), int(g["d"]), int(g["y"]))
+    if kind == "ago":
+        n = _number(g["n"])
+        return _ago(anchor, n, g["unit"].lower()) if n is not None and 0 < n < 100 else None
+    if kind == "weekend":
+        monday = _week(anchor, 0).start
+        return Span(monday - timedelta(days=2), monday)
+    if kind == "this_last":
+        back = 0 if g["which"].lower() == "this" else 1
+        unit = g["unit"].lower()
+        if unit == "week":
+            return _week(anchor, back)
+        return _months_back(anchor, back) if unit == "month" else _year(_utc(anchor).year - back)
+    if kind == "weekday":
+        w = g["weekday"]
+        if w in _ZH_WEEKDAYS:  # 上周三: that day of the previous calendar week
+            start = _week(anchor, 1).start + timedelta(days=_ZH_WEEKDAYS[w])
+            return Span(start, start + timedelta(days=1))
+        return _last_weekday(anchor, _WEEKDAYS[w.lower()])
+    if kind in ("month_day", "day_month"):
+        return _date(anchor, _MONTHS[g["month"]], int(g["day"]), year)
+    if kind == "month":
+        return _latest_month(anchor, _MONTHS[g["month"]], year)
+    if kind in ("year", "zh_year"):
+        return _year(int(g["year"]))
+    if kind == "zh_date":
+        month = _zh_number(g["m"])
+        if month is None or not 1 <= month <= 12:
+            return None
+        if g.get("d"):
+            day = _zh_number(g["d"])
+            return _date(anchor, month, day, year) if day else None
+        return _latest_month(anchor, month, year)
+    return None
+
+
+def spans(text: str, anchor: datetime) -> list[Span]:
+    """The spans of time `text` names, resolved against `anchor`, in the order they are written; an expression
+    that overlaps one read before it ("in July" of "in July 2023") is skipped: the patterns go from the most
+    specific to the least."""
+    found: list[tuple[int, int, Span]] = []
+    for pattern, kind in _EN + _ZH:
+        for m in pattern.finditer(text):
+            if any(m.start() < e and s < m.end() for s, e, _ in found):
+                continue
+            span = _resolve(kind, m, anchor)
+            if span is not None:
+                found.append((m.start(), m.end(), span))
+    return [span for _s, _e, span in sorted(found, key=lambda f: f[0])]

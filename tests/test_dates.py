@@ -1,0 +1,128 @@
+"""Time expressions (text/times.py) and the date prior of search (retrieval/dates.py): a question naming a time
+prefers what was written, or tells of, that time; a question naming none, and a dialogue, are left as they are."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import pytest
+
+from memory_pipelines.retrieval.dates import DATE_BOOST, asked_spans, dated, in_span
+from memory_pipelines.retrieval.filters import SearchFilters
+from memory_pipelines.retrieval.search import search
+from memory_pipelines.store.ingest import ingest_memory
+from memory_pipelines.text.times import spans
+
+ASKED = datetime(2023, 7, 12, 10, 30, tzinfo=UTC)  # a Wednesday
+
+
+def days(text: str, anchor: datetime = ASKED) -> list[tuple[str, str]]:
+    return [(s.start.date().isoformat(), s.end.date().isoformat()) for s in spans(text, anchor)]
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("What did I do yesterday?", [("2023-07-11", "2023-07-12")]),
+    ("the day before yesterday", [("2023-07-10", "2023-07-11")]),
+    ("What did we cook last week?", [("2023-07-03", "2023-07-10")]),
+    ("last weekend", [("2023-07-08", "2023-07-10")]),
+    ("last Monday", [("2023-07-10", "2023-07-11")]),
+    ("last Wednesday", [("2023-07-05", "2023-07-06")]),  # strictly before the day asked
+    ("three weeks ago", [("2023-06-18", "2023-06-25")]),
+    ("2 days ago", [("2023-07-09", "2023-07-12")]),
+    ("a month ago", [("2023-06-01", "2023-07-01")]),
+    ("When did Melanie go camping in June?", [("2023-06-01", "2023-07-01")]),
+    ("in December", [("2022-12-01", "2023-01-01")]),  # the latest December at or before the question
+    ("What did she paint in July 2023?", [("2023-07-01", "2023-08-01")]),
+    ("on 8 May 2023", [("2023-05-08", "2023-05-09")]),
+    ("June 8th, 2022", [("2022-06-08", "2022-06-09")]),
+    ("2023-05-08", [("2023-05-08", "2023-05-09")]),
+    ("in 2022", [("2022-01-01", "2023-01-01")]),
+    ("last year", [("2022-01-01", "2023-01-01")]),
+    ("我上个月去哪儿旅游了？", [("2023-06-01", "2023-07-01")]),
+    ("昨天晚上吃了什么", [("2023-07-11", "2023-07-12")]),
+    ("上周三", [("2023-07-05", "2023-07-06")]),
+    ("上周末", [("2023-07-08", "2023-07-10")]),
+    ("三个月前", [("2023-04-01", "2023-05-01")]),
+    ("两周前", [("2023-06-25", "2023-07-02")]),
+    ("去年", [("2022-01-01", "2023-01-01")]),
+    ("2022年5月", [("2022-05-01", "2022-06-01")]),
+    ("五月份", [("2023-05-01", "2023-06-01")]),
+    ("5月8号", [("2023-05-08", "2023-05-09")]),
+    ("十二月二十五日", [("2022-12-25", "2022-12-26")]),
+])
+def test_expressions_resolve_against_the_anchor(text, expected):
+    assert days(text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "May I ask you something?",  # the verb, not the month
+    "Jan went home early.",  # a name
+    "I stayed for three months.",
+    "我在那里住了三个月",  # a duration, not March
+    "What do you like to paint?",
+    "2000 steps a day",
+])
+def test_words_that_are_not_times_name_none(text):
+    assert spans(text, ASKED) == []
+
+
+def test_a_date_that_does_not_exist_names_nothing():
+    assert spans("February 30", ASKED) == []
+    assert spans("2月30日", ASKED) == []
+
+
+@dataclass
+class H:
+    id: str
+    score: float
+    created_at: datetime | None
+    text: str = ""
+    source: str = "memory"
+    extra: dict = field(default_factory=dict)
+
+
+def test_dated_prefers_what_was_written_or_told_in_the_span_without_filtering():
+    june = spans("in June", ASKED)
+    ranked = [
+        H("may-strong", 0.70, datetime(2023, 5, 20, tzinfo=UTC), "We went camping at the lake."),
+        H("june", 0.60, datetime(2023, 6, 3, tzinfo=UTC), "We went camping at the lake."),
+        H("told", 0.58, datetime(2023, 7, 1, tzinfo=UTC), "We went camping yesterday, so much fun."),
+        H("july", 0.59, datetime(2023, 7, 2, tzinfo=UTC), "Camping is fun."),
+        H("undated", 0.57, None),
+    ]
+    out = dated(ranked, june)
+    assert [h.id for h in out] == ["june", "told", "may-strong", "july", "undated"]
+    assert out[0].score == pytest.approx(0.60 * (1 + DATE_BOOST))
+    assert out[2].score == 0.70 and ranked[1].score == 0.60  # the rest untouched; pure
+    # A broad time told in a memory ("this year") is not inside June: no preference.
+    assert not in_span(H("broad", 0.5, datetime(2023, 7, 2, tzinfo=UTC), "this year was great"), june)
+    assert dated(ranked, []) == ranked
+
+
+def test_a_dialogue_query_names_no_time_for_the_prior():
+    dialogue = "User: I logged my water intake yesterday.\nAI: Great!\nUser: " + "What next? " * 20
+    assert asked_spans("What did I log yesterday?", long=False, now=ASKED)
+    assert asked_spans(dialogue, long=True, now=ASKED) == []
+
+
+def test_search_prefers_the_memory_of_the_month_a_question_names(pool, fake_embedder):
+    def remember(text: str, when: datetime) -> str:
+        return ingest_memory(pool, fake_embedder, None, "alice", content=text, content_type="insight",
+                             ts=int(when.timestamp()), project_name="life", conflict_threshold=0.999).id
+
+    may = remember("Went camping by the lake with the kids, we roasted s'mores.", datetime(2023, 5, 14, tzinfo=UTC))
+    june = remember("Went camping by the lake with the kids, we saw a heron.", datetime(2023, 6, 18, tzinfo=UTC))
+    remember("Bought a new tent for the next camping trip.", datetime(2023, 6, 2, tzinfo=UTC))
+    f = SearchFilters(as_of=ASKED)
+    plain = search(pool, fake_embedder, "alice", "camping by the lake with the kids", filters=f).hits
+    in_june = search(pool, fake_embedder, "alice", "camping by the lake with the kids in June", filters=f).hits
+    in_may = search(pool, fake_embedder, "alice", "camping by the lake with the kids in May", filters=f).hits
+    assert {may, june} <= {h.id for h in plain}
+    assert in_june[0].id == june and in_june[0].extra["date_prior"] == pytest.approx(1 + DATE_BOOST)
+    assert in_may[0].id == may
+    off = search(pool, fake_embedder, "alice", "camping by the lake with the kids in June", filters=f, dates=False)
+    assert all("date_prior" not in h.extra for h in off.hits)
+    # Without an as-of time the question is resolved against now; a year written out names that year.
+    now_june = search(pool, fake_embedder, "alice", "camping by the lake with the kids in June 2023").hits
+    assert now_june[0].id == june
