@@ -7,10 +7,11 @@ relative to the day they were written. `spans(text, anchor)` reads such expressi
 
 - days: today / tonight / yesterday / last night / the day before yesterday / N days ago, 今天 / 昨天 / 前天 /
   N天前, an ISO date, "June 8" / "8 June 2023" / 5月8日;
-- weeks: this week / last week / last weekend / N weeks ago, 这周 / 上周 / 上个星期 / 上周末 / N周前, and
-  last Monday … / 上周三 …;
+- weeks: this week / last week / this or last weekend / N weeks ago, 这周 / 上周 / 上个星期 / 上周末 / N周前,
+  last Monday / on Monday …, 上周三 / 周三 …, 前几天;
 - months: this month / last month / N months ago / a month name ("in June", "June 2023"), 这个月 / 上个月 /
   N个月前 / 五月 / 2023年5月;
+- seasons (northern): last summer / during the summer / winter 2021, 去年夏天 / 冬天 / 2022年冬天;
 - years: this year / last year / N years ago / "in 2022", 今年 / 去年 / 前年 / N年前 / 2022年.
 
 A month or a date without its year is the latest one at or before the anchor. Month names are matched as
@@ -109,8 +110,13 @@ _EN: list[tuple[re.Pattern[str], str]] = [(re.compile(p, f), kind) for p, f, kin
     (r"\b(?:today|tonight|this (?:morning|afternoon|evening))\b", re.I, "day0"),
     (rf"\b{_NUMBER} (?P<unit>day|week|month|year)s? ago\b", re.I, "ago"),
     (r"\blast weekend\b", re.I, "weekend"),
+    (r"\bthis weekend\b", re.I, "this_weekend"),
+    (rf"\b(?P<season>spring|summer|autumn|fall|winter),? (?:of )?{_YEAR}\b", re.I, "season"),
+    (r"\b(?P<which>last|this|past|previous) (?P<season>spring|summer|autumn|fall|winter)\b", re.I, "season"),
+    (r"\b(?:in|during|over)(?: the)? (?P<season>spring|summer|autumn|fall|winter)\b", re.I, "season"),
     (r"\b(?P<which>this|last|past|previous) (?P<unit>week|month|year)\b", re.I, "this_last"),
     (r"\blast (?P<weekday>" + "|".join(_WEEKDAYS) + r")\b", re.I, "weekday"),
+    (r"\bon (?P<weekday>" + "|".join(_WEEKDAYS) + r")\b", re.I, "on_weekday"),
     (rf"\b{_MONTH} (?P<day>\d{{1,2}})(?:st|nd|rd|th)?\b(?:,? {_YEAR}\b)?", 0, "month_day"),
     (rf"\b(?P<day>\d{{1,2}})(?:st|nd|rd|th)? (?:of )?{_MONTH}(?:,? {_YEAR}\b)?", 0, "day_month"),
     (rf"\b{_FULL_MONTH},? (?:of )?{_YEAR}\b", 0, "month"),
@@ -135,10 +141,15 @@ _ZH: list[tuple[re.Pattern[str], str]] = [(re.compile(p), kind) for p, kind in [
     (r"今(?:天|晚|早|日)", "day0"),
     (rf"{_ZH_NUM}(?P<unit>天|周|个星期|个礼拜|个月|年)(?:以|之)?前", "ago"),
     (r"上(?:个)?(?:周|星期|礼拜)末", "weekend"),
+    (r"(?:这|本)(?:个)?(?:周|星期|礼拜)末", "this_weekend"),
+    (r"(?:(?P<year>(?:19|20)\d\d)年|(?P<which>去年|今年|前年))?的?(?P<season>春天|夏天|秋天|冬天|春季|夏季|秋季|冬季)",
+     "season"),
     (r"上(?:个)?(?:周|星期|礼拜)(?P<weekday>[一二三四五六日天])", "weekday"),
     (r"上上(?:个)?(?:周|星期|礼拜)", "week2"),
     (r"上(?:个)?(?:周|星期|礼拜)", "week1"),
     (r"(?:这|本)(?:个)?(?:周|星期|礼拜)", "week0"),
+    (r"(?<![上下这本])(?:周|星期|礼拜)(?P<weekday>[一二三四五六日天])", "on_weekday"),
+    (r"前几天", "few_days"),
     (r"上上个月", "month2"),
     (r"上(?:个)?月", "month1"),
     (r"(?:这个|本)月", "month0"),
@@ -177,6 +188,32 @@ def _ago(anchor: datetime, n: int, unit: str) -> Span:
     return _year(_utc(anchor).year - n)
 
 
+_SEASONS = {"spring": 3, "summer": 6, "autumn": 9, "fall": 9, "winter": 12,
+            "春天": 3, "夏天": 6, "秋天": 9, "冬天": 12, "春季": 3, "夏季": 6, "秋季": 9, "冬季": 12}
+
+
+def _season(anchor: datetime, first_month: int, which: str | None, year: int | None) -> Span:
+    """Three months from `first_month` (northern seasons; a winter runs into the next year): of that year, this
+    year's (this / 今年), the last one ended before the anchor (last / previous / past), last year's (去年), the one
+    before (前年), else the latest one begun at or before the anchor."""
+    a = _utc(anchor)
+    which = (which or "").lower()
+
+    def of(y: int) -> Span:
+        return Span(_month(y, first_month).start, _months_back(datetime(y, first_month, 1, tzinfo=UTC), -3).start)
+
+    if year is not None:
+        return of(year)
+    if which in ("this", "今年"):
+        return of(a.year)
+    if which in ("去年", "前年"):
+        return of(a.year - (1 if which == "去年" else 2))
+    latest = of(a.year) if of(a.year).start <= a else of(a.year - 1)
+    if which in ("last", "previous", "past") and latest.end > a:
+        return of(latest.start.year - 1)
+    return latest
+
+
 def _last_weekday(anchor: datetime, weekday: int) -> Span:
     back = (_utc(anchor).weekday() - weekday - 1) % 7 + 1  # strictly before the anchor's day
     return _day(anchor, back=back)
@@ -195,6 +232,17 @@ def _resolve(kind: str, m: re.Match[str], anchor: datetime) -> Span | None:  # n
     if kind == "ago":
         n = _number(g["n"])
         return _ago(anchor, n, g["unit"].lower()) if n is not None and 0 < n < 100 else None
+    if kind == "this_weekend":
+        saturday = _week(anchor, 0).start + timedelta(days=5)
+        return Span(saturday, saturday + timedelta(days=2))
+    if kind == "few_days":
+        return Span(_day(anchor, back=7).start, _day(anchor).end)
+    if kind == "on_weekday":
+        w = g["weekday"]
+        weekday = _ZH_WEEKDAYS[w] if w in _ZH_WEEKDAYS else _WEEKDAYS[w.lower()]
+        return _day(anchor, back=(_utc(anchor).weekday() - weekday) % 7)
+    if kind == "season":
+        return _season(anchor, _SEASONS[g["season"].lower()], g.get("which"), year)
     if kind == "weekend":
         monday = _week(anchor, 0).start
         return Span(monday - timedelta(days=2), monday)
