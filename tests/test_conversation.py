@@ -82,6 +82,17 @@ def test_hybrid_search_lifts_the_neighbouring_turns_of_a_strong_hit(pool, fake_e
     assert score[ids["A"]] >= base[ids["A"]]
 
 
+def test_a_question_naming_a_speaker_lifts_only_her_turns(pool, fake_embedder):
+    ids = conversation(pool, fake_embedder)
+    about_mel = search(pool, fake_embedder, "alice", "Did Mel finish the harbour lighthouse painting?").hits
+    assert any(h.id == ids["B"] and h.extra.get("neighbour_gain") for h in about_mel)  # Mel's answer to A
+    about_caroline = search(pool, fake_embedder, "alice", "Did Caroline finish the harbour lighthouse painting?").hits
+    lifted = {h.id for h in about_caroline if h.extra.get("neighbour_gain")}
+    assert ids["B"] not in lifted and ids["D"] not in lifted  # Mel's turns: not whom the question is about
+    unnamed = search(pool, fake_embedder, "alice", "Did she finish the harbour lighthouse painting?").hits
+    assert any(h.id == ids["B"] and h.extra.get("neighbour_gain") for h in unnamed)
+
+
 def test_neighbours_stay_within_the_owner_the_session_and_the_filters(pool, fake_embedder):
     conversation(pool, fake_embedder, owner="alice", session="s1")
     mallory = conversation(pool, fake_embedder, owner="mallory", session="s1")

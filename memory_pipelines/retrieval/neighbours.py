@@ -9,6 +9,10 @@ hits gains that much; one that was not is read from the database and scored by i
 channel) plus the lift. The work is bounded: at most 2 × NEIGHBOUR_TOP rows are read in full, in the one query
 of exchanges.read_exchanges.
 
+When the question names one of the speakers (speakers.py), only that speaker's neighbouring turns are lifted: on
+locomo_dev 97 % of the evidence of such questions (bar the adversarial ones, which name the wrong speaker) is the
+named speaker's turns, where two thirds of hybrid's top ten were.
+
 Where every memory is a whole User/AI exchange (speaker "User") and a session a day of unrelated ones, lifting
 same-speaker neighbours costs recall, so `other_party` keeps them out (docs/retrieval-quality.md).
 """

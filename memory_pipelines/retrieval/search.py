@@ -114,7 +114,7 @@ def search(
         ranked = FUSIONS[fusion](calibrate_semantic(sem, embedder, q.language), calibrate_keyword(kw))
         exchanges = _read_exchanges(pool, owner, f, ranked) if neighbours or turn_priors else Exchanges()
         if neighbours and exchanges.conversation:
-            ranked = _lift_neighbours(embedder, q.language, memory_qvec, ranked, exchanges)
+            ranked = _lift_neighbours(embedder, q.language, memory_qvec, ranked, exchanges, speaker)
         if turn_priors:
             ranked = weighed(ranked, exchanges.conversation)
         if speaker:
@@ -144,9 +144,11 @@ def _read_exchanges(pool: ConnectionPool, owner: str, f: SearchFilters, ranked: 
 
 
 def _lift_neighbours(
-    embedder: Embedder, query_lang: str, qvec: np.ndarray, ranked: list[Hit], exchanges: Exchanges
+    embedder: Embedder, query_lang: str, qvec: np.ndarray, ranked: list[Hit], exchanges: Exchanges,
+    speaker: str | None = None,
 ) -> list[Hit]:
-    """Fused hits with the neighbouring turns of the top exchange turns lifted (retrieval/neighbours.py)."""
+    """Fused hits with the neighbouring turns of the top exchange turns lifted (retrieval/neighbours.py); only
+    `speaker`'s turns when the question names one."""
     if not exchanges.adjacent:
         return ranked
     adjacent: dict[str, list[Hit]] = {}
@@ -155,6 +157,8 @@ def _lift_neighbours(
             hit = hit_from_row("memory", row)
             if hit.embedding is not None:
                 hit.semantic = float(np.dot(hit.embedding, qvec))
+            if speaker and hit.extra.get("speaker") != speaker:
+                continue  # a question naming a speaker is about her turns: the lift reaches hers only
             adjacent.setdefault(hit_id, []).append(hit)
 
     def own_score(h: Hit) -> float:
