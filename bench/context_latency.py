@@ -7,7 +7,8 @@ own, as ingest writes them (sql/008), all embedded (`_common.load_conversations`
 built for tasks, learnings and fragments and vacuumed (the steady state). Queries: half English, half
 Chinese (so the CC-CEDICT expansion runs both ways), one in ten a dialogue of a few turns ("User: … / AI:
 …", focused by text/focus.py); their vectors are their topics', so memory hits are among the results and
-hybrid search runs its neighbour-lift query. How many builds ran the lift, the dictionary expansion and the
+hybrid search runs its neighbour-lift query; one in ten names a time ("last week", "上个月"), so the date prior reads
+its candidates' times. How many builds ran the lift, the dictionary expansion and the
 focus is counted (instrumented), with the time of the retrieval's parts.
 
 The project's `build_memory_context` (hybrid retrieval over four sources with evidence fusion, dictionary
@@ -30,6 +31,7 @@ import random
 import threading
 import time
 from collections import Counter
+from datetime import UTC, datetime
 
 import numpy as np
 from _common import (
@@ -73,8 +75,11 @@ from memory_pipelines.infra.settings import get_settings
 from memory_pipelines.runtime import warm_up
 from memory_pipelines.text.focus import focus
 from memory_pipelines.text.keywords import has_cjk, jaccard
+from memory_pipelines.text.times import spans
 
 _ASK_ZH = ["怎么处理？", "为什么会这样？", "之前是怎么解决的？", "有没有相关的记录？", "后来怎么样了？"]
+_WHEN_EN = ["last week", "in June", "yesterday", "last month", "two weeks ago"]
+_WHEN_ZH = ["上周", "昨天", "上个月", "六月份", "两周前"]
 _ASK_EN = ["how did we fix", "what happened with", "why did we change", "any notes on", "remind me about"]
 
 
@@ -104,7 +109,8 @@ def _dialogue(rng: random.Random, topic: int, zh: bool) -> str:
 
 def make_queries(rng: random.Random, count: int) -> list[tuple[str, np.ndarray]]:
     """(query, vector): English and Chinese alternating, two of every 20 (one of each language) a dialogue,
-    one an English question naming a speaker; the vector is the topic's (the last turn's for a dialogue)."""
+    one an English question naming a speaker, two naming a time; the vector is the topic's (the last turn's
+    for a dialogue)."""
     out = []
     for i in range(count):
         topic, zh = rng.randrange(topic_count()), i % 2 == 1
@@ -112,6 +118,8 @@ def make_queries(rng: random.Random, count: int) -> list[tuple[str, np.ndarray]]
         query = _dialogue(rng, topic, zh) if i % 20 in (8, 9) else ask(rng, topic)
         if i % 20 == 4:  # one in twenty names a speaker: search embeds it again without the name
             query = f"{query} {rng.choice(SPEAKERS)}"
+        if i % 20 in (2, 3):  # one in ten names a time: search prefers what was written then (retrieval/dates.py)
+            query = f"{query} {rng.choice(_WHEN_ZH if zh else _WHEN_EN)}"
         out.append((query, topic_vector(topic, rng)))
     return out
 
@@ -365,6 +373,7 @@ def _measure(url: str, n: int, builds: int, probe: Probe, facts: dict, warmup: i
     kinds = {
         "chinese": sum(has_cjk(q) for q, _ in queries),
         "dialogue_focused": sum(focus(q).long for q, _ in queries),
+        "naming_a_time": sum(bool(spans(q, datetime.now(UTC))) and not focus(q).long for q, _ in queries),
     }
     warm_up()  # as `serve` and `mcp` do at start
     load_before = machine()
@@ -453,6 +462,7 @@ def main() -> None:
                 "conversational memories with context fragments",
                 "neighbour lift",
                 "long-query focus",
+                "date prior",
                 "candidate features logged",
             ],
             "sizes": sizes,
