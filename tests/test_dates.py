@@ -136,3 +136,17 @@ def test_search_prefers_the_memory_of_the_month_a_question_names(pool, fake_embe
     # Without an as-of time the question is resolved against now; a year written out names that year.
     now_june = search(pool, fake_embedder, "alice", "camping by the lake with the kids in June 2023").hits
     assert now_june[0].id == june
+
+
+def test_a_chinese_question_naming_last_month_prefers_that_months_memory(pool, fake_embedder):
+    def remember(text: str, when: datetime) -> str:
+        return ingest_memory(pool, fake_embedder, None, "li", content=text, content_type="insight",
+                             ts=int(when.timestamp()), project_name="生活", conflict_threshold=0.999).id
+
+    may = remember("周末和家人去杭州西湖旅游，吃了很多小吃。", datetime(2023, 5, 20, tzinfo=UTC))
+    june = remember("周末和家人去苏州园林旅游，吃了很多小吃。", datetime(2023, 6, 17, tzinfo=UTC))
+    f = SearchFilters(as_of=ASKED)  # July 2023: 上个月 is June
+    hits = search(pool, fake_embedder, "li", "我上个月和家人去哪里旅游了？", filters=f).hits
+    assert [h.id for h in hits][:2] == [june, may]
+    two_months = search(pool, fake_embedder, "li", "我两个月前和家人去哪里旅游了？", filters=f).hits
+    assert two_months[0].id == may
