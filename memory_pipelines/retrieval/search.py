@@ -155,10 +155,10 @@ def _lift_neighbours(
     for hit_id, rows in exchanges.adjacent.items():
         for row in rows:
             hit = hit_from_row("memory", row)
-            if hit.embedding is not None:
-                hit.semantic = float(np.dot(hit.embedding, qvec))
             if speaker and hit.extra.get("speaker") != speaker:
                 continue  # a question naming a speaker is about her turns: the lift reaches hers only
+            if hit.embedding is not None:
+                hit.semantic = float(np.dot(hit.embedding, qvec))
             adjacent.setdefault(hit_id, []).append(hit)
 
     def own_score(h: Hit) -> float:
