@@ -30,6 +30,13 @@ def test_chinese_stop_words_and_single_characters_are_dropped() -> None:
     assert got == ["生产", "环境", "遇到", "错误", "用户", "订单", "同步"]
 
 
+def test_chinese_question_words_are_stop_words_like_english_ones() -> None:
+    # 哪里 / 多少 / 几点 ask, as "where" / "how many" / "when" do: a memory holding them is no better an answer.
+    assert terms("我上个月和家人去哪里旅游了？") == ["上个月", "家人", "旅游"]
+    assert terms("这双运动鞋花了多少钱，快递几点到的") == ["运动鞋", "快递"]
+    assert terms("where did we travel with the family?") == ["travel", "famili"]
+
+
 def test_english_lowercase_stop_words_and_identifiers() -> None:
     got = terms("The API returned HTTP-429 because the rate_limit of oauth2 was hit")
     assert got == ["api", "return", "http", "429", "rate_limit", "oauth2", "hit"]
