@@ -16,7 +16,8 @@ import numpy as np
 
 METRICS = ("recall@5", "recall@10", "ndcg@10")
 CHANNELS = ("keyword", "semantic")  # the single channels a fused ranking should beat
-FUSED = ("hybrid", "hybrid_no_lift", "hybrid_no_speaker", "hybrid_no_prior", "hybrid_weighted", "hybrid_rrf")
+FUSED = ("hybrid", "hybrid_no_lift", "hybrid_no_speaker", "hybrid_no_prior", "hybrid_no_dates", "hybrid_weighted",
+         "hybrid_rrf")
 N_RESAMPLES = 1000
 SEED = 0
 ALPHA = 0.05  # 95 % intervals
