@@ -25,6 +25,8 @@ def days(text: str, anchor: datetime = ASKED) -> list[tuple[str, str]]:
     ("What did I do yesterday?", [("2023-07-11", "2023-07-12")]),
     ("the day before yesterday", [("2023-07-10", "2023-07-11")]),
     ("What did we cook last week?", [("2023-07-03", "2023-07-10")]),
+    ("the past week", [("2023-07-03", "2023-07-10")]),
+    ("the previous month", [("2023-06-01", "2023-07-01")]),
     ("last weekend", [("2023-07-08", "2023-07-10")]),
     ("last Monday", [("2023-07-10", "2023-07-11")]),
     ("last Wednesday", [("2023-07-05", "2023-07-06")]),  # strictly before the day asked
@@ -116,14 +118,19 @@ def test_a_dialogue_query_names_no_time_for_the_prior():
     assert asked_spans(dialogue, long=True, now=ASKED) == []
 
 
-def test_search_prefers_the_memory_of_the_month_a_question_names(pool, fake_embedder):
-    def remember(text: str, when: datetime) -> str:
-        return ingest_memory(pool, fake_embedder, None, "alice", content=text, content_type="insight",
-                             ts=int(when.timestamp()), project_name="life", conflict_threshold=0.999).id
+def remember(pool, embedder, owner: str, text: str, when: datetime) -> str:
+    """A memory written at `when`."""
+    return ingest_memory(pool, embedder, None, owner, content=text, content_type="insight",
+                         ts=int(when.timestamp()), project_name="life", conflict_threshold=0.999).id
 
-    may = remember("Went camping by the lake with the kids, we roasted s'mores.", datetime(2023, 5, 14, tzinfo=UTC))
-    june = remember("Went camping by the lake with the kids, we saw a heron.", datetime(2023, 6, 18, tzinfo=UTC))
-    remember("Bought a new tent for the next camping trip.", datetime(2023, 6, 2, tzinfo=UTC))
+
+def test_search_prefers_the_memory_of_the_month_a_question_names(pool, fake_embedder):
+    may = remember(pool, fake_embedder, "alice", "Went camping by the lake with the kids, we roasted s'mores.",
+                   datetime(2023, 5, 14, tzinfo=UTC))
+    june = remember(pool, fake_embedder, "alice", "Went camping by the lake with the kids, we saw a heron.",
+                    datetime(2023, 6, 18, tzinfo=UTC))
+    remember(pool, fake_embedder, "alice", "Bought a new tent for the next camping trip.",
+             datetime(2023, 6, 2, tzinfo=UTC))
     f = SearchFilters(as_of=ASKED)
     plain = search(pool, fake_embedder, "alice", "camping by the lake with the kids", filters=f).hits
     in_june = search(pool, fake_embedder, "alice", "camping by the lake with the kids in June", filters=f).hits
@@ -139,12 +146,10 @@ def test_search_prefers_the_memory_of_the_month_a_question_names(pool, fake_embe
 
 
 def test_a_chinese_question_naming_last_month_prefers_that_months_memory(pool, fake_embedder):
-    def remember(text: str, when: datetime) -> str:
-        return ingest_memory(pool, fake_embedder, None, "li", content=text, content_type="insight",
-                             ts=int(when.timestamp()), project_name="生活", conflict_threshold=0.999).id
-
-    may = remember("周末和家人去杭州西湖旅游，吃了很多小吃。", datetime(2023, 5, 20, tzinfo=UTC))
-    june = remember("周末和家人去苏州园林旅游，吃了很多小吃。", datetime(2023, 6, 17, tzinfo=UTC))
+    may = remember(pool, fake_embedder, "li", "周末和家人去杭州西湖旅游，吃了很多小吃。",
+                   datetime(2023, 5, 20, tzinfo=UTC))
+    june = remember(pool, fake_embedder, "li", "周末和家人去苏州园林旅游，吃了很多小吃。",
+                    datetime(2023, 6, 17, tzinfo=UTC))
     f = SearchFilters(as_of=ASKED)  # July 2023: 上个月 is June
     hits = search(pool, fake_embedder, "li", "我上个月和家人去哪里旅游了？", filters=f).hits
     assert [h.id for h in hits][:2] == [june, may]

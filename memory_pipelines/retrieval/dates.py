@@ -35,7 +35,7 @@ def in_span(hit: Any, asked: Sequence[Span], read_text: bool = True) -> bool:
     if any(s.holds(written) for s in asked):
         return True
     told = spans((hit.text or "")[:TOLD_CHARS], written) if read_text else []
-    return any(a.start <= t.start and t.end <= a.end for t in told for a in asked)
+    return any(t.within(a) for t in told for a in asked)
 
 
 def dated(ranked: Sequence[Any], asked: Sequence[Span], boost: float = DATE_BOOST) -> list[Any]:

@@ -36,8 +36,8 @@ class Span:
     def holds(self, moment: datetime) -> bool:
         return self.start <= _utc(moment) < self.end
 
-    def overlaps(self, other: Span) -> bool:
-        return self.start < other.end and other.start < self.end
+    def within(self, other: Span) -> bool:
+        return other.start <= self.start and self.end <= other.end
 
 
 def _utc(moment: datetime) -> datetime:
@@ -279,8 +279,8 @@ def _resolve(kind: str, m: re.Match[str], anchor: datetime) -> Span | None:  # n
 # patterns (search reads the times of a few dozen candidates when a question names one).
 _WORD = re.compile(r"[A-Za-z]+|\d{4}")
 _EN_TRIGGERS = frozenset(
-    {"yesterday", "today", "tonight", "ago", "last", "this", "weekend", "spring", "summer", "autumn", "fall", "winter"}
-    | set(_WEEKDAYS)
+    {"yesterday", "today", "tonight", "ago", "last", "this", "past", "previous", "weekend",
+     "spring", "summer", "autumn", "fall", "winter"} | set(_WEEKDAYS)
 )
 _ZH_TRIGGER = re.compile(
     r"昨|今[天晚早日年]|去年|前[天年几]|(?:天|周|星期|礼拜|月|年)(?:以|之)?前|[上这本]个?(?:周|星期|礼拜|月)"
