@@ -39,6 +39,11 @@ def days(text: str, anchor: datetime = ASKED) -> list[tuple[str, str]]:
     ("on 8 May 2023", [("2023-05-08", "2023-05-09")]),
     ("June 8th, 2022", [("2022-06-08", "2022-06-09")]),
     ("2023-05-08", [("2023-05-08", "2023-05-09")]),
+    ("2023/5/8", [("2023-05-08", "2023-05-09")]),
+    ("2023-05-08我读了什么书", [("2023-05-08", "2023-05-09")]),  # digits touching Chinese: no word boundary
+    ("on 2023.05.08.", [("2023-05-08", "2023-05-09")]),
+    ("the week before last", [("2023-06-26", "2023-07-03")]),
+    ("the month before last", [("2023-05-01", "2023-06-01")]),
     ("in 2022", [("2022-01-01", "2023-01-01")]),
     ("last year", [("2022-01-01", "2023-01-01")]),
     ("我上个月去哪儿旅游了？", [("2023-06-01", "2023-07-01")]),
@@ -74,6 +79,8 @@ def test_expressions_resolve_against_the_anchor(text, expected):
     "我在那里住了三个月",  # a duration, not March
     "What do you like to paint?",
     "2000 steps a day",
+    "version 1.2023.05.08",
+    "2023-13-45",
 ])
 def test_words_that_are_not_times_name_none(text):
     assert spans(text, ASKED) == []

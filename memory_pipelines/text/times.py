@@ -104,7 +104,11 @@ _NUMBER = r"(?P<n>\d{1,3}|" + "|".join(sorted(_NUMBERS, key=len, reverse=True)) 
 _YEAR = r"(?P<year>(?:19|20)\d\d)"
 
 _EN: list[tuple[re.Pattern[str], str]] = [(re.compile(p, f), kind) for p, f, kind in [
-    (r"\b(?P<y>\d{4})-(?P<m>\d{2})-(?P<d>\d{2})\b", 0, "iso"),
+    # 2023-05-01, 2023/5/1: digits may touch Chinese text ("2023-05-01我读了…"), where \b does not hold
+    (r"(?<![\d.])(?P<y>(?:19|20)\d\d)([-/.])(?P<m>\d{1,2})\2(?P<d>\d{1,2})(?!\d|\.\d)", 0, "iso"),
+    (r"\bthe week before last\b", re.I, "week2"),
+    (r"\bthe month before last\b", re.I, "month2"),
+    (r"\bthe year before last\b", re.I, "year2"),
     (r"\bthe day before yesterday\b", re.I, "day2"),
     (r"\b(?:yesterday|last night)\b", re.I, "day1"),
     (r"\b(?:today|tonight|this (?:morning|afternoon|evening))\b", re.I, "day0"),
