@@ -13,7 +13,7 @@ from memory_pipelines.retrieval.search import SearchFilters, search
 from memory_pipelines.text.dictionary import expand_terms
 from memory_pipelines.text.focus import DECAY, EMBED_BUDGET, FLOOR, focus, split_turns
 from memory_pipelines.text.glossary import expand
-from memory_pipelines.text.keywords import terms
+from memory_pipelines.text.keywords import keyword_terms, terms
 from memory_pipelines.text.tokens import count_tokens
 from tests.factories import add_memory
 
@@ -47,7 +47,7 @@ DIALOGUE = [
 
 def _old_query_terms(query: str) -> dict[str, float]:
     """query_terms before focusing (issue 12, items 1-3)."""
-    own = list(dict.fromkeys(terms(query)))
+    own = list(dict.fromkeys(keyword_terms(query)))
     weights = dict.fromkeys(own, 1.0)
     for term in expand(own):
         weights.setdefault(term, EXPANSION_WEIGHT)
@@ -62,7 +62,7 @@ def test_short_queries_are_left_exactly_as_they_are(query):
     assert split_turns(query) == [query]
     assert f.embed_text is query or f.embed_text == query
     assert f.long is False
-    assert f.term_weights == dict.fromkeys(terms(query), 1.0)
+    assert f.term_weights == dict.fromkeys(keyword_terms(query), 1.0)
     assert list(query_terms(query).items()) == list(_old_query_terms(query).items())  # same order too
 
 

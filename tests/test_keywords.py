@@ -15,6 +15,7 @@ from memory_pipelines.text.keywords import (
     bm25_scores,
     bm25_term_score,
     jaccard,
+    keyword_terms,
     term_counts,
     terms,
     tfidf_top_terms,
@@ -216,3 +217,21 @@ def test_stemming_is_thread_safe() -> None:
     finally:
         sys.setswitchinterval(before)
     assert len(results) == 400 and all(results)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("我养了一只猫", {"猫"}),  # a one-character noun: jieba's whole words alone keep none of it
+    ("我有一条狗", {"狗"}),
+    ("我会弹钢琴", {"钢琴", "弹钢琴"}),  # a long word and the word inside it
+    ("他喜欢看篮球比赛", {"篮球", "比赛", "篮球比赛"}),
+])
+def test_keyword_terms_hold_the_parts_of_chinese_words(text, expected):
+    got = set(keyword_terms(text))
+    assert expected <= got
+    assert not got & {"我", "了", "一", "只", "他", "有", "会"}  # function characters stay out
+    assert set(terms(text)) <= got  # the whole words are still there
+
+
+def test_keyword_terms_of_english_are_its_terms():
+    text = "We finished painting the fence in three weekends."
+    assert keyword_terms(text) == terms(text)

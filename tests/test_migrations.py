@@ -134,3 +134,30 @@ def test_keyword_stems_migration_sends_every_entry_back_to_the_refresh(db_url, p
     with pool.connection() as conn:
         assert keyword_staleness(conn, "fragment")["stale"] == 0
     assert bm25_ids() == [mid]
+
+
+def test_keyword_parts_migration_indexes_the_parts_of_chinese_words(db_url, pool, fake_embedder):
+    """016: entries indexed with whole Chinese words only are pending, and the refresh adds their parts."""
+    from memory_pipelines.index.keywords import index_all, keyword_staleness
+    from memory_pipelines.retrieval.search import search
+    from tests.factories import add_memory
+
+    with pool.connection() as conn:
+        mid = add_memory(conn, "alice", "我养了一只猫，每天陪它玩")
+    index_all(pool)
+    with pool.connection() as conn:  # what the old terms left in the index: no one-character word
+        conn.execute("DELETE FROM keywords WHERE keyword = '猫'")
+        conn.execute("DELETE FROM schema_migrations WHERE version = 16")
+
+    def bm25_ids():  # keyword search falls back to Jaccard over recent rows when BM25 matches nothing
+        hits = search(pool, fake_embedder, "alice", "猫", mode="keyword").hits
+        return [h.id for h in hits if h.extra.get("matched_by") != "jaccard"]
+
+    assert bm25_ids() == []
+    assert migrate(db_url, fake_embedder.dimension, fake_embedder.model_name) == ["016_keyword_parts"]
+    with pool.connection() as conn:
+        assert keyword_staleness(conn, "fragment")["stale"] == 1
+    index_all(pool)
+    with pool.connection() as conn:
+        assert keyword_staleness(conn, "fragment")["stale"] == 0
+    assert bm25_ids() == [mid]

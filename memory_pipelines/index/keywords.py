@@ -16,7 +16,7 @@ from psycopg import sql
 from psycopg.copy import QueuedLibpqWriter
 from psycopg_pool import ConnectionPool
 
-from ..text.keywords import term_counts
+from ..text.keywords import keyword_counts
 from ..vocabulary import INDEXED, INDEXED_NAMES
 
 
@@ -116,7 +116,7 @@ def index_rows(
                 totals[owner][1] -= 1
     docs, counted = [], []
     for (item_id, owner, _text, content_hash), counts_of in zip(
-        rows, counts if counts is not None else (term_counts(r[2]) for r in rows), strict=True
+        rows, counts if counts is not None else (keyword_counts(r[2]) for r in rows), strict=True
     ):
         docs.append((source_name, item_id, owner, sum(counts_of.values()), content_hash))
         counted.append(counts_of)

@@ -26,7 +26,7 @@ from ..index.keywords import Totals, index_rows, refresh_stats
 from ..infra.errors import NotFoundError, check_storable
 from ..infra.ids import is_uuid
 from ..retrieval.learnings import structured_learnings, task_query
-from ..text.keywords import term_counts
+from ..text.keywords import keyword_counts
 from ..vocabulary import (
     INDEXED,
     LOCK_KEYWORD_STATS,
@@ -208,7 +208,7 @@ def _write_valid(pool: ConnectionPool, owner: str, source: str, valid: list[dict
 
 
 def _counts(rows: list[tuple]) -> list[Counter[str]]:
-    return [term_counts(r[2]) for r in rows]
+    return [keyword_counts(r[2]) for r in rows]
 
 
 def _index_pipelined(conn: psycopg.Connection, source: str, rows: list[tuple], totals: Totals) -> None:

@@ -23,7 +23,7 @@ import functools
 import re
 from dataclasses import dataclass
 
-from .keywords import terms, word_forms
+from .keywords import keyword_terms, terms, word_forms
 from .tokens import count_tokens, truncate_to_tokens
 
 SHORT_TOKENS = 40
@@ -149,9 +149,10 @@ def is_filler(term: str) -> bool:
     return term in FILLER_WORDS or _LAUGH.fullmatch(term) is not None
 
 
-def _turn_terms(turn: str) -> list[str]:
-    """The turn's terms without filler (none at all for a turn of chit-chat), its role label left out."""
-    words = [t for t in terms(_ROLE_LABEL.sub("", turn, count=1)) if not is_filler(t)]
+def _turn_terms(turn: str, parts: bool = False) -> list[str]:
+    """The turn's terms without filler (none at all for a turn of chit-chat), its role label left out; with
+    `parts`, the keyword channel's terms (`keyword_terms`)."""
+    words = [t for t in terms(_ROLE_LABEL.sub("", turn, count=1), parts=parts) if not is_filler(t)]
     return [] if all(t in SOFT_FILLER_WORDS for t in words) else words
 
 
@@ -165,14 +166,15 @@ def focus(query: str) -> Focused:
 def _focus(query: str) -> Focused:
     turns, dialogue = _split(query)
     if not dialogue and count_tokens(query) <= EMBED_BUDGET:
-        return Focused(query, dict.fromkeys(terms(query), 1.0), False)
+        return Focused(query, dict.fromkeys(keyword_terms(query), 1.0), False)
     kept = [(turn, words) for turn in turns if (words := _turn_terms(turn))]
     if not kept:  # nothing but filler: keep the last turn as it is
         kept = [(turns[-1], terms(turns[-1]))]
     weights: dict[str, float] = {}
-    for age, (_, words) in enumerate(reversed(kept)):
+    for age, (turn, _) in enumerate(reversed(kept)):
         weight = max(FLOOR, DECAY**age)
-        for term in words:
+        # the turns' words decide what is embedded (`_dialogue_text`); the keyword channel's terms are weighted
+        for term in _turn_terms(turn, parts=True) or keyword_terms(turn):
             if weight > weights.get(term, 0.0):
                 weights[term] = weight
     text = _dialogue_text(kept) if dialogue else cut_to_budget(query.strip())

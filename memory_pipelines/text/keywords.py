@@ -45,9 +45,19 @@ _ZH_STOP = """
     哪里 哪儿 哪个 哪些 哪天 哪位 哪种 多少 多久 几个 几次 几点 几天 如何 怎么样 怎么办 为啥 干嘛
 """
 
+# One-character Chinese words that say nothing alone: pronouns, particles, copulas, prepositions, adverbs,
+# numerals, measure words and the commonest light verbs (一条狗 keeps 狗; 我就去 keeps nothing).
+_ZH_STOP_CHARS = """
+    我 你 您 他 她 它 们 咱 俺 的 地 得 了 着 过 吗 呢 吧 啊 呀 哦 嗯 哈 嘛 啦 哇 喔 诶 唉 呗 哎 嘿 噢 喂
+    是 有 在 和 与 或 就 都 也 还 又 很 太 更 最 真 挺 蛮 好 不 没 别 未 把 被 让 给 对 从 向 往 到 为 以
+    而 及 但 并 则 即 若 如 才 再 只 该 会 能 要 想 可 这 那 哪 谁 啥 么 个 些 一 二 两 三 几 每 各 某 其
+    此 之 于 上 下 里 中 多 少 点 次 样 种 去 来 说 做 用 叫 等 跟 同 将 已 曾 正 刚 却 号
+"""
+
 EN_STOP_WORDS: frozenset[str] = frozenset(_EN_STOP.split())
 ZH_STOP_WORDS: frozenset[str] = frozenset(_ZH_STOP.split())
 STOP_WORDS: frozenset[str] = EN_STOP_WORDS | ZH_STOP_WORDS
+ZH_STOP_CHARS: frozenset[str] = frozenset(_ZH_STOP_CHARS.split())
 
 _jieba_module: ModuleType | None = None
 _jieba_lock = threading.Lock()
@@ -127,26 +137,47 @@ def _cjk_terms(run: str) -> Iterable[str]:
     return [w for w in _jieba().lcut(run) if len(w) >= 2 and w not in STOP_WORDS]
 
 
-def terms(text: str, *, stem: bool = True) -> list[str]:
-    """Keyword terms of `text` in order, with repeats: for indexing documents and for queries.
+def _cjk_parts(run: str) -> Iterable[str]:
+    """`_cjk_terms` with the parts a search must also match: jieba's search-mode sub-words of a long word
+    ("篮球比赛" also gives 篮球, 比赛) and one-character words that carry content (狗, 猫, 茶, 书)."""
+    return [
+        w for w in _jieba().lcut_for_search(run)
+        if w not in STOP_WORDS and (len(w) >= 2 or w not in ZH_STOP_CHARS)
+    ]
+
+
+def terms(text: str, *, stem: bool = True, parts: bool = False) -> list[str]:
+    """Keyword terms of `text` in order, with repeats.
 
     NFKC-normalised (full-width letters become ASCII), lower-cased; Chinese runs segmented by
     jieba; 1-character tokens and stop words dropped; English words stemmed (`_normalise_word`). With
     `stem=False`, English words keep their form bar a plural ``s``: words to show (tags) or to find in a text.
+    With `parts`, Chinese runs also give their parts (`_cjk_parts`): the keyword index's terms (`keyword_terms`).
     """
     if not text:
         return []
     text = unicodedata.normalize("NFKC", text).lower()
+    cjk_terms = _cjk_parts if parts else _cjk_terms
     out: list[str] = []
     for m in _RUN.finditer(text):
         cjk = m.group("cjk")
-        out.extend(_cjk_terms(cjk) if cjk is not None else _word_terms(m.group("word"), stem))
+        out.extend(cjk_terms(cjk) if cjk is not None else _word_terms(m.group("word"), stem))
     return out
+
+
+def keyword_terms(text: str) -> list[str]:
+    """The terms the keyword channel indexes and searches: `terms` with Chinese words' parts."""
+    return terms(text, parts=True)
 
 
 def term_counts(text: str) -> Counter[str]:
     """Term frequencies of `text`."""
     return Counter(terms(text))
+
+
+def keyword_counts(text: str) -> Counter[str]:
+    """Frequencies of `keyword_terms`: a document's postings in the keyword index."""
+    return Counter(keyword_terms(text))
 
 
 def has_cjk(text: str) -> bool:
