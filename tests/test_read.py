@@ -139,6 +139,14 @@ def test_snippet_comes_from_the_best_fragment(pool, fake_embedder) -> None:
         assert hit["id"] == mid and len(hit["snippet"]) <= 200 and "flamingo" in hit["snippet"]
 
 
+def test_snippet_of_a_chinese_memory_finds_a_one_character_word_without_the_embedder(pool, fake_embedder) -> None:
+    filler = "".join(f"第{i}段讲的是排班、重试和队列深度的限制。" for i in range(150))
+    mid = put(pool, fake_embedder, filler + "\n\n后来我养了一只猫，每天晚上陪它玩。").id
+    fake_embedder.fail_after = 0  # keyword search: the fragment is chosen by the query's keyword terms
+    hit = search_memories(pool, fake_embedder, "alice", "猫")["results"][0]
+    assert hit["id"] == mid and "猫" in hit["snippet"]
+
+
 def test_snippet_trimming() -> None:
     text = ("word " * 100) + "needle here " + ("tail " * 100)
     s = snippet(text, ["needle"])

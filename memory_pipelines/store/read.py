@@ -19,7 +19,7 @@ from ..infra.errors import NotFoundError, ValidationError, check_storable
 from ..retrieval.filters import SearchFilters
 from ..retrieval.query import Query, embed_query
 from ..retrieval.search import search
-from ..text.keywords import terms
+from ..text.keywords import keyword_terms, terms
 from ..vocabulary import CONTENT_TYPES, MAX_IDS, MAX_SEARCH_LIMIT, MAX_TIMELINE_LIMIT, MAX_TS
 from .ingest.inputs import validate_owner
 from .projects import project_key_from_name
@@ -173,8 +173,8 @@ def search_memories(
     if degraded:
         out["degraded"] = degraded
     ids = [h.id for h in result.hits]
-    qterms = sorted(set(terms(query)))
-    words = sorted(set(terms(query, stem=False)))  # as written, to find in the text
+    qterms = sorted(set(keyword_terms(query)))  # matched against the keyword index
+    words = sorted(set(terms(query, stem=False, parts=True)))  # as written, to find in the text
     with pool.connection() as conn:
         best = _best_fragments(conn, owner, ids, qvec, embedder.model_name, qterms)
         rows = conn.execute(
