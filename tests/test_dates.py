@@ -67,6 +67,13 @@ def days(text: str, anchor: datetime = ASKED) -> list[tuple[str, str]]:
     ("去年夏天", [("2022-06-01", "2022-09-01")]),
     ("2022年冬天", [("2022-12-01", "2023-03-01")]),
     ("这周末", [("2023-07-15", "2023-07-17")]),
+    ("What did we do on Christmas?", [("2022-12-24", "2022-12-27")]),  # the latest at or before the question
+    ("What did Caroline cook for Thanksgiving 2021?", [("2021-11-25", "2021-11-26")]),  # the fourth Thursday
+    ("New Year's Eve", [("2022-12-31", "2023-01-01")]),
+    ("the Fourth of July", [("2023-07-04", "2023-07-05")]),  # a holiday, not the month
+    ("五一假期我去了哪里", [("2023-05-01", "2023-05-06")]),
+    ("2022年国庆节", [("2022-10-01", "2022-10-08")]),
+    ("圣诞节", [("2022-12-24", "2022-12-27")]),
 ])
 def test_expressions_resolve_against_the_anchor(text, expected):
     assert days(text) == expected
@@ -81,6 +88,7 @@ def test_expressions_resolve_against_the_anchor(text, expected):
     "2000 steps a day",
     "version 1.2023.05.08",
     "2023-13-45",
+    "a new year begins",  # not the holiday
 ])
 def test_words_that_are_not_times_name_none(text):
     assert spans(text, ASKED) == []

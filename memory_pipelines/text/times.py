@@ -12,9 +12,11 @@ relative to the day they were written. `spans(text, anchor)` reads such expressi
 - months: this month / last month / N months ago / a month name ("in June", "June 2023"), 这个月 / 上个月 /
   N个月前 / 五月 / 2023年5月;
 - seasons (northern): last summer / during the summer / winter 2021, 去年夏天 / 冬天 / 2022年冬天;
-- years: this year / last year / N years ago / "in 2022", 今年 / 去年 / 前年 / N年前 / 2022年.
+- years: this year / last year / N years ago / "in 2022", 今年 / 去年 / 前年 / N年前 / 2022年;
+- holidays on a fixed day of the Gregorian calendar, and Thanksgiving: Christmas, New Year's Day, Halloween, …,
+  元旦 / 五一 / 国庆 / 圣诞节 … (not the lunar ones: 春节, 中秋 and 端午 move every year).
 
-A month or a date without its year is the latest one at or before the anchor. Month names are matched as
+A month, a date or a holiday without its year is the latest one at or before the anchor. Month names are matched as
 written (capitalised), so the verb "may" is not May. Pure.
 """
 
@@ -109,6 +111,9 @@ _EN: list[tuple[re.Pattern[str], str]] = [(re.compile(p, f), kind) for p, f, kin
     (r"\bthe week before last\b", re.I, "week2"),
     (r"\bthe month before last\b", re.I, "month2"),
     (r"\bthe year before last\b", re.I, "year2"),
+    (r"(?<!\w)(?P<holiday>(?i:christmas eve|christmas|halloween|thanksgiving|valentine['’]s day)"
+     r"|New Year['’]s (?:Eve|Day)|New Year['’]s|Independence Day|(?:Fourth|4th) of July)"
+     rf"(?:,? {_YEAR})?(?!\w)", 0, "holiday"),
     (r"\bthe day before yesterday\b", re.I, "day2"),
     (r"\b(?:yesterday|last night)\b", re.I, "day1"),
     (r"\b(?:today|tonight|this (?:morning|afternoon|evening))\b", re.I, "day0"),
@@ -161,6 +166,8 @@ _ZH: list[tuple[re.Pattern[str], str]] = [(re.compile(p), kind) for p, kind in [
     (r"去年", "year1"),
     (r"今年", "year0"),
     (_ZH_DATE, "zh_date"),
+    (r"(?:(?P<year>(?:19|20)\d\d)年的?)?(?P<holiday>元旦|情人节|五一|劳动节|儿童节|教师节|国庆节?|万圣节|平安夜|圣诞节?|感恩节)",
+     "holiday"),
     (r"(?P<year>(?:19|20)\d\d)年(?!\d{1,2}月|[一二三四五六七八九十]{1,2}月)", "zh_year"),
 ]]
 
@@ -218,6 +225,36 @@ def _season(anchor: datetime, first_month: int, which: str | None, year: int | N
     return latest
 
 
+# Holidays: (month, first day, days). Thanksgiving (the fourth Thursday of November) is computed.
+_HOLIDAYS: dict[str, tuple[int, int, int]] = {
+    "christmas eve": (12, 24, 1), "christmas": (12, 24, 3), "new year's eve": (12, 31, 1),
+    "new year's day": (1, 1, 1), "new year's": (12, 31, 2), "valentine's day": (2, 14, 1), "halloween": (10, 31, 1),
+    "independence day": (7, 4, 1), "fourth of july": (7, 4, 1), "4th of july": (7, 4, 1),
+    "元旦": (1, 1, 1), "情人节": (2, 14, 1), "五一": (5, 1, 5), "劳动节": (5, 1, 5), "儿童节": (6, 1, 1),
+    "教师节": (9, 10, 1), "国庆": (10, 1, 7), "万圣节": (10, 31, 1), "平安夜": (12, 24, 1), "圣诞": (12, 24, 3),
+}
+
+
+def _holiday(anchor: datetime, name: str, year: int | None) -> Span:
+    """The holiday of that year, or the latest one begun at or before the anchor."""
+    key = name.lower().replace("’", "'")
+    key = {"圣诞节": "圣诞", "国庆节": "国庆"}.get(key, key)
+
+    def of(y: int) -> Span:
+        if key in ("thanksgiving", "感恩节"):
+            first = datetime(y, 11, 1, tzinfo=UTC)
+            start = first + timedelta(days=(3 - first.weekday()) % 7 + 21)
+            return Span(start, start + timedelta(days=1))
+        month, day, days = _HOLIDAYS[key]
+        start = datetime(y, month, day, tzinfo=UTC)
+        return Span(start, start + timedelta(days=days))
+
+    if year is not None:
+        return of(year)
+    a = _utc(anchor)
+    return of(a.year) if of(a.year).start <= a else of(a.year - 1)
+
+
 def _last_weekday(anchor: datetime, weekday: int) -> Span:
     back = (_utc(anchor).weekday() - weekday - 1) % 7 + 1  # strictly before the anchor's day
     return _day(anchor, back=back)
@@ -268,6 +305,8 @@ def _resolve(kind: str, m: re.Match[str], anchor: datetime) -> Span | None:  # n
         return _latest_month(anchor, _MONTHS[g["month"]], year)
     if kind in ("year", "zh_year"):
         return _year(int(g["year"]))
+    if kind == "holiday":
+        return _holiday(anchor, g["holiday"], year)
     if kind == "zh_date":
         month = _zh_number(g["m"])
         if month is None or not 1 <= month <= 12:
@@ -284,11 +323,13 @@ def _resolve(kind: str, m: re.Match[str], anchor: datetime) -> Span | None:  # n
 _WORD = re.compile(r"[A-Za-z]+|\d{4}")
 _EN_TRIGGERS = frozenset(
     {"yesterday", "today", "tonight", "ago", "last", "this", "past", "previous", "weekend",
-     "spring", "summer", "autumn", "fall", "winter"} | set(_WEEKDAYS)
+     "spring", "summer", "autumn", "fall", "winter", "christmas", "halloween", "thanksgiving", "valentine", "year",
+     "independence"} | set(_WEEKDAYS)
 )
 _ZH_TRIGGER = re.compile(
     r"昨|今[天晚早日年]|去年|前[天年几]|(?:天|周|星期|礼拜|月|年)(?:以|之)?前|[上这本]个?(?:周|星期|礼拜|月)"
     r"|[周期拜][一二三四五六日天]|[\d一二三四五六七八九十]月|[春夏秋冬][天季]"
+    r"|元旦|情人节|五一|劳动节|儿童节|教师节|国庆|万圣节|平安夜|圣诞|感恩节"
 )
 
 
