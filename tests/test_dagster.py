@@ -195,7 +195,7 @@ def test_keyword_weights_are_sklearn_tfidf(db_url, pool):
     from sklearn.feature_extraction.text import TfidfVectorizer
 
     from assets.keywords import keyword_assets
-    from memory_pipelines.text.keywords import terms
+    from memory_pipelines.text.keywords import keyword_terms
 
     _seed(pool, n_tasks=12)
     with pool.connection() as conn:
@@ -210,7 +210,7 @@ def test_keyword_weights_are_sklearn_tfidf(db_url, pool):
                             " ORDER BY 1").fetchall()
         stored = {(r[0], r[1]): r[2] for r in conn.execute(
             "SELECT item_id, keyword, weight FROM keywords WHERE source = 'task' AND owner_id = 'alice'")}
-    vec = TfidfVectorizer(analyzer=terms, sublinear_tf=True, smooth_idf=True, norm=None)
+    vec = TfidfVectorizer(analyzer=keyword_terms, sublinear_tf=True, smooth_idf=True, norm=None)
     matrix = vec.fit_transform([d[1] for d in docs]).tocoo()
     vocab = vec.get_feature_names_out()
     cells = zip(matrix.row, matrix.col, matrix.data, strict=True)

@@ -243,10 +243,10 @@ def test_migration_keeps_current_embeddings_and_requeues_changed_rows(empty_db_u
         assert all(old[i] != h for i, (_, h) in _texts(conn, "task").items())
         for index in ("tasks_embedding_hnsw", "learnings_embedding_hnsw", "fragments_embedding_hnsw"):
             assert not index_exists(conn, index)  # rebuilt by 005, then gone in 012: owners' graphs instead
-        # 005 kept every unchanged row's keyword entry current; 011 (stems) then sent every entry back to the
-        # refresh by prefixing its hash: without the prefix, only the moved task's entry is stale
+        # 005 kept every unchanged row's keyword entry current; 011 (stems) and 016 (Chinese word parts) then sent
+        # every entry back to the refresh by prefixing its hash: without the prefixes, only the moved task's is stale
         stale_kw = {name: conn.execute(
-            "SELECT count(*) FILTER (WHERE kd.content_hash IS DISTINCT FROM 'pre-stem:' || t.content_hash),"
+            "SELECT count(*) FILTER (WHERE kd.content_hash IS DISTINCT FROM 'pre-parts:pre-stem:' || t.content_hash),"
             " count(*) FILTER (WHERE kd.content_hash = t.content_hash)"
             f" FROM {INDEXED[name].from_sql} JOIN keyword_docs kd ON kd.source = %s AND kd.item_id = t.id::text",
             (name,)).fetchone() for name in INDEXED_NAMES}
