@@ -110,54 +110,44 @@ def test_reembed_switches_dimension_and_clears_vectors(empty_db_url):
     assert typmod == 16
 
 
-def test_keyword_stems_migration_sends_every_entry_back_to_the_refresh(db_url, pool, fake_embedder):
-    """011: entries indexed with the pre-stemming terms are pending, and the refresh re-indexes them as stems."""
+def _refresh_reindexes(db_url, pool, fake_embedder, text, old_terms_sql, version, migration, query):
+    """Index `text`, make its entry look written by the old terms (`old_terms_sql`, and migration `version` not
+    applied): `query` misses it; after the migration the entry is pending, and the refresh finds it."""
     from memory_pipelines.index.keywords import index_all, keyword_staleness
     from memory_pipelines.retrieval.search import search
     from tests.factories import add_memory
 
     with pool.connection() as conn:
-        mid = add_memory(conn, "alice", "We finished painting the fence in three weekends.")
+        mid = add_memory(conn, "alice", text)
     index_all(pool)
-    with pool.connection() as conn:  # what the old terms left in the index: the word as written
-        conn.execute("UPDATE keywords SET keyword = 'painting' WHERE keyword = 'paint'")
-        conn.execute("DELETE FROM schema_migrations WHERE version = 11")
+    with pool.connection() as conn:
+        conn.execute(old_terms_sql)
+        conn.execute("DELETE FROM schema_migrations WHERE version = %s", (version,))
+
     def bm25_ids():  # keyword search falls back to Jaccard over recent rows when BM25 matches nothing
-        hits = search(pool, fake_embedder, "alice", "paintings", mode="keyword").hits
+        hits = search(pool, fake_embedder, "alice", query, mode="keyword").hits
         return [h.id for h in hits if h.extra.get("matched_by") != "jaccard"]
 
-    assert bm25_ids() == []  # the stemmed query misses the old terms
-    assert migrate(db_url, fake_embedder.dimension, fake_embedder.model_name) == ["011_keyword_stems"]
+    assert bm25_ids() == []  # the query misses the old terms
+    assert migrate(db_url, fake_embedder.dimension, fake_embedder.model_name) == [migration]
     with pool.connection() as conn:
         assert keyword_staleness(conn, "fragment")["stale"] == 1
     index_all(pool)
     with pool.connection() as conn:
         assert keyword_staleness(conn, "fragment")["stale"] == 0
     assert bm25_ids() == [mid]
+
+
+def test_keyword_stems_migration_sends_every_entry_back_to_the_refresh(db_url, pool, fake_embedder):
+    """011: entries indexed with the pre-stemming terms (the word as written) are pending, and the refresh
+    re-indexes them as stems."""
+    _refresh_reindexes(db_url, pool, fake_embedder, "We finished painting the fence in three weekends.",
+                       "UPDATE keywords SET keyword = 'painting' WHERE keyword = 'paint'", 11, "011_keyword_stems",
+                       "paintings")
 
 
 def test_keyword_parts_migration_indexes_the_parts_of_chinese_words(db_url, pool, fake_embedder):
-    """016: entries indexed with whole Chinese words only are pending, and the refresh adds their parts."""
-    from memory_pipelines.index.keywords import index_all, keyword_staleness
-    from memory_pipelines.retrieval.search import search
-    from tests.factories import add_memory
-
-    with pool.connection() as conn:
-        mid = add_memory(conn, "alice", "我养了一只猫，每天陪它玩")
-    index_all(pool)
-    with pool.connection() as conn:  # what the old terms left in the index: no one-character word
-        conn.execute("DELETE FROM keywords WHERE keyword = '猫'")
-        conn.execute("DELETE FROM schema_migrations WHERE version = 16")
-
-    def bm25_ids():  # keyword search falls back to Jaccard over recent rows when BM25 matches nothing
-        hits = search(pool, fake_embedder, "alice", "猫", mode="keyword").hits
-        return [h.id for h in hits if h.extra.get("matched_by") != "jaccard"]
-
-    assert bm25_ids() == []
-    assert migrate(db_url, fake_embedder.dimension, fake_embedder.model_name) == ["016_keyword_parts"]
-    with pool.connection() as conn:
-        assert keyword_staleness(conn, "fragment")["stale"] == 1
-    index_all(pool)
-    with pool.connection() as conn:
-        assert keyword_staleness(conn, "fragment")["stale"] == 0
-    assert bm25_ids() == [mid]
+    """016: entries indexed with whole Chinese words only (no one-character word) are pending, and the refresh
+    adds their parts."""
+    _refresh_reindexes(db_url, pool, fake_embedder, "我养了一只猫，每天陪它玩",
+                       "DELETE FROM keywords WHERE keyword = '猫'", 16, "016_keyword_parts", "猫")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import calendar
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -203,6 +204,13 @@ _SEASONS = {"spring": 3, "summer": 6, "autumn": 9, "fall": 9, "winter": 12,
             "春天": 3, "夏天": 6, "秋天": 9, "冬天": 12, "春季": 3, "夏季": 6, "秋季": 9, "冬季": 12}
 
 
+def _latest(anchor: datetime, of: Callable[[int], Span]) -> Span:
+    """`of` the anchor's year if it has begun by the anchor, else of the year before."""
+    a = _utc(anchor)
+    this = of(a.year)
+    return this if this.start <= a else of(a.year - 1)
+
+
 def _season(anchor: datetime, first_month: int, which: str | None, year: int | None) -> Span:
     """Three months from `first_month` (northern seasons; a winter runs into the next year): of that year, this
     year's (this / 今年), the last one ended before the anchor (last / previous / past), last year's (去年), the one
@@ -219,7 +227,7 @@ def _season(anchor: datetime, first_month: int, which: str | None, year: int | N
         return of(a.year)
     if which in ("去年", "前年"):
         return of(a.year - (1 if which == "去年" else 2))
-    latest = of(a.year) if of(a.year).start <= a else of(a.year - 1)
+    latest = _latest(a, of)
     if which in ("last", "previous", "past") and latest.end > a:
         return of(latest.start.year - 1)
     return latest
@@ -231,14 +239,14 @@ _HOLIDAYS: dict[str, tuple[int, int, int]] = {
     "new year's day": (1, 1, 1), "new year's": (12, 31, 2), "valentine's day": (2, 14, 1), "halloween": (10, 31, 1),
     "independence day": (7, 4, 1), "fourth of july": (7, 4, 1), "4th of july": (7, 4, 1),
     "元旦": (1, 1, 1), "情人节": (2, 14, 1), "五一": (5, 1, 5), "劳动节": (5, 1, 5), "儿童节": (6, 1, 1),
-    "教师节": (9, 10, 1), "国庆": (10, 1, 7), "万圣节": (10, 31, 1), "平安夜": (12, 24, 1), "圣诞": (12, 24, 3),
+    "教师节": (9, 10, 1), "国庆": (10, 1, 7), "国庆节": (10, 1, 7), "万圣节": (10, 31, 1), "平安夜": (12, 24, 1),
+    "圣诞": (12, 24, 3), "圣诞节": (12, 24, 3),
 }
 
 
 def _holiday(anchor: datetime, name: str, year: int | None) -> Span:
     """The holiday of that year, or the latest one begun at or before the anchor."""
     key = name.lower().replace("’", "'")
-    key = {"圣诞节": "圣诞", "国庆节": "国庆"}.get(key, key)
 
     def of(y: int) -> Span:
         if key in ("thanksgiving", "感恩节"):
@@ -249,10 +257,7 @@ def _holiday(anchor: datetime, name: str, year: int | None) -> Span:
         start = datetime(y, month, day, tzinfo=UTC)
         return Span(start, start + timedelta(days=days))
 
-    if year is not None:
-        return of(year)
-    a = _utc(anchor)
-    return of(a.year) if of(a.year).start <= a else of(a.year - 1)
+    return of(year) if year is not None else _latest(anchor, of)
 
 
 def _last_weekday(anchor: datetime, weekday: int) -> Span:
