@@ -74,6 +74,36 @@ def days(text: str, anchor: datetime = ASKED) -> list[tuple[str, str]]:
     ("五一假期我去了哪里", [("2023-05-01", "2023-05-06")]),
     ("2022年国庆节", [("2022-10-01", "2022-10-08")]),
     ("圣诞节", [("2022-12-24", "2022-12-27")]),
+    # moving holidays: the nth weekday of a month, Easter, the lunisolar festivals (text/lunar_dates.py)
+    ("Mother's Day", [("2023-05-14", "2023-05-15")]),
+    ("Memorial Day", [("2023-05-29", "2023-05-30")]),  # the last Monday of May
+    ("Labor Day", [("2022-09-05", "2022-09-06")]),  # this year's is still to come
+    ("Easter 2024", [("2024-03-31", "2024-04-01")]),
+    ("Chinese New Year", [("2023-01-21", "2023-01-29")]),  # from its eve, the holiday week
+    ("去年春节", [("2022-01-31", "2022-02-08")]),
+    ("2021年的中秋节", [("2021-09-21", "2021-09-22")]),
+    ("端午节", [("2023-06-22", "2023-06-23")]),
+    ("清明节", [("2023-04-05", "2023-04-06")]),
+    ("前年国庆节", [("2021-10-01", "2021-10-08")]),
+    ("2050年春节", [("2050-01-01", "2051-01-01")]),  # past the lunisolar table's years: the year alone
+    # parts of a month (thirds) and of a year
+    ("early June", [("2023-06-01", "2023-06-11")]),
+    ("mid-May", [("2023-05-11", "2023-05-21")]),
+    ("the end of last month", [("2023-06-21", "2023-07-01")]),
+    ("late last year", [("2022-09-01", "2023-01-01")]),
+    ("5月初", [("2023-05-01", "2023-05-11")]),
+    ("五月中旬", [("2023-05-11", "2023-05-21")]),
+    ("上个月底", [("2023-06-21", "2023-07-01")]),
+    ("5月中国队比赛", [("2023-05-01", "2023-06-01")]),  # 中国, not the middle of May
+    ("去年年底", [("2022-09-01", "2023-01-01")]),
+    ("今年上半年", [("2023-01-01", "2023-07-01")]),
+    # a few days, half a month or a year
+    ("the other day", [("2023-07-05", "2023-07-13")]),
+    ("a couple weeks ago", [("2023-06-25", "2023-07-02")]),
+    ("几天前", [("2023-07-05", "2023-07-13")]),
+    ("前两天", [("2023-07-05", "2023-07-13")]),
+    ("两天前", [("2023-07-09", "2023-07-12")]),  # a number of days: a day either side
+    ("半个月前", [("2023-06-22", "2023-07-02")]),
 ])
 def test_expressions_resolve_against_the_anchor(text, expected):
     assert days(text) == expected
@@ -89,6 +119,8 @@ def test_expressions_resolve_against_the_anchor(text, expected):
     "version 1.2023.05.08",
     "2023-13-45",
     "a new year begins",  # not the holiday
+    "我头脑很清明",  # clear-headed, not the festival
+    "我们吃了元宵",  # the dumplings
 ])
 def test_words_that_are_not_times_name_none(text):
     assert spans(text, ASKED) == []

@@ -5,16 +5,19 @@ thing asked about happened; "We went camping yesterday" or "上周我去了杭�
 relative to the day they were written. `spans(text, anchor)` reads such expressions and resolves them against
 `anchor` (when the question was asked, or when the memory was written) into half-open UTC spans:
 
-- days: today / tonight / yesterday / last night / the day before yesterday / N days ago, 今天 / 昨天 / 前天 /
-  N天前, an ISO date, "June 8" / "8 June 2023" / 5月8日;
-- weeks: this week / last week / this or last weekend / N weeks ago, 这周 / 上周 / 上个星期 / 上周末 / N周前,
-  last Monday / on Monday …, 上周三 / 周三 …, 前几天;
+- days: today / tonight / yesterday / last night / the day before yesterday / N days ago / the other day, 今天 /
+  昨天 / 前天 / N天前 / 几天前 / 前两天, an ISO date, "June 8" / "8 June 2023" / 5月8日;
+- weeks: this week / last week / this or last weekend / N weeks ago, 这周 / 上周 / 上个星期 / 上周末 / N周前 /
+  半个月前, last Monday / on Monday …, 上周三 / 周三 …, 前几天;
 - months: this month / last month / N months ago / a month name ("in June", "June 2023"), 这个月 / 上个月 /
-  N个月前 / 五月 / 2023年5月;
+  N个月前 / 五月 / 2023年5月; their thirds: early / mid / late June, the end of last month, 5月初 / 五月中旬 /
+  上个月底;
 - seasons (northern): last summer / during the summer / winter 2021, 去年夏天 / 冬天 / 2022年冬天;
-- years: this year / last year / N years ago / "in 2022", 今年 / 去年 / 前年 / N年前 / 2022年;
-- holidays on a fixed day of the Gregorian calendar, and Thanksgiving: Christmas, New Year's Day, Halloween, …,
-  元旦 / 五一 / 国庆 / 圣诞节 … (not the lunar ones: 春节, 中秋 and 端午 move every year).
+- years: this year / last year / N years ago / "in 2022", 今年 / 去年 / 前年 / N年前 / 2022年; their parts: early
+  last year, 年初 / 去年年底 / 今年上半年;
+- holidays: on a fixed day (Christmas, New Year's Day, Halloween, …, 元旦 / 五一 / 国庆 / 圣诞节 …), on a weekday
+  of a month (Thanksgiving, Mother's Day, Memorial Day, …, 母亲节), Easter, and the lunisolar festivals of
+  2000–2040 (春节 / Chinese New Year, 除夕, 元宵节, 清明节, 端午, 中秋, 重阳: `lunar_dates.py`).
 
 A month, a date or a holiday without its year is the latest one at or before the anchor. Month names are matched as
 written (capitalised), so the verb "may" is not May. Pure.
@@ -27,6 +30,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+
+from .lunar_dates import festival
 
 
 @dataclass(frozen=True)
@@ -102,7 +107,7 @@ _MONTH_LEAD = r"(?:[Ii]n|[Dd]uring|[Ss]ince|[Ff]rom|[Uu]ntil|[Bb]y|[Oo]f|[Ee]arl
 _WEEKDAYS = {name.lower(): i for i, name in enumerate(calendar.day_name)}
 _NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
             "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "a couple of": 2, "couple of": 2,
-            "a few": 3, "few": 3}
+            "a couple": 2, "a few": 3, "few": 3}
 _NUMBER = r"(?P<n>\d{1,3}|" + "|".join(sorted(_NUMBERS, key=len, reverse=True)) + r")"
 _YEAR = r"(?P<year>(?:19|20)\d\d)"
 
@@ -112,23 +117,30 @@ _EN: list[tuple[re.Pattern[str], str]] = [(re.compile(p, f), kind) for p, f, kin
     (r"\bthe week before last\b", re.I, "week2"),
     (r"\bthe month before last\b", re.I, "month2"),
     (r"\bthe year before last\b", re.I, "year2"),
-    (r"(?<!\w)(?P<holiday>(?i:christmas eve|christmas|halloween|thanksgiving|valentine['’]s day)"
+    (r"(?<!\w)(?P<holiday>(?i:christmas eve|christmas|halloween|thanksgiving|valentine['’]s day|easter"
+     r"|mother['’]?s day|father['’]?s day|memorial day|labou?r day|chinese new year|lunar new year"
+     r"|spring festival|lantern festival|mid-autumn festival|dragon boat festival)"
      r"|New Year['’]s (?:Eve|Day)|New Year['’]s|Independence Day|(?:Fourth|4th) of July)"
      rf"(?:,? {_YEAR})?(?!\w)", 0, "holiday"),
     (r"\bthe day before yesterday\b", re.I, "day2"),
     (r"\b(?:yesterday|last night)\b", re.I, "day1"),
     (r"\b(?:today|tonight|this (?:morning|afternoon|evening))\b", re.I, "day0"),
+    (r"\bthe other day\b", re.I, "few_days"),
     (rf"\b{_NUMBER} (?P<unit>day|week|month|year)s? ago\b", re.I, "ago"),
     (r"\blast weekend\b", re.I, "weekend"),
     (r"\bthis weekend\b", re.I, "this_weekend"),
     (rf"\b(?P<season>spring|summer|autumn|fall|winter),? (?:of )?{_YEAR}\b", re.I, "season"),
     (r"\b(?P<which>last|this|past|previous) (?P<season>spring|summer|autumn|fall|winter)\b", re.I, "season"),
     (r"\b(?:in|during|over)(?: the)? (?P<season>spring|summer|autumn|fall|winter)\b", re.I, "season"),
+    (r"\b(?P<part>early|late)(?: in)? (?P<which>this|last) (?P<unit>month|year)\b", re.I, "part_of"),
+    (r"\bthe (?P<part>beginning|start|middle|end) of (?P<which>this|last) (?P<unit>month|year)\b", re.I, "part_of"),
     (r"\b(?P<which>this|last|past|previous) (?P<unit>week|month|year)\b", re.I, "this_last"),
     (r"\blast (?P<weekday>" + "|".join(_WEEKDAYS) + r")\b", re.I, "weekday"),
     (r"\bon (?P<weekday>" + "|".join(_WEEKDAYS) + r")\b", re.I, "on_weekday"),
     (rf"\b{_MONTH} (?P<day>\d{{1,2}})(?:st|nd|rd|th)?\b(?:,? {_YEAR}\b)?", 0, "month_day"),
     (rf"\b(?P<day>\d{{1,2}})(?:st|nd|rd|th)? (?:of )?{_MONTH}(?:,? {_YEAR}\b)?", 0, "day_month"),
+    (rf"\b(?P<part>[Ee]arly|[Mm]id|[Ll]ate)[- ]?{_FULL_MONTH}(?:,? {_YEAR}\b)?", 0, "month_part"),
+    (rf"\bthe (?P<part>beginning|start|middle|end) of {_FULL_MONTH}(?:,? {_YEAR}\b)?", re.I, "month_part"),
     (rf"\b{_FULL_MONTH},? (?:of )?{_YEAR}\b", 0, "month"),
     (rf"\b{_MONTH_LEAD}(?:the month of )?{_FULL_MONTH}\b", 0, "month"),
     (rf"\b(?:in|during|since|of|year) {_YEAR}\b", re.I, "year"),
@@ -142,10 +154,19 @@ _ZH_NUM = r"(?P<n>\d{1,3}|[一二两三四五六七八九十]{1,3})"
 _ZH_DATE = (r"(?:(?P<year>(?:19|20)\d\d)年)?(?<![个\d一二两三四五六七八九十])"
             r"(?P<m>\d{1,2}|十[一二]?|[一二三四五六七八九])月份?"
             r"(?:(?P<d>\d{1,2}|[一二三]?十[一二三四五六七八九]?|[一二三四五六七八九])[日号])?")
+_ZH_MONTH = r"(?P<m>\d{1,2}|十[一二]?|[一二三四五六七八九])"
+# 月初 / 上旬 …, and 月中 only where 中 ends the word (月中旬, 月中的, not 5月中国…)
+_ZH_PART = r"(?P<part>初|上旬|中旬|下旬|底|末|中(?=[的时左，。,.？?！!\s]|$))"
 _ZH_WEEKDAYS = {"一": 0, "二": 1, "三": 2, "四": 3, "五": 4, "六": 5, "日": 6, "天": 6}
 
 _ZH: list[tuple[re.Pattern[str], str]] = [(re.compile(p), kind) for p, kind in [
+    (r"(?:(?:(?P<year>(?:19|20)\d\d)年|(?P<which>去|今|前)年)的?)?(?P<holiday>元旦|情人节|五一|劳动节|儿童节|教师节|国庆节?"
+     r"|万圣节|平安夜|圣诞节?|感恩节|春节|除夕|大年三十|元宵节|清明(?=节|假)|端午节?|中秋节?|重阳节?|母亲节|父亲节)",
+     "holiday"),
     (r"大前天", "day3"),
+    (r"几天(?:以|之)?前|(?:前|这|近|最近)(?:两|几)天", "few_days"),
+    (r"半个月(?:以|之)?前", "half_month"),
+    (r"半年(?:以|之)?前", "half_year"),
     (r"前天", "day2"),
     (r"昨(?:天|晚|日|夜)", "day1"),
     (r"今(?:天|晚|早|日)", "day0"),
@@ -159,7 +180,12 @@ _ZH: list[tuple[re.Pattern[str], str]] = [(re.compile(p), kind) for p, kind in [
     (r"上(?:个)?(?:周|星期|礼拜)", "week1"),
     (r"(?:这|本)(?:个)?(?:周|星期|礼拜)", "week0"),
     (r"(?<![上下这本])(?:周|星期|礼拜)(?P<weekday>[一二三四五六日天])", "on_weekday"),
-    (r"前几天", "few_days"),
+    (r"(?P<rel>上上个?|上个?|这个?|本)月" + _ZH_PART, "zh_month_part"),
+    (r"(?:(?P<year>(?:19|20)\d\d)年)?(?<![个\d一二两三四五六七八九十])" + _ZH_MONTH + "月份?" + _ZH_PART,
+     "zh_month_part"),
+    (r"(?<![\d一二三四五六七八九十个上这本])月(?P<part>初|底|末)", "zh_month_part"),
+    (r"(?:(?P<year>(?:19|20)\d\d)年|(?P<which>去|今|前)年)(?P<part>年?初|年?底|年?末|上半年|下半年)", "zh_year_part"),
+    (r"(?<![\d去今前明])(?P<part>年初|年底|年末|上半年|下半年)", "zh_year_part"),
     (r"上上个月", "month2"),
     (r"上(?:个)?月", "month1"),
     (r"(?:这个|本)月", "month0"),
@@ -167,8 +193,6 @@ _ZH: list[tuple[re.Pattern[str], str]] = [(re.compile(p), kind) for p, kind in [
     (r"去年", "year1"),
     (r"今年", "year0"),
     (_ZH_DATE, "zh_date"),
-    (r"(?:(?P<year>(?:19|20)\d\d)年的?)?(?P<holiday>元旦|情人节|五一|劳动节|儿童节|教师节|国庆节?|万圣节|平安夜|圣诞节?|感恩节)",
-     "holiday"),
     (r"(?P<year>(?:19|20)\d\d)年(?!\d{1,2}月|[一二三四五六七八九十]{1,2}月)", "zh_year"),
 ]]
 
@@ -233,31 +257,101 @@ def _season(anchor: datetime, first_month: int, which: str | None, year: int | N
     return latest
 
 
-# Holidays: (month, first day, days). Thanksgiving (the fourth Thursday of November) is computed.
+# Holidays on a fixed day: (month, first day, days); names lower case, without apostrophes.
 _HOLIDAYS: dict[str, tuple[int, int, int]] = {
-    "christmas eve": (12, 24, 1), "christmas": (12, 24, 3), "new year's eve": (12, 31, 1),
-    "new year's day": (1, 1, 1), "new year's": (12, 31, 2), "valentine's day": (2, 14, 1), "halloween": (10, 31, 1),
+    "christmas eve": (12, 24, 1), "christmas": (12, 24, 3), "new years eve": (12, 31, 1),
+    "new years day": (1, 1, 1), "new years": (12, 31, 2), "valentines day": (2, 14, 1), "halloween": (10, 31, 1),
     "independence day": (7, 4, 1), "fourth of july": (7, 4, 1), "4th of july": (7, 4, 1),
     "元旦": (1, 1, 1), "情人节": (2, 14, 1), "五一": (5, 1, 5), "劳动节": (5, 1, 5), "儿童节": (6, 1, 1),
     "教师节": (9, 10, 1), "国庆": (10, 1, 7), "国庆节": (10, 1, 7), "万圣节": (10, 31, 1), "平安夜": (12, 24, 1),
     "圣诞": (12, 24, 3), "圣诞节": (12, 24, 3),
 }
+# Holidays on the nth weekday of a month (US): (month, weekday, n; -1 the last).
+_WEEKDAY_HOLIDAYS: dict[str, tuple[int, int, int]] = {
+    "thanksgiving": (11, 3, 4), "感恩节": (11, 3, 4), "mothers day": (5, 6, 2), "母亲节": (5, 6, 2),
+    "fathers day": (6, 6, 3), "父亲节": (6, 6, 3), "memorial day": (5, 0, -1), "labor day": (9, 0, 1),
+    "labour day": (9, 0, 1),
+}
+# Lunisolar festivals (text/lunar_dates.py): (festival, days from it to the first day, days).
+_LUNAR_HOLIDAYS: dict[str, tuple[str, int, int]] = {
+    "春节": ("lunar_new_year", -1, 8), "chinese new year": ("lunar_new_year", -1, 8),
+    "lunar new year": ("lunar_new_year", -1, 8), "spring festival": ("lunar_new_year", -1, 8),
+    "除夕": ("lunar_new_year", -1, 1), "大年三十": ("lunar_new_year", -1, 1),
+    "元宵节": ("lunar_new_year", 14, 1), "lantern festival": ("lunar_new_year", 14, 1),
+    "清明": ("qingming", 0, 1),
+    "端午": ("dragon_boat", 0, 1), "端午节": ("dragon_boat", 0, 1), "dragon boat festival": ("dragon_boat", 0, 1),
+    "中秋": ("mid_autumn", 0, 1), "中秋节": ("mid_autumn", 0, 1), "mid-autumn festival": ("mid_autumn", 0, 1),
+    "重阳": ("double_ninth", 0, 1), "重阳节": ("double_ninth", 0, 1),
+}
 
 
-def _holiday(anchor: datetime, name: str, year: int | None) -> Span:
+def _nth_weekday(year: int, month: int, weekday: int, n: int) -> datetime:
+    """The nth `weekday` (Monday 0) of the month; n = -1 the last."""
+    if n < 0:
+        last = datetime(year, month, calendar.monthrange(year, month)[1], tzinfo=UTC)
+        return last - timedelta(days=(last.weekday() - weekday) % 7)
+    first = datetime(year, month, 1, tzinfo=UTC)
+    return first + timedelta(days=(weekday - first.weekday()) % 7 + 7 * (n - 1))
+
+
+def _easter(year: int) -> datetime:
+    """Western Easter Sunday (the anonymous Gregorian computus)."""
+    a, b, c = year % 19, year // 100, year % 100
+    d, e = divmod(b, 4)
+    g = (8 * b + 13) // 25
+    h = (19 * a + b - d - g + 15) % 30
+    i, k = divmod(c, 4)
+    l_ = (32 + 2 * e + 2 * i - h - k) % 7
+    m = (a + 11 * h + 22 * l_) // 451
+    month, day = divmod(h + l_ - 7 * m + 114, 31)
+    return datetime(year, month, day + 1, tzinfo=UTC)
+
+
+def _holiday_of(key: str, year: int) -> Span | None:
+    """The holiday's span in `year`; None for a lunisolar festival outside the table's years."""
+    if key == "easter":
+        start, days = _easter(year), 1
+    elif key in _WEEKDAY_HOLIDAYS:
+        start, days = _nth_weekday(year, *_WEEKDAY_HOLIDAYS[key]), 1
+    elif key in _LUNAR_HOLIDAYS:
+        name, offset, days = _LUNAR_HOLIDAYS[key]
+        day = festival(name, year)
+        if day is None:
+            return None
+        start = datetime(day.year, day.month, day.day, tzinfo=UTC) + timedelta(days=offset)
+    else:
+        month, first, days = _HOLIDAYS[key]
+        start = datetime(year, month, first, tzinfo=UTC)
+    return Span(start, start + timedelta(days=days))
+
+
+def _holiday(anchor: datetime, name: str, year: int | None) -> Span | None:
     """The holiday of that year, or the latest one begun at or before the anchor."""
-    key = name.lower().replace("’", "'")
+    key = re.sub(r"['’]", "", name.lower())
+    if year is not None:
+        return _holiday_of(key, year)
+    a = _utc(anchor)
+    this = _holiday_of(key, a.year)
+    return this if this is not None and this.start <= a else _holiday_of(key, a.year - 1)
 
-    def of(y: int) -> Span:
-        if key in ("thanksgiving", "感恩节"):
-            first = datetime(y, 11, 1, tzinfo=UTC)
-            start = first + timedelta(days=(3 - first.weekday()) % 7 + 21)
-            return Span(start, start + timedelta(days=1))
-        month, day, days = _HOLIDAYS[key]
-        start = datetime(y, month, day, tzinfo=UTC)
-        return Span(start, start + timedelta(days=days))
 
-    return of(year) if year is not None else _latest(anchor, of)
+# Thirds of a month (days 1–10, 11–20, 21–end) and of a year (January–April, May–August, September–December).
+_PARTS = {"early": 0, "beginning": 0, "start": 0, "初": 0, "上旬": 0, "mid": 1, "middle": 1, "中": 1, "中旬": 1,
+          "late": 2, "end": 2, "底": 2, "末": 2, "下旬": 2}
+
+
+def _month_part(month: Span, part: str) -> Span:
+    third = _PARTS[part.lower()]
+    start = month.start + timedelta(days=10 * third)
+    return Span(start, month.end if third == 2 else start + timedelta(days=10))
+
+
+def _year_part(year: int, part: str) -> Span:
+    if part in ("上半年", "下半年"):
+        first = 1 if part == "上半年" else 7
+        return Span(_month(year, first).start, _months_back(datetime(year, first, 1, tzinfo=UTC), -6).start)
+    third = _PARTS[part.lstrip("年").lower()]
+    return Span(_month(year, 1 + 4 * third).start, _months_back(datetime(year, 1 + 4 * third, 1, tzinfo=UTC), -4).start)
 
 
 def _last_weekday(anchor: datetime, weekday: int) -> Span:
@@ -283,6 +377,28 @@ def _resolve(kind: str, m: re.Match[str], anchor: datetime) -> Span | None:  # n
         return Span(saturday, saturday + timedelta(days=2))
     if kind == "few_days":
         return Span(_day(anchor, back=7).start, _day(anchor).end)
+    if kind == "half_month":
+        return Span(_day(anchor, back=20).start, _day(anchor, back=10).start)
+    if kind == "half_year":
+        return _months_back(anchor, 6)
+    if kind == "part_of":
+        back = 0 if g["which"].lower() == "this" else 1
+        if g["unit"].lower() == "month":
+            return _month_part(_months_back(anchor, back), g["part"])
+        return _year_part(_utc(anchor).year - back, g["part"])
+    if kind == "month_part":
+        return _month_part(_latest_month(anchor, _MONTHS[g["month"]], year), g["part"])
+    if kind == "zh_month_part":
+        if g.get("m"):
+            month = _zh_number(g["m"])
+            if month is None or not 1 <= month <= 12:
+                return None
+            return _month_part(_latest_month(anchor, month, year), g["part"])
+        back = {"上上": 2, "上": 1}.get((g.get("rel") or "").rstrip("个"), 0)
+        return _month_part(_months_back(anchor, back), g["part"])
+    if kind == "zh_year_part":
+        back = {"去": 1, "前": 2}.get(g.get("which") or "", 0)
+        return _year_part(year if year is not None else _utc(anchor).year - back, g["part"])
     if kind == "on_weekday":
         w = g["weekday"]
         weekday = _ZH_WEEKDAYS[w] if w in _ZH_WEEKDAYS else _WEEKDAYS[w.lower()]
@@ -311,6 +427,8 @@ def _resolve(kind: str, m: re.Match[str], anchor: datetime) -> Span | None:  # n
     if kind in ("year", "zh_year"):
         return _year(int(g["year"]))
     if kind == "holiday":
+        if g.get("which"):  # 去年 / 今年 / 前年
+            year = _utc(anchor).year - {"去": 1, "前": 2}.get(g["which"], 0)
         return _holiday(anchor, g["holiday"], year)
     if kind == "zh_date":
         month = _zh_number(g["m"])
@@ -329,12 +447,15 @@ _WORD = re.compile(r"[A-Za-z]+|\d{4}")
 _EN_TRIGGERS = frozenset(
     {"yesterday", "today", "tonight", "ago", "last", "this", "past", "previous", "weekend",
      "spring", "summer", "autumn", "fall", "winter", "christmas", "halloween", "thanksgiving", "valentine", "year",
-     "independence"} | set(_WEEKDAYS)
+     "independence", "other", "early", "mid", "late", "beginning", "start", "middle", "end", "easter", "mother",
+     "mothers", "father", "fathers", "memorial", "labor", "labour", "lunar", "chinese", "lantern", "dragon"}
+    | set(_WEEKDAYS)
 )
 _ZH_TRIGGER = re.compile(
     r"昨|今[天晚早日年]|去年|前[天年几]|(?:天|周|星期|礼拜|月|年)(?:以|之)?前|[上这本]个?(?:周|星期|礼拜|月)"
     r"|[周期拜][一二三四五六日天]|[\d一二三四五六七八九十]月|[春夏秋冬][天季]"
     r"|元旦|情人节|五一|劳动节|儿童节|教师节|国庆|万圣节|平安夜|圣诞|感恩节"
+    r"|[几两]天|半个?月|半年|月[初底末中]|年[初底末]|[上下]半年|[上中下]旬|春节|除夕|大年三十|元宵|清明|端午|中秋|重阳|[母父]亲节"
 )
 
 
