@@ -4,11 +4,12 @@ prefers what was written, or tells of, that time; a question naming none, and a 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from memory_pipelines.retrieval.dates import DATE_BOOST, asked_spans, dated, in_span
+from memory_pipelines.retrieval import search as search_module
+from memory_pipelines.retrieval.dates import DATE_BOOST, asked_spans, dated, in_span, span_filters
 from memory_pipelines.retrieval.filters import SearchFilters
 from memory_pipelines.retrieval.search import search
 from memory_pipelines.store.ingest import ingest_memory
@@ -202,3 +203,52 @@ def test_a_chinese_question_naming_last_month_prefers_that_months_memory(pool, f
     assert [h.id for h in hits][:2] == [june, may]
     two_months = search(pool, fake_embedder, "li", "我两个月前和家人去哪里旅游了？", filters=f).hits
     assert two_months[0].id == may
+
+
+def test_the_memories_of_a_named_time_are_read_on_their_own_so_one_pushed_out_competes(pool, fake_embedder):
+    # 60 close matches from March fill both channels' 50 candidates; June's, a little weaker, ranks under them.
+    for i in range(60):
+        remember(pool, fake_embedder, "cook", f"We cooked pasta at home, batch number {i}.",
+                 datetime(2023, 3, 1, tzinfo=UTC) + timedelta(hours=i))
+    june = remember(pool, fake_embedder, "cook",
+                    "We cooked pasta at home, the neighbours came with their two kids and a big salad bowl.",
+                    datetime(2023, 6, 10, tzinfo=UTC))
+    f = SearchFilters(as_of=ASKED)
+    asked = search(pool, fake_embedder, "cook", "what pasta did we cook at home in June?", filters=f).hits
+    assert asked[0].id == june and asked[0].extra["date_prior"] == pytest.approx(1 + DATE_BOOST)
+    # Without the time, or without the date step, it stays under them (and without the span read it is no
+    # candidate at all, so the prior alone cannot raise it: the first assertion fails on search without it).
+    plain = search(pool, fake_embedder, "cook", "what pasta did we cook at home?", filters=f).hits
+    off = search(pool, fake_embedder, "cook", "what pasta did we cook at home in June?", filters=f, dates=False).hits
+    assert june not in {h.id for h in plain} | {h.id for h in off}
+    # A span after the search's as-of time is not read: nothing from it could be found.
+    before = search(pool, fake_embedder, "cook", "what pasta did we cook at home in June?",
+                    filters=SearchFilters(as_of=datetime(2023, 5, 1, tzinfo=UTC))).hits
+    assert june not in {h.id for h in before}
+
+
+def test_a_named_time_holding_many_memories_is_not_read_on_its_own(pool, fake_embedder, monkeypatch):
+    monkeypatch.setattr(search_module, "SPAN_READ_MAX_ROWS", 60)  # March's 60 and June's one are over it
+    for i in range(60):
+        remember(pool, fake_embedder, "wide", f"We cooked pasta at home, batch number {i}.",
+                 datetime(2023, 3, 1, tzinfo=UTC) + timedelta(hours=i))
+    june = remember(pool, fake_embedder, "wide",
+                    "We cooked pasta at home, the neighbours came with their two kids and a big salad bowl.",
+                    datetime(2023, 6, 10, tzinfo=UTC))
+    f = SearchFilters(as_of=ASKED)
+    this_year = search(pool, fake_embedder, "wide", "what pasta did we cook at home this year?", filters=f).hits
+    assert june not in {h.id for h in this_year}  # 61 memories this year: the span is not read on its own
+    in_june = search(pool, fake_embedder, "wide", "what pasta did we cook at home in June?", filters=f).hits
+    assert in_june[0].id == june  # June holds one: read
+
+
+def test_span_filters_keep_the_searchs_own_time_limits():
+    f = SearchFilters(as_of=ASKED, time_range_days=30)
+    june, may = spans("in June", ASKED)[0], spans("in May", ASKED)[0]
+    (g,) = span_filters(f, [june], ASKED)
+    # June from the start of the search's 30 days (June 12th, 10:30) to its end
+    assert g.as_of == june.end
+    assert g.time_range_days == pytest.approx((june.end - (ASKED - timedelta(days=30))).total_seconds() / 86400)
+    assert span_filters(f, [may], ASKED) == []  # May ended more than 30 days before the as-of time
+    (h,) = span_filters(SearchFilters(), [june], ASKED)
+    assert h.as_of == june.end and h.time_range_days == 30

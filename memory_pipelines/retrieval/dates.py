@@ -5,7 +5,9 @@ is evidence about which memory answers, which neither channel reads (a turn of a
 "June"). So when a short question names a time (`text/times.spans`, resolved against when it is asked: the
 search's as-of time, else now), a candidate written in that span, or telling of a time inside it ("we went
 camping yesterday", resolved against its own date), scores × (1 + DATE_BOOST): a preference, not a filter, since
-the memory may have been written long after the event. A question naming no time, and a long query (a
+the memory may have been written long after the event. The memories of a narrow named time are also read on
+their own (`span_filters`; `search._memories_in_spans`), so one that better-worded memories of other months pushed
+out of the candidates still competes. A question naming no time, and a long query (a
 dialogue, whose times describe its own moment rather than what it asks for), are left as they are.
 
 On locomo_dev, 113 of the 116 gold turns of questions naming a month are dated in that month, where 36 % of
@@ -15,10 +17,12 @@ hybrid's top ten were (docs/retrieval-quality.md).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from dataclasses import replace
+from datetime import datetime, timedelta
 from typing import Any
 
 from ..text.times import Span, spans
+from .filters import SearchFilters
 from .fusion import rescored
 
 DATE_BOOST = 0.25
@@ -51,3 +55,16 @@ def dated(ranked: Sequence[Any], asked: Sequence[Span], boost: float = DATE_BOOS
 def asked_spans(query: str, long: bool, now: datetime) -> list[Span]:
     """The spans a question names, resolved against `now`; none for a long query (`text/focus.Focused.long`)."""
     return [] if long else spans(query, now)
+
+
+def span_filters(f: SearchFilters, asked: Sequence[Span], now: datetime) -> list[SearchFilters]:
+    """`f` narrowed to each span (within its own as-of time and time range); a span outside them is dropped."""
+    latest = f.as_of or now
+    earliest = latest - timedelta(days=f.time_range_days) if f.time_range_days is not None else None
+    out = []
+    for span in asked:
+        start = max(span.start, earliest) if earliest is not None else span.start
+        end = min(span.end, latest)
+        if end > start:
+            out.append(replace(f, as_of=end, time_range_days=(end - start).total_seconds() / 86400))
+    return out

@@ -21,8 +21,9 @@ from ..embeddings import Embedder, EmbeddingError
 from ..infra.db import reading
 from ..infra.errors import ValidationError
 from ..text.focus import focus
-from ..vocabulary import SEARCH_MODES
-from .dates import asked_spans, dated
+from ..text.times import Span
+from ..vocabulary import SEARCH_MODES, SOURCES
+from .dates import asked_spans, dated, span_filters
 from .exchanges import Exchanges, read_exchanges
 from .filters import SearchFilters, where_clauses
 from .fusion import FUSIONS, SEMANTIC_WEIGHT
@@ -80,7 +81,8 @@ def search(
     conversational hits (retrieval/neighbours.py). With `speakers`, a question that names one of the
     candidates' speakers is embedded without the name and prefers that speaker's turns (retrieval/speakers.py).
     With `turn_priors`, conversational turns that ask or say little score lower (retrieval/turns.py). With
-    `dates`, a short question naming a time prefers what was written, or tells of, that time (retrieval/dates.py)."""
+    `dates`, a short question naming a time prefers what was written, or tells of, that time, and reads the
+    memories of a narrow named time on their own (retrieval/dates.py)."""
     q = query if isinstance(query, Query) else Query.checked(query)
     _validate(mode, limit, min_score, fusion)
     f = (filters or SearchFilters()).validated()
@@ -104,6 +106,10 @@ def search(
         speaker, memory_qvec, sem = _without_named_speaker(
             pool, embedder, owner, text, f, depth, qvec, sem, kw, early
         )
+    now = f.as_of or datetime.now(UTC)
+    asked = asked_spans(text, focus(text).long, now) if dates and mode == "hybrid" and want_sem else []
+    if asked and "memory" in f.sources:
+        sem = _added(sem, _memories_in_spans(pool, embedder.model_name, owner, memory_qvec, f, asked, now, depth))
     if mode == "semantic" and qvec is not None:
         ranked = sem  # raw cosine similarity, as the progressive-search and advanced-search specs report it
     elif mode == "keyword" or qvec is None:
@@ -119,8 +125,8 @@ def search(
             ranked = weighed(ranked, exchanges.conversation)
         if speaker:
             ranked = boosted(ranked, speaker)
-        if dates:
-            ranked = dated(ranked, asked_spans(text, focus(text).long, f.as_of or datetime.now(UTC)))
+        if asked:
+            ranked = dated(ranked, asked)
     if min_score is not None:
         ranked = [h for h in ranked if h.score >= min_score]
     return SearchResult(
@@ -128,6 +134,39 @@ def search(
         mode=mode if qvec is not None or mode == "keyword" else "keyword",
         degraded=degraded,
     )
+
+
+SPAN_READ_MAX_ROWS = 1_000
+"""A span a question names is read on its own while it holds at most this many of the owner's memories: their
+exact scan costs a few milliseconds; a broader span's scan cost up to 50 ms at 100k memories (docs, step 7)."""
+
+
+def _memories_in_spans(
+    pool: ConnectionPool, model: str, owner: str, qvec: np.ndarray, f: SearchFilters, asked: list[Span],
+    now: datetime, depth: int,
+) -> list[Hit]:
+    """The memory source's semantic channel within each span the question names that holds few memories: one of
+    that time which the whole history's candidates pushed out still competes, and the date prior prefers it.
+    Memories only (what happened when) and the semantic channel only: the keyword channel and the other sources
+    read the same way added little and doubled the cost (docs/retrieval-quality.md, step 7)."""
+    out: list[Hit] = []
+    for g in span_filters(replace(f, sources=("memory",)), asked, now):
+        params: dict[str, Any] = {}
+        clauses = where_clauses("memory", owner, g, params)
+        with reading(pool) as conn:
+            held = conn.execute(
+                f"SELECT count(*) FROM (SELECT 1 FROM {SOURCES['memory'].from_sql} WHERE {' AND '.join(clauses)}"
+                f" LIMIT {SPAN_READ_MAX_ROWS + 1}) s", params,
+            ).fetchone()[0]
+        if 0 < held <= SPAN_READ_MAX_ROWS:
+            out += semantic_channel(pool, owner, qvec, model, g, depth)
+    return out
+
+
+def _added(hits: list[Hit], more: list[Hit]) -> list[Hit]:
+    """`hits`, then the hits of `more` it does not hold."""
+    held = {(h.source, h.id) for h in hits}
+    return hits + [h for h in more if (h.source, h.id) not in held]
 
 
 def _read_exchanges(pool: ConnectionPool, owner: str, f: SearchFilters, ranked: list[Hit]) -> Exchanges:
