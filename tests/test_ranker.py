@@ -26,7 +26,7 @@ from memory_pipelines.tuning.simulate import simulate_feature_log, write_log_row
 from tests.factories import add_auth_history, add_memory
 
 FEATURE_KEYS = {"fused", "semantic", "keyword", "keyword_evidence", "rank_semantic", "rank_keyword",
-                "neighbour_gain", "same_language", "source", "age_days"}
+                "neighbour_gain", "date_prior", "same_language", "source", "age_days"}
 
 
 class _Hit:

@@ -94,6 +94,15 @@ def test_relevance_floor_per_channel():
             Channels(None, 0.02, keyword_evidence=0.1, relevance=0.05), Channels(0.0, 0.02, keyword_evidence=0.1)]
     kept, floored = apply_floor(weak, config)
     assert kept == [weak[0]] and floored == 3
+    # Of the time the question names (search's date prior) and above zero on one channel: the time and the channel
+    # agree ("What did I do last weekend?" and last weekend's memory, whose words the question does not share). The
+    # time alone, or a channel at its zero, is not enough.
+    dated = [Channels(0.1, None, extra={"date_prior": 1.25}, relevance=0.3), Channels(0.2, None, relevance=0.2),
+             Channels(None, 0.02, keyword_evidence=0.1, extra={"date_prior": 1.25}, relevance=0.15),
+             Channels(0.0, None, extra={"date_prior": 1.25}, relevance=0.1)]
+    kept, floored = apply_floor(dated, config)
+    assert kept == dated[:3] and floored == 1  # the second ranks above the third, which clears the floor
+    assert not config.admits(0.0, None, None, 0.0, dated=True) and not config.admits(0.1, None, None, 0.0)
 
 
 def test_stored_config_without_params_reads_the_defaults():

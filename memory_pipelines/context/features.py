@@ -10,6 +10,7 @@ candidate (`retrieval_candidates.features`, sql/009):
 - `rank_semantic` / `rank_keyword`: the item's 1-based rank within its retrieval by that channel's score
   (ranked before the relevance floor, so a config's floor does not move them), null when absent;
 - `neighbour_gain`: the lift a neighbouring strong hit gave it (`retrieval/neighbours.py`), 0 if none;
+- `date_prior`: the factor search's date prior gave it (`retrieval/dates.py`), 1 if none;
 - `same_language`: the query and the item are in the same language (`text.language`);
 - `source`, `age_days`: what decay and mode weights read (kept for analysis; the ranker does not use them).
 
@@ -59,6 +60,7 @@ def candidate_features(candidates: Sequence[Retrieved], query_language: str, now
     out = []
     for c, rs, rk in zip(candidates, rank_sem, rank_kw, strict=True):
         gain = c.extra.get("neighbour_gain") if c.extra else None
+        prior = c.extra.get("date_prior") if c.extra else None
         out.append(
             {
                 "fused": float(c.relevance),
@@ -68,6 +70,7 @@ def candidate_features(candidates: Sequence[Retrieved], query_language: str, now
                 "rank_semantic": rs,
                 "rank_keyword": rk,
                 "neighbour_gain": float(gain or 0.0),
+                "date_prior": float(prior or 1.0),
                 "same_language": language(c.text) == query_language,
                 "source": c.source,
                 "age_days": (now - c.created_at).total_seconds() / 86400 if c.created_at else None,

@@ -5,8 +5,9 @@ recency and mode weights reorder relevant items but never bury them:
 
 - **floor**: a candidate enters when one of its channels clears that channel's floor on the calibrated
   scale of search (`retrieval/*.calibrate_*`: 0 is the model's floor for unrelated texts of the language
-  pair; keyword BM25 saturated), when it is a conversation turn lifted by an adjacent top hit, or when search
-  ranks it at least as high as a candidate that enters (`ranked_floor`). An empty slot is better than noise, and
+  pair; keyword BM25 saturated), when it is a conversation turn lifted by an adjacent top hit, when two signals
+  agree (both channels above their zero, or one of them and the time the question names), or when search ranks
+  it at least as high as a candidate that enters (`ranked_floor`). An empty slot is better than noise, and
   noise is what ranks below everything relevant: the floor trims the tail of search's ranking, never its middle.
 - **decay** = decay_floor + (1 − decay_floor) · exp(−age · ln 2 / half-life): an item keeps at least 80 % of its
   score however old it is.
@@ -93,12 +94,16 @@ class ScoringConfig:
         return lifted or any(v is not None and v >= self.relevance_floors.get(name, 0.0) for name, v in channels)
 
     def admits(
-        self, semantic: float | None, keyword: float | None, keyword_evidence: float | None, neighbour_gain: float
+        self, semantic: float | None, keyword: float | None, keyword_evidence: float | None, neighbour_gain: float,
+        dated: bool = False,
     ) -> bool:
         """`passes_floor` for a retrieved candidate: the keyword channel is judged by its evidence when search
         reports one (Jaccard matches have none), and any neighbour lift counts as lifted. A candidate both channels
-        found, each above its zero, passes too: their agreement is the evidence where either alone is weak."""
-        agreed = (semantic or 0.0) > 0 and (keyword_evidence or 0.0) > 0
+        found, each above its zero, passes too: their agreement is the evidence where either alone is weak; and
+        so does one of the time the question names (`dated`: search's date prior) that either channel puts above
+        its zero: the time and the channel agree."""
+        found = (semantic or 0.0) > 0, (keyword_evidence or 0.0) > 0
+        agreed = all(found) or (dated and any(found))
         return agreed or self.passes_floor(
             semantic, keyword if keyword_evidence is None else keyword_evidence, lifted=neighbour_gain > 0
         )
@@ -182,12 +187,15 @@ def ranked_floor(fused: Sequence[float], passes: Sequence[bool]) -> list[bool]:
     return [p or f >= weakest for f, p in zip(fused, passes, strict=True)]
 
 
+def _extra(c: Any) -> dict[str, Any]:
+    return getattr(c, "extra", None) or {}
+
+
 def apply_floor(candidates: Sequence[T], config: ScoringConfig) -> tuple[list[T], int]:
     """The candidates that stay under the relevance floor (`ranked_floor` on their fused relevance), and how many
     did not."""
-    passes = [config.admits(
-        c.semantic, c.keyword, c.keyword_evidence, float((getattr(c, "extra", None) or {}).get("neighbour_gain", 0.0))
-    ) for c in candidates]
+    passes = [config.admits(c.semantic, c.keyword, c.keyword_evidence, float(_extra(c).get("neighbour_gain", 0.0)),
+                            float(_extra(c).get("date_prior", 1.0)) > 1.0) for c in candidates]
     keep = ranked_floor([c.relevance for c in candidates], passes)
     kept = [c for c, k in zip(candidates, keep, strict=True) if k]
     return kept, len(candidates) - len(kept)

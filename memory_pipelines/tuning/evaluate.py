@@ -94,7 +94,8 @@ def floor_mask(cands: pd.DataFrame, config: ScoringConfig) -> np.ndarray:
     for i, (f, source, build) in enumerate(zip(cands[FEATURES], cands["source"], cands["retrieval_id"], strict=True)):
         if isinstance(f, dict) and source not in PROFILE_SOURCES:
             passes = config.admits(
-                f.get("semantic"), f.get("keyword"), f.get("keyword_evidence"), float(f.get("neighbour_gain") or 0)
+                f.get("semantic"), f.get("keyword"), f.get("keyword_evidence"), float(f.get("neighbour_gain") or 0),
+                float(f.get("date_prior") or 1.0) > 1.0,
             )
             floored.setdefault(build, []).append((i, float(f.get("fused") or 0.0), passes))
     for rows in floored.values():  # as online: search's order keeps what ranks above a candidate that clears it
