@@ -9,11 +9,19 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from memory_pipelines.retrieval import search as search_module
-from memory_pipelines.retrieval.dates import DATE_BOOST, asked_spans, dated, in_span, span_filters
+from memory_pipelines.retrieval.dates import (
+    DATE_ALONE_BOOST,
+    DATE_BOOST,
+    asked_spans,
+    date_boost,
+    dated,
+    in_span,
+    span_filters,
+)
 from memory_pipelines.retrieval.filters import SearchFilters
 from memory_pipelines.retrieval.search import search
 from memory_pipelines.store.ingest import ingest_memory
-from memory_pipelines.text.times import spans
+from memory_pipelines.text.times import spans, without_times
 
 ASKED = datetime(2023, 7, 12, 10, 30, tzinfo=UTC)  # a Wednesday
 
@@ -252,3 +260,22 @@ def test_span_filters_keep_the_searchs_own_time_limits():
     assert span_filters(f, [may], ASKED) == []  # May ended more than 30 days before the as-of time
     (h,) = span_filters(SearchFilters(), [june], ASKED)
     assert h.as_of == june.end and h.time_range_days == 30
+
+
+@pytest.mark.parametrize(("question", "alone"), [
+    ("What did we talk about on May 3?", True),
+    ("Do you remember what I said yesterday?", True),
+    ("我5月3号跟你聊了些什么？", True),
+    ("昨天发生了什么？", True),
+    ("What did I cook last week?", False),  # cooking is evidence beside the time
+    ("When did Melanie go camping in June?", False),
+    ("我上个月去哪儿旅游了？", False),
+])
+def test_a_question_asking_only_what_happened_then_weighs_its_time_more(question, alone):
+    assert date_boost(question, ASKED) == (DATE_ALONE_BOOST if alone else DATE_BOOST)
+
+
+def test_without_times_takes_the_expressions_out():
+    kept = without_times("What did we talk about on May 3?", ASKED).split()
+    assert kept == ["What", "did", "we", "talk", "about", "on", "?"]
+    assert without_times("no time here", ASKED) == "no time here"

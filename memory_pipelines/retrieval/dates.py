@@ -21,11 +21,20 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..text.times import Span, spans
+from ..text.keywords import keyword_terms, word_forms
+from ..text.times import Span, spans, without_times
 from .filters import SearchFilters
 from .fusion import rescored
 
 DATE_BOOST = 0.25
+DATE_ALONE_BOOST = 1.0
+"""The prior when the time is all a question asks about ("What did we talk about on May 3?"): its other words say
+only that something was said or happened, so the time weighs as much as the channels' whole score."""
+# Words that ask what happened, besides the time: a question holding no other term asks only about its time.
+_HAPPENED = word_forms("""
+    tell told say said talk chat discuss do did happen remember mention
+    聊 聊天 说 讲 谈 提到 发生 做 干 记得 那天 那时 事 事情
+""")
 TOLD_TOP = 30  # the candidates whose own texts are read for times: reading one costs 25-250 µs
 TOLD_CHARS = 1_000  # of a long text only the start is read: the bound on a long document's cost
 
@@ -68,3 +77,10 @@ def span_filters(f: SearchFilters, asked: Sequence[Span], now: datetime) -> list
         if end > start:
             out.append(replace(f, as_of=end, time_range_days=(end - start).total_seconds() / 86400))
     return out
+
+
+def date_boost(query: str, now: datetime) -> float:
+    """`DATE_ALONE_BOOST` for a question that asks only what happened at the time it names (no term beyond the
+    time and `_HAPPENED`), else `DATE_BOOST`."""
+    rest = keyword_terms(without_times(query, now))
+    return DATE_ALONE_BOOST if all(t in _HAPPENED for t in rest) else DATE_BOOST

@@ -471,6 +471,21 @@ def spans(text: str, anchor: datetime) -> list[Span]:
     """The spans of time `text` names, resolved against `anchor`, in the order they are written; an expression
     that overlaps one read before it ("in July" of "in July 2023") is skipped: the patterns go from the most
     specific to the least."""
+    return [span for _s, _e, span in expressions(text, anchor)]
+
+
+def without_times(text: str, anchor: datetime) -> str:
+    """`text` with the time expressions `spans` reads taken out ("What did we talk about on May 3?" → "What did
+    we talk about  ?")."""
+    out, at = [], 0
+    for start, end, _ in expressions(text, anchor):
+        out.append(text[at:start])
+        at = end
+    return " ".join([*out, text[at:]])
+
+
+def expressions(text: str, anchor: datetime) -> list[tuple[int, int, Span]]:
+    """(start, end, span) of every time expression of `text`, in the order written (see `spans`)."""
     found: list[tuple[int, int, Span]] = []
     if not _may_hold_time(text):
         return []
@@ -481,4 +496,4 @@ def spans(text: str, anchor: datetime) -> list[Span]:
             span = _resolve(kind, m, anchor)
             if span is not None:
                 found.append((m.start(), m.end(), span))
-    return [span for _s, _e, span in sorted(found, key=lambda f: f[0])]
+    return sorted(found, key=lambda f: f[0])
