@@ -10,10 +10,9 @@ import pytest
 
 from memory_pipelines.retrieval import search as search_module
 from memory_pipelines.retrieval.dates import (
-    DATE_ALONE_BOOST,
     DATE_BOOST,
     asked_spans,
-    date_boost,
+    asks_only_when,
     dated,
     in_span,
     span_filters,
@@ -271,8 +270,22 @@ def test_span_filters_keep_the_searchs_own_time_limits():
     ("When did Melanie go camping in June?", False),
     ("我上个月去哪儿旅游了？", False),
 ])
-def test_a_question_asking_only_what_happened_then_weighs_its_time_more(question, alone):
-    assert date_boost(question, ASKED) == (DATE_ALONE_BOOST if alone else DATE_BOOST)
+def test_a_question_asking_only_what_happened_then_is_told_apart(question, alone):
+    assert asks_only_when(question, ASKED) is alone
+
+
+def test_a_question_only_about_its_time_ranks_that_times_memories_first():
+    may3 = spans("on May 3", ASKED)
+    ranked = [
+        H("other-day-strong", 0.30, datetime(2023, 5, 4, 12, tzinfo=UTC)),  # a stray keyword match
+        H("other-day", 0.12, datetime(2023, 5, 5, 12, tzinfo=UTC)),
+        H("may3-a", 0.05, datetime(2023, 5, 3, 12, tzinfo=UTC)),
+        H("may3-b", 0.02, datetime(2023, 5, 3, 13, tzinfo=UTC)),
+    ]
+    assert [h.id for h in dated(ranked, may3)][:2] == ["other-day-strong", "other-day"]  # × 1.25 is not enough
+    first = dated(ranked, may3, first=True)
+    assert [h.id for h in first] == ["may3-a", "may3-b", "other-day-strong", "other-day"]
+    assert first[0].score == pytest.approx(0.05 * (1 + DATE_BOOST) + 0.30) and first[2].score == 0.30
 
 
 def test_without_times_takes_the_expressions_out():

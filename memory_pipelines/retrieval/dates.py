@@ -27,9 +27,6 @@ from .filters import SearchFilters
 from .fusion import rescored
 
 DATE_BOOST = 0.25
-DATE_ALONE_BOOST = 1.0
-"""The prior when the time is all a question asks about ("What did we talk about on May 3?"): its other words say
-only that something was said or happened, so the time weighs as much as the channels' whole score."""
 # Words that ask what happened, besides the time: a question holding no other term asks only about its time.
 _HAPPENED = word_forms("""
     tell told say said talk chat discuss do did happen remember mention
@@ -51,13 +48,16 @@ def in_span(hit: Any, asked: Sequence[Span], read_text: bool = True) -> bool:
     return any(t.within(a) for t in told for a in asked)
 
 
-def dated(ranked: Sequence[Any], asked: Sequence[Span], boost: float = DATE_BOOST) -> list[Any]:
-    """`ranked` with the hits `in_span` of the question's spans scored × (1 + boost), re-sorted; the texts of the
-    first TOLD_TOP only are read for times. Pure."""
+def dated(ranked: Sequence[Any], asked: Sequence[Span], boost: float = DATE_BOOST, first: bool = False) -> list[Any]:
+    """`ranked` with the hits `in_span` of the question's spans scored × (1 + boost), re-sorted; with `first` (a
+    question only about its time: `asks_only_when`) they also take the best other hit's score on top, so they all
+    rank before the rest, in their own order. The texts of the first TOLD_TOP only are read for times. Pure."""
     if not asked:
         return list(ranked)
-    out = [rescored(h, score=h.score * (1.0 + boost), extra={**(h.extra or {}), "date_prior": 1.0 + boost})
-           if in_span(h, asked, read_text=i < TOLD_TOP) else h for i, h in enumerate(ranked)]
+    held = [in_span(h, asked, read_text=i < TOLD_TOP) for i, h in enumerate(ranked)]
+    lead = max((h.score for h, hit in zip(ranked, held, strict=True) if not hit), default=0.0) if first else 0.0
+    out = [rescored(h, score=h.score * (1.0 + boost) + lead, extra={**(h.extra or {}), "date_prior": 1.0 + boost})
+           if hit else h for h, hit in zip(ranked, held, strict=True)]
     return sorted(out, key=lambda h: (-h.score, h.source, h.id))
 
 
@@ -79,8 +79,8 @@ def span_filters(f: SearchFilters, asked: Sequence[Span], now: datetime) -> list
     return out
 
 
-def date_boost(query: str, now: datetime) -> float:
-    """`DATE_ALONE_BOOST` for a question that asks only what happened at the time it names (no term beyond the
-    time and `_HAPPENED`), else `DATE_BOOST`."""
-    rest = keyword_terms(without_times(query, now))
-    return DATE_ALONE_BOOST if all(t in _HAPPENED for t in rest) else DATE_BOOST
+def asks_only_when(query: str, now: datetime) -> bool:
+    """Whether the question asks only what happened at the time it names: no term beyond the time and
+    `_HAPPENED` ("What did we talk about on May 3?", "昨天发生了什么？"). Its channels' scores then say next to
+    nothing about which memory answers: the memories of that time do."""
+    return all(t in _HAPPENED for t in keyword_terms(without_times(query, now)))

@@ -23,7 +23,7 @@ from ..infra.errors import ValidationError
 from ..text.focus import focus
 from ..text.times import Span
 from ..vocabulary import SEARCH_MODES, SOURCES
-from .dates import asked_spans, date_boost, dated, span_filters
+from .dates import asked_spans, asks_only_when, dated, span_filters
 from .exchanges import Exchanges, read_exchanges
 from .filters import SearchFilters, where_clauses
 from .fusion import FUSIONS, SEMANTIC_WEIGHT
@@ -126,7 +126,7 @@ def search(
         if speaker:
             ranked = boosted(ranked, speaker)
         if asked:
-            ranked = dated(ranked, asked, date_boost(text, now))
+            ranked = dated(ranked, asked, first=asks_only_when(text, now))
     if min_score is not None:
         ranked = [h for h in ranked if h.score >= min_score]
     return SearchResult(
