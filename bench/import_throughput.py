@@ -55,7 +55,7 @@ RESULTS = Path(__file__).parent / "results" / "import_throughput.json"
 CLI = [str(Path(sys.executable).with_name("memory-pipelines"))]
 FLOOR_RATIO, FLOOR_ROWS_PER_SECOND = 20.0, 2_000.0
 PROFILED = ("import_rows", "prepare_row", "derive_keys", "write_items", "validate_items", "_stage", "_upsert",
-            "index_items", "index_rows", "term_counts", "refresh_stats")
+            "index_items", "index_rows", "keyword_counts", "refresh_stats")
 
 
 def postgres_processes() -> list[psutil.Process]:

@@ -212,14 +212,21 @@ def test_a_chinese_question_naming_last_month_prefers_that_months_memory(pool, f
     assert two_months[0].id == may
 
 
-def test_the_memories_of_a_named_time_are_read_on_their_own_so_one_pushed_out_competes(pool, fake_embedder):
-    # 60 close matches from March fill both channels' 50 candidates; June's, a little weaker, ranks under them.
+JUNE_PASTA = "We cooked pasta at home, the neighbours came with their two kids and a big salad bowl."
+
+
+def pasta_in_march_and_june(pool, embedder, owner: str, june_texts: list[str]) -> list[str]:
+    """60 close matches from March, which fill both channels' 50 candidates, and a little weaker June ones, which
+    rank under them; the June memories' ids."""
     for i in range(60):
-        remember(pool, fake_embedder, "cook", f"We cooked pasta at home, batch number {i}.",
+        remember(pool, embedder, owner, f"We cooked pasta at home, batch number {i}.",
                  datetime(2023, 3, 1, tzinfo=UTC) + timedelta(hours=i))
-    june = remember(pool, fake_embedder, "cook",
-                    "We cooked pasta at home, the neighbours came with their two kids and a big salad bowl.",
-                    datetime(2023, 6, 10, tzinfo=UTC))
+    return [remember(pool, embedder, owner, text, datetime(2023, 6, 10 + i, tzinfo=UTC))
+            for i, text in enumerate(june_texts)]
+
+
+def test_the_memories_of_a_named_time_are_read_on_their_own_so_one_pushed_out_competes(pool, fake_embedder):
+    (june,) = pasta_in_march_and_june(pool, fake_embedder, "cook", [JUNE_PASTA])
     f = SearchFilters(as_of=ASKED)
     asked = search(pool, fake_embedder, "cook", "what pasta did we cook at home in June?", filters=f).hits
     assert asked[0].id == june and asked[0].extra["date_prior"] == pytest.approx(1 + DATE_BOOST)
@@ -234,19 +241,13 @@ def test_the_memories_of_a_named_time_are_read_on_their_own_so_one_pushed_out_co
     assert june not in {h.id for h in before}
 
 
-def test_a_named_time_holding_many_memories_is_not_read_on_its_own(pool, fake_embedder, monkeypatch):
-    monkeypatch.setattr(search_module, "SPAN_READ_MAX_ROWS", 60)  # March's 60 and June's one are over it
-    for i in range(60):
-        remember(pool, fake_embedder, "wide", f"We cooked pasta at home, batch number {i}.",
-                 datetime(2023, 3, 1, tzinfo=UTC) + timedelta(hours=i))
-    june = remember(pool, fake_embedder, "wide",
-                    "We cooked pasta at home, the neighbours came with their two kids and a big salad bowl.",
-                    datetime(2023, 6, 10, tzinfo=UTC))
+def test_a_named_time_holding_more_memories_than_the_cap_is_not_read_on_its_own(pool, fake_embedder, monkeypatch):
+    june = pasta_in_march_and_june(pool, fake_embedder, "wide", [JUNE_PASTA, JUNE_PASTA + " Again."])
     f = SearchFilters(as_of=ASKED)
-    this_year = search(pool, fake_embedder, "wide", "what pasta did we cook at home this year?", filters=f).hits
-    assert june not in {h.id for h in this_year}  # 61 memories this year: the span is not read on its own
-    in_june = search(pool, fake_embedder, "wide", "what pasta did we cook at home in June?", filters=f).hits
-    assert in_june[0].id == june  # June holds one: read
+    question = "what pasta did we cook at home in June?"
+    assert search(pool, fake_embedder, "wide", question, filters=f).hits[0].id in june  # two: read
+    monkeypatch.setattr(search_module, "SPAN_READ_MAX_ROWS", 1)
+    assert not set(june) & {h.id for h in search(pool, fake_embedder, "wide", question, filters=f).hits}
 
 
 def test_span_filters_keep_the_searchs_own_time_limits():

@@ -30,6 +30,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 
 from .lunar_dates import festival
 
@@ -151,10 +152,10 @@ _EN: list[tuple[re.Pattern[str], str]] = [(re.compile(p, f), kind) for p, f, kin
 _ZH_DIGITS = {"零": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
 _ZH_NUM = r"(?P<n>\d{1,3}|[一二两三四五六七八九十]{1,3})"
 # [2023年]5月[8日]: a month is not "三个月" (a duration); a day may be written 二十五.
-_ZH_DATE = (r"(?:(?P<year>(?:19|20)\d\d)年)?(?<![个\d一二两三四五六七八九十])"
-            r"(?P<m>\d{1,2}|十[一二]?|[一二三四五六七八九])月份?"
-            r"(?:(?P<d>\d{1,2}|[一二三]?十[一二三四五六七八九]?|[一二三四五六七八九])[日号])?")
 _ZH_MONTH = r"(?P<m>\d{1,2}|十[一二]?|[一二三四五六七八九])"
+_ZH_DATE = (r"(?:(?P<year>(?:19|20)\d\d)年)?(?<![个\d一二两三四五六七八九十])" + _ZH_MONTH + "月份?"
+            r"(?:(?P<d>\d{1,2}|[一二三]?十[一二三四五六七八九]?|[一二三四五六七八九])[日号])?")
+_ZH_YEARS_BACK = {"今": 0, "去": 1, "前": 2}  # 今年 / 去年 / 前年
 # 月初 / 上旬 …, and 月中 only where 中 ends the word (月中旬, 月中的, not 5月中国…)
 _ZH_PART = r"(?P<part>初|上旬|中旬|下旬|底|末|中(?=[的时左，。,.？?！!\s]|$))"
 _ZH_WEEKDAYS = {"一": 0, "二": 1, "三": 2, "四": 3, "五": 4, "六": 5, "日": 6, "天": 6}
@@ -228,11 +229,14 @@ _SEASONS = {"spring": 3, "summer": 6, "autumn": 9, "fall": 9, "winter": 12,
             "春天": 3, "夏天": 6, "秋天": 9, "冬天": 12, "春季": 3, "夏季": 6, "秋季": 9, "冬季": 12}
 
 
-def _latest(anchor: datetime, of: Callable[[int], Span]) -> Span:
-    """`of` the anchor's year if it has begun by the anchor, else of the year before."""
+_S = TypeVar("_S", Span, Span | None)
+
+
+def _latest(anchor: datetime, of: Callable[[int], _S]) -> _S:
+    """`of` the anchor's year if it has begun by the anchor, else of the year before (None where `of` has none)."""
     a = _utc(anchor)
     this = of(a.year)
-    return this if this.start <= a else of(a.year - 1)
+    return this if this is not None and this.start <= a else of(a.year - 1)
 
 
 def _season(anchor: datetime, first_month: int, which: str | None, year: int | None) -> Span:
@@ -250,7 +254,7 @@ def _season(anchor: datetime, first_month: int, which: str | None, year: int | N
     if which in ("this", "今年"):
         return of(a.year)
     if which in ("去年", "前年"):
-        return of(a.year - (1 if which == "去年" else 2))
+        return of(a.year - _ZH_YEARS_BACK[which[0]])
     latest = _latest(a, of)
     if which in ("last", "previous", "past") and latest.end > a:
         return of(latest.start.year - 1)
@@ -328,11 +332,7 @@ def _holiday_of(key: str, year: int) -> Span | None:
 def _holiday(anchor: datetime, name: str, year: int | None) -> Span | None:
     """The holiday of that year, or the latest one begun at or before the anchor."""
     key = re.sub(r"['’]", "", name.lower())
-    if year is not None:
-        return _holiday_of(key, year)
-    a = _utc(anchor)
-    this = _holiday_of(key, a.year)
-    return this if this is not None and this.start <= a else _holiday_of(key, a.year - 1)
+    return _holiday_of(key, year) if year is not None else _latest(anchor, lambda y: _holiday_of(key, y))
 
 
 # Thirds of a month (days 1–10, 11–20, 21–end) and of a year (January–April, May–August, September–December).
@@ -347,11 +347,9 @@ def _month_part(month: Span, part: str) -> Span:
 
 
 def _year_part(year: int, part: str) -> Span:
-    if part in ("上半年", "下半年"):
-        first = 1 if part == "上半年" else 7
-        return Span(_month(year, first).start, _months_back(datetime(year, first, 1, tzinfo=UTC), -6).start)
-    third = _PARTS[part.lstrip("年").lower()]
-    return Span(_month(year, 1 + 4 * third).start, _months_back(datetime(year, 1 + 4 * third, 1, tzinfo=UTC), -4).start)
+    first, months = ((1 if part == "上半年" else 7), 6) if part.endswith("半年") else (
+        1 + 4 * _PARTS[part.lstrip("年").lower()], 4)
+    return Span(_month(year, first).start, _month(year, first + months - 1).end)
 
 
 def _last_weekday(anchor: datetime, weekday: int) -> Span:
@@ -397,7 +395,7 @@ def _resolve(kind: str, m: re.Match[str], anchor: datetime) -> Span | None:  # n
         back = {"上上": 2, "上": 1}.get((g.get("rel") or "").rstrip("个"), 0)
         return _month_part(_months_back(anchor, back), g["part"])
     if kind == "zh_year_part":
-        back = {"去": 1, "前": 2}.get(g.get("which") or "", 0)
+        back = _ZH_YEARS_BACK.get(g.get("which") or "", 0)
         return _year_part(year if year is not None else _utc(anchor).year - back, g["part"])
     if kind == "on_weekday":
         w = g["weekday"]
@@ -428,7 +426,7 @@ def _resolve(kind: str, m: re.Match[str], anchor: datetime) -> Span | None:  # n
         return _year(int(g["year"]))
     if kind == "holiday":
         if g.get("which"):  # 去年 / 今年 / 前年
-            year = _utc(anchor).year - {"去": 1, "前": 2}.get(g["which"], 0)
+            year = _utc(anchor).year - _ZH_YEARS_BACK[g["which"]]
         return _holiday(anchor, g["holiday"], year)
     if kind == "zh_date":
         month = _zh_number(g["m"])
