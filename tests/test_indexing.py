@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
+import psycopg
+
 from memory_pipelines.embeddings import FakeEmbedder
 from memory_pipelines.index.keywords import index_all, index_source
-from memory_pipelines.index.vectors import LOADERS, embed_all, embed_source, pending_total
+from memory_pipelines.index.vectors import LOADERS, embed_all, embed_source, finish_memories, pending_total
 from memory_pipelines.text.keywords import terms
 from tests.factories import add_learning, add_memory, add_task
 
@@ -45,6 +50,55 @@ def test_embeds_everything_once(pool, fake_embedder):
     with pool.connection() as conn:
         status = conn.execute("SELECT embedding_status, avg_embedding IS NOT NULL FROM memories").fetchone()
     assert status == ("done", True)
+
+
+def _waiting_on_a_lock(pool, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with pool.connection() as conn:
+            if conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                            " AND datname = current_database()").fetchone()[0]:
+                return True
+        time.sleep(0.05)
+    return False
+
+
+def test_finishing_memories_locks_them_in_id_order_so_parallel_loaders_queue_instead_of_deadlocking(
+    pool, fake_embedder
+):
+    with pool.connection() as conn:
+        ids = sorted(add_memory(conn, "alice", f"memory {i} about the night train") for i in range(12))
+    embed_source(pool, fake_embedder, "fragment")
+    with pool.connection() as conn:
+        for memory_id in reversed(ids):  # rewritten last id first: the heap now runs against id order
+            conn.execute("UPDATE memories SET embedding_status = 'pending' WHERE id = %s", (memory_id,))
+    blocker = psycopg.connect(pool.conninfo)
+    blocker.execute("SELECT 1 FROM memories WHERE id = %s FOR UPDATE", (ids[-1],))
+    finished: list[int] = []
+
+    def finish() -> None:
+        with pool.connection() as conn:
+            finished.append(finish_memories(conn, fake_embedder.model_name))
+
+    loader = threading.Thread(target=finish)
+    loader.start()
+    try:
+        assert _waiting_on_a_lock(pool)
+        held = []
+        with psycopg.connect(pool.conninfo, autocommit=True) as probe:
+            for memory_id in ids[:-1]:
+                try:
+                    probe.execute("SELECT 1 FROM memories WHERE id = %s FOR NO KEY UPDATE NOWAIT", (memory_id,))
+                except psycopg.errors.LockNotAvailable:
+                    held.append(memory_id)
+        assert held == ids[:-1]  # every lower id taken before it waits for the last one
+    finally:
+        blocker.commit()
+        blocker.close()
+        loader.join(timeout=30)
+    assert finished == [12]
+    with pool.connection() as conn:
+        assert conn.execute("SELECT count(*) FROM memories WHERE embedding_status = 'done'").fetchone()[0] == 12
 
 
 def test_killed_run_resumes_without_redoing_work(pool):

@@ -123,20 +123,29 @@ def _write_batch(
         return cur.rowcount
 
 
-def finish_memories(conn: psycopg.Connection, model: str) -> int:
+def finish_memories(conn: psycopg.Connection, model: str, fragment_ids: Sequence[str] | None = None) -> int:
     """Set the memory vector (mean of its own fragments' vectors, not the context fragment's) of memories
-    whose fragments are all embedded."""
+    whose fragments are all embedded: of the memories of `fragment_ids` only (a loader's batch), else of all.
+
+    The rows are locked in id order before the update: parallel loaders finishing overlapping memories then
+    queue behind each other, where two updates taking the same rows in different orders deadlocked."""
     cur = conn.execute(
-        "UPDATE memories m SET avg_embedding = s.v, embedding_model = %(model)s, embedding_status = 'done',"
+        "WITH ready AS ("
+        "  SELECT f.memory_id, avg(f.embedding) FILTER (WHERE NOT f.with_context) AS v FROM fragments f"
+        "  JOIN memories mm ON mm.id = f.memory_id"
+        "  WHERE (mm.embedding_status <> 'done' OR mm.embedding_model IS DISTINCT FROM %(model)s)"
+        "    AND (%(fragments)s::text[] IS NULL"
+        "         OR mm.id IN (SELECT memory_id FROM fragments WHERE id = ANY(%(fragments)s::text[])))"
+        "  GROUP BY f.memory_id"
+        "  HAVING bool_and(f.embedding IS NOT NULL AND f.embedding_model = %(model)s"
+        "                  AND f.embedded_hash = f.content_hash)),"
+        " locked AS (SELECT m.id FROM memories m JOIN ready r ON r.memory_id = m.id"
+        "            ORDER BY m.id FOR NO KEY UPDATE OF m)"
+        " UPDATE memories m SET avg_embedding = s.v, embedding_model = %(model)s, embedding_status = 'done',"
         " embedded_hash = m.content_hash, embedded_at = now()"
-        " FROM (SELECT f.memory_id, avg(f.embedding) FILTER (WHERE NOT f.with_context) AS v FROM fragments f"
-        "       JOIN memories mm ON mm.id = f.memory_id"
-        "       WHERE mm.embedding_status <> 'done' OR mm.embedding_model IS DISTINCT FROM %(model)s"
-        "       GROUP BY f.memory_id"
-        "       HAVING bool_and(f.embedding IS NOT NULL AND f.embedding_model = %(model)s"
-        "                       AND f.embedded_hash = f.content_hash)) s"
+        " FROM ready s JOIN locked l ON l.id = s.memory_id"
         " WHERE m.id = s.memory_id",
-        {"model": model},
+        {"model": model, "fragments": list(fragment_ids) if fragment_ids is not None else None},
     )
     return cur.rowcount
 
@@ -219,7 +228,7 @@ def _load(
                 result.embedded += _write_batch(conn, source, rows, vectors, model)
                 result.owners.update(r[3] for r in rows)
                 if source_name == "fragment":
-                    finish_memories(conn, model)
+                    finish_memories(conn, model, [r[0] for r in rows])
             result.batches += 1
             if progress:
                 progress(len(rows))
