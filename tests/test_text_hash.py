@@ -14,6 +14,7 @@ import numpy as np
 import psycopg
 
 from memory_pipelines.embeddings import FakeEmbedder
+from memory_pipelines.embeddings.base import to_array
 from memory_pipelines.index.keywords import index_all, index_rows, index_source, keyword_staleness
 from memory_pipelines.index.vectors import count_pending, embed_all, embed_source
 from memory_pipelines.infra.db import connect, get_pool
@@ -59,6 +60,15 @@ def _pending(pool, model: str) -> dict[str, int]:
 def _stale_keywords(pool) -> dict[str, int]:
     with pool.connection() as conn:
         return {name: keyword_staleness(conn, name)["stale"] for name in INDEXED_NAMES}
+
+
+def _memory_vector_is_its_fragments_mean(pool, memory_id: str) -> bool:
+    with pool.connection() as conn:
+        own = [to_array(r[0]) for r in conn.execute(
+            "SELECT embedding FROM fragments WHERE memory_id = %s AND NOT with_context", (memory_id,))]
+        vector = to_array(conn.execute("SELECT avg_embedding FROM memories WHERE id = %s", (memory_id,)).fetchone()[0])
+    mean = np.mean(own, axis=0)
+    return bool(np.allclose(vector / np.linalg.norm(vector), mean / np.linalg.norm(mean), atol=1e-5))
 
 
 def _seed(pool) -> dict[str, str]:
@@ -166,6 +176,8 @@ def test_project_rename_and_memory_edit_reembed_their_fragments(pool, fake_embed
     rec = RecordingEmbedder()
     assert embed_source(pool, rec, "fragment").embedded == apollo == len(rec.seen)
     assert all("[Apollo Platform · insight · " in text for text in rec.seen)
+    for memory in (ids["mem_a"], ids["mem_a2"]):  # each memory's vector is its fragments' new mean
+        assert _memory_vector_is_its_fragments_mean(pool, memory)
     assert index_source(pool, "fragment").indexed == apollo
     with pool.connection() as conn:
         terms = {r[0] for r in conn.execute(

@@ -123,30 +123,45 @@ def _write_batch(
         return cur.rowcount
 
 
-def finish_memories(conn: psycopg.Connection, model: str, fragment_ids: Sequence[str] | None = None) -> int:
-    """Set the memory vector (mean of its own fragments' vectors, not the context fragment's) of memories
-    whose fragments are all embedded: of the memories of `fragment_ids` only (a loader's batch), else of all.
+# The mean of a memory's own fragments' vectors (not the context fragment's), for memories picked by `{which}`
+# whose fragments are all embedded from their current text.
+_READY_MEMORIES = (
+    "SELECT f.memory_id, avg(f.embedding) FILTER (WHERE NOT f.with_context) AS v FROM fragments f"
+    " JOIN memories mm ON mm.id = f.memory_id WHERE {which} GROUP BY f.memory_id"
+    " HAVING bool_and(f.embedding IS NOT NULL AND f.embedding_model = %(model)s AND f.embedded_hash = f.content_hash)"
+)
+_SET_MEMORY_VECTOR = (
+    "UPDATE memories m SET avg_embedding = s.v, embedding_model = %(model)s, embedding_status = 'done',"
+    " embedded_hash = m.content_hash, embedded_at = now()"
+)
 
-    The rows are locked in id order before the update: parallel loaders finishing overlapping memories then
-    queue behind each other, where two updates taking the same rows in different orders deadlocked."""
-    cur = conn.execute(
-        "WITH ready AS ("
-        "  SELECT f.memory_id, avg(f.embedding) FILTER (WHERE NOT f.with_context) AS v FROM fragments f"
-        "  JOIN memories mm ON mm.id = f.memory_id"
-        "  WHERE (mm.embedding_status <> 'done' OR mm.embedding_model IS DISTINCT FROM %(model)s)"
-        "    AND (%(fragments)s::text[] IS NULL"
-        "         OR mm.id IN (SELECT memory_id FROM fragments WHERE id = ANY(%(fragments)s::text[])))"
-        "  GROUP BY f.memory_id"
-        "  HAVING bool_and(f.embedding IS NOT NULL AND f.embedding_model = %(model)s"
-        "                  AND f.embedded_hash = f.content_hash)),"
-        " locked AS (SELECT m.id FROM memories m JOIN ready r ON r.memory_id = m.id"
-        "            ORDER BY m.id FOR NO KEY UPDATE OF m)"
-        " UPDATE memories m SET avg_embedding = s.v, embedding_model = %(model)s, embedding_status = 'done',"
-        " embedded_hash = m.content_hash, embedded_at = now()"
-        " FROM ready s JOIN locked l ON l.id = s.memory_id"
-        " WHERE m.id = s.memory_id",
-        {"model": model, "fragments": list(fragment_ids) if fragment_ids is not None else None},
-    )
+
+def finish_memories(conn: psycopg.Connection, model: str, fragment_ids: Sequence[str] | None = None) -> int:
+    """Set the memory vector (mean of its own fragments' vectors, not the context fragment's) of memories whose
+    fragments are all embedded: every memory not done, or the memories of `fragment_ids` (a loader's batch),
+    done or not, since fragments embedded again (a renamed project, an edited speaker) change their mean.
+
+    Rows are locked in id order before they are read: parallel loaders finishing the same memories queue instead
+    of deadlocking, and a batch's memories are locked in a statement of their own, so the loader that waited
+    reads the other's fragments, committed by then (else each could miss the other's half of a memory)."""
+    if fragment_ids is None:
+        ready = _READY_MEMORIES.format(
+            which="mm.embedding_status <> 'done' OR mm.embedding_model IS DISTINCT FROM %(model)s")
+        cur = conn.execute(
+            f"WITH ready AS ({ready}), locked AS (SELECT m.id FROM memories m JOIN ready r ON r.memory_id = m.id"
+            " ORDER BY m.id FOR NO KEY UPDATE OF m)"
+            f" {_SET_MEMORY_VECTOR} FROM ready s JOIN locked l ON l.id = s.memory_id WHERE m.id = s.memory_id",
+            {"model": model},
+        )
+        return cur.rowcount
+    ids = [r[0] for r in conn.execute(
+        "SELECT id FROM memories WHERE id IN (SELECT memory_id FROM fragments WHERE id = ANY(%s::text[]))"
+        " ORDER BY id FOR NO KEY UPDATE", (list(fragment_ids),)).fetchall()]
+    if not ids:
+        return 0
+    ready = _READY_MEMORIES.format(which="mm.id = ANY(%(ids)s::text[])")
+    cur = conn.execute(f"WITH ready AS ({ready}) {_SET_MEMORY_VECTOR} FROM ready s WHERE m.id = s.memory_id",
+                       {"model": model, "ids": ids})
     return cur.rowcount
 
 
