@@ -187,15 +187,17 @@ def ranked_floor(fused: Sequence[float], passes: Sequence[bool]) -> list[bool]:
     return [p or f >= weakest for f, p in zip(fused, passes, strict=True)]
 
 
-def _extra(c: Any) -> dict[str, Any]:
-    return getattr(c, "extra", None) or {}
+def _admitted(c: Any, config: ScoringConfig) -> bool:
+    """`config.admits` for a retrieved candidate, its lift and date prior read from search's `extra`."""
+    extra = getattr(c, "extra", None) or {}
+    return config.admits(c.semantic, c.keyword, c.keyword_evidence, float(extra.get("neighbour_gain", 0.0)),
+                         float(extra.get("date_prior", 1.0)) > 1.0)
 
 
 def apply_floor(candidates: Sequence[T], config: ScoringConfig) -> tuple[list[T], int]:
     """The candidates that stay under the relevance floor (`ranked_floor` on their fused relevance), and how many
     did not."""
-    passes = [config.admits(c.semantic, c.keyword, c.keyword_evidence, float(_extra(c).get("neighbour_gain", 0.0)),
-                            float(_extra(c).get("date_prior", 1.0)) > 1.0) for c in candidates]
+    passes = [_admitted(c, config) for c in candidates]
     keep = ranked_floor([c.relevance for c in candidates], passes)
     kept = [c for c, k in zip(candidates, keep, strict=True) if k]
     return kept, len(candidates) - len(kept)

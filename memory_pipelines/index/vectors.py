@@ -141,9 +141,9 @@ def finish_memories(conn: psycopg.Connection, model: str, fragment_ids: Sequence
     fragments are all embedded: every memory not done, or the memories of `fragment_ids` (a loader's batch),
     done or not, since fragments embedded again (a renamed project, an edited speaker) change their mean.
 
-    Rows are locked in id order before they are read: parallel loaders finishing the same memories queue instead
-    of deadlocking, and a batch's memories are locked in a statement of their own, so the loader that waited
-    reads the other's fragments, committed by then (else each could miss the other's half of a memory)."""
+    Rows are locked in id order: parallel loaders finishing the same memories queue instead of deadlocking. A
+    batch's memories are locked in a statement of their own, before their fragments are read, so of two loaders
+    holding halves of one memory the one that waited reads the other's half, committed by then."""
     if fragment_ids is None:
         ready = _READY_MEMORIES.format(
             which="mm.embedding_status <> 'done' OR mm.embedding_model IS DISTINCT FROM %(model)s")
@@ -348,7 +348,7 @@ def embed_buckets(
                 pool, embedder, source_name, batch_size=batch_size, bucket=part[0], buckets=part[1],
                 max_consecutive_failures=max_consecutive_failures, progress=progress,
             ), parts))
-        if source_name == "fragment":  # parallel loaders each saw only their own part of a memory's fragments
+        if source_name == "fragment":  # memories pending with nothing left to embed (a killed run's, a model's)
             with pool.connection() as conn:
                 finish_memories(conn, model)
         for part in done:

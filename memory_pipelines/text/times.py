@@ -347,8 +347,10 @@ def _month_part(month: Span, part: str) -> Span:
 
 
 def _year_part(year: int, part: str) -> Span:
-    first, months = ((1 if part == "上半年" else 7), 6) if part.endswith("半年") else (
-        1 + 4 * _PARTS[part.lstrip("年").lower()], 4)
+    if part.endswith("半年"):
+        first, months = (1 if part == "上半年" else 7), 6
+    else:
+        first, months = 1 + 4 * _PARTS[part.lstrip("年").lower()], 4
     return Span(_month(year, first).start, _month(year, first + months - 1).end)
 
 
