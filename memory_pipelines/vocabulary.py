@@ -317,6 +317,9 @@ MAX_BATCH = 1_000
 """Items in one HTTP batch request (413 above it); the library's `write_items` takes any number."""
 MAX_ITEM_KEY = 200
 """Characters of a caller's stable key of an item (unique per owner and source)."""
+EXPORTED_ID_KEY = "id:"
+"""The key an export gives an item written without one (`id:<its id>`); a write of that key to the same owner
+is that item."""
 MAX_TITLE = 1_000
 """Characters of a title or a capability's name."""
 MAX_ITEM_TEXT = MAX_CONTENT

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from memory_pipelines.infra.errors import ValidationError
-from memory_pipelines.operations.export import export_owner
+from memory_pipelines.operations.export import FILES, export_owner
+from memory_pipelines.store.imports import import_file
 from memory_pipelines.store.removal import forget
 from tests.removal_world import builds_with_feedback, settle, write_owner
 
@@ -65,6 +66,24 @@ def test_export_writes_every_source_of_the_owner_and_nothing_of_anyone_else(pool
     everything = "".join(p.read_text(encoding="utf-8") for p in out.rglob("*") if p.is_file())
     assert not any(word in everything for word in carol.markers.values())
     assert alice.markers[alice.ids["task"]["t3"]] not in everything
+
+
+def test_an_export_imported_back_into_its_owner_changes_nothing(pool, two, tmp_path) -> None:
+    """Items written without a key are exported as `id:<id>`: importing them back into the same owner is them
+    (before, each keyless goal and event was written again and a keyless capability refused as a name clash)."""
+    first = export_owner(pool, "alice", tmp_path / "first")
+    assert any(t["key"].startswith("id:") for t in _lines(tmp_path / "first" / "tasks.jsonl"))
+    for source, name in FILES.items():
+        if source != "memory":
+            report = import_file(pool, tmp_path / "first" / name, owner="alice")
+            assert report.rejects == [] and report.totals["created"] == report.totals["updated"] == 0, name
+    again = export_owner(pool, "alice", tmp_path / "again")
+    for source, name in FILES.items():
+        if source != "memory":
+            assert _lines(tmp_path / "again" / name) == _lines(tmp_path / "first" / name), name
+            keys = [row["key"] for row in _lines(tmp_path / "again" / name)]
+            assert len(keys) == len(set(keys)), name
+    assert again["files"] == first["files"]
 
 
 def test_export_with_the_log(pool, two, tmp_path) -> None:

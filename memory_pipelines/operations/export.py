@@ -30,6 +30,7 @@ from psycopg_pool import ConnectionPool
 
 from ..infra.errors import ValidationError
 from ..store.ingest import validate_owner
+from ..vocabulary import EXPORTED_ID_KEY
 
 FORMAT_VERSION = 1
 STREAM_ROWS = 2_000
@@ -93,7 +94,7 @@ def _items(conn: psycopg.Connection, owner: str, source: str) -> Iterator[dict[s
     query = (f"SELECT id::text, {key}, created_at, {active}, {cols} FROM {table} WHERE owner_id = %s{skip}"
              " ORDER BY created_at, id")
     for item_id, item_key, at, is_active, *values in _stream(conn, source, query, (owner,)):
-        row = {"source": source, "key": item_key or f"id:{item_id}", "at": at, "active": is_active}
+        row = {"source": source, "key": item_key or f"{EXPORTED_ID_KEY}{item_id}", "at": at, "active": is_active}
         row.update({f: v for f, v in zip(fields, values, strict=True) if v is not None})
         yield row
 

@@ -28,6 +28,7 @@ from ..infra.ids import is_uuid
 from ..retrieval.learnings import structured_learnings, task_query
 from ..text.keywords import keyword_counts
 from ..vocabulary import (
+    EXPORTED_ID_KEY,
     INDEXED,
     LOCK_KEYWORD_STATS,
     MAX_ITEM_KEY,
@@ -190,6 +191,7 @@ def _write_valid(pool: ConnectionPool, owner: str, source: str, valid: list[dict
     """Upsert validated items and keyword-index them, in one transaction."""
     staged_ids = [uuid.uuid4() for _ in valid]
     with pool.connection() as conn, conn.transaction():
+        _adopt_exported_keys(conn, source, owner, valid)
         if source == "capability":
             _check_capability_names(conn, owner, valid)
         stage = _stage(conn, source, valid, staged_ids)
@@ -205,6 +207,16 @@ def _write_valid(pool: ConnectionPool, owner: str, source: str, valid: list[dict
         if source in INDEXED and changed:
             index_items(conn, source, owner, changed)
     return result
+
+
+def _adopt_exported_keys(conn: psycopg.Connection, source: str, owner: str, items: list[dict[str, Any]]) -> None:
+    """An export names an item written without a key `id:<its id>`: importing it back into the same owner finds
+    that item (it takes the key), so the import changes nothing and the next export still names it once."""
+    ids = [key[len(EXPORTED_ID_KEY):] for key in (it["key"] for it in items)
+           if key and key.startswith(EXPORTED_ID_KEY) and is_uuid(key[len(EXPORTED_ID_KEY):])]
+    if ids:
+        conn.execute(f"UPDATE {WRITE_TABLES[source]} SET key = %s || id::text"
+                     " WHERE owner_id = %s AND key IS NULL AND id = ANY(%s::uuid[])", (EXPORTED_ID_KEY, owner, ids))
 
 
 def _counts(rows: list[tuple]) -> list[Counter[str]]:
