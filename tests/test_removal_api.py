@@ -177,3 +177,16 @@ def test_an_item_written_with_a_key_is_forgotten_by_its_key(live, runtime):
     assert a.delete("/api/tasks/ops-42").status_code == 404
     again = a.post("/api/tasks", json={"title": "rotate the signing keys", "key": "ops-42"})
     assert again.status_code == 201 and again.json()["action"] == "created"  # the key is free again
+
+    # a key or project key with a slash, as the write accepts it, reached as one path segment encoded or not
+    slashed = a.post("/api/tasks", json={"title": "file the ticket", "key": "JIRA/7"}).json()
+    assert a.patch("/api/tasks/JIRA%2F7", json={"status": "completed"}).json()["action"] == "updated"
+    assert b.delete("/api/tasks/JIRA%2F7").status_code == 404
+    assert a.delete("/api/tasks/JIRA%2F7").json()["id"] == slashed["id"]
+    a.post("/api/tasks", json={"title": "file the ticket", "key": "JIRA/7"})
+    assert a.delete("/api/tasks/JIRA/7").status_code == 200
+    a.post("/ingest/memory", json={"project_key": "web/app", "project_name": "web", "content_type": "plan",
+                                   "content": "Ship the slash-safe routes on Tuesday."})
+    assert b.delete("/projects/web%2Fapp").status_code == 404
+    dropped = a.delete("/projects/web%2Fapp")
+    assert dropped.status_code == 200 and dropped.json()["removed"]["projects"] == 1

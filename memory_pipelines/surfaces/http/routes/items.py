@@ -355,8 +355,9 @@ def source_router(memory: Memory, owner_type: Any, source: str) -> APIRouter:
                       + "`active: false` to take it out of search and context (`true` brings it back). A "
                       "changed indexed text is re-embedded in the background. An id or key of another owner is a "
                       "404, exactly like an unknown one.")
-    api.add_api_route("/{ref}", update, methods=["PATCH"], summary=f"Update one {source}", response_model=ItemWritten,
-                      responses=e.errors(e.BAD_REQUEST, e.TOO_LARGE, _CONFLICT,
+    # `:path`: a key may hold a slash ("JIRA/7"), which the server decodes from %2F before routing
+    api.add_api_route("/{ref:path}", update, methods=["PATCH"], summary=f"Update one {source}",
+                      response_model=ItemWritten, responses=e.errors(e.BAD_REQUEST, e.TOO_LARGE, _CONFLICT,
                                          e.not_found(source, f"no {source} 'JIRA-1432'")))
     return api
 

@@ -109,7 +109,7 @@ def actor(request: Request, memory: MemoryDep) -> str:
 
 
 def _forget_route(source: str, plural: str) -> None:
-    @router.delete(f"/api/{plural}/{{ref}}", summary=f"Forget a {source}", response_model=Forgotten,
+    @router.delete(f"/api/{plural}/{{ref:path}}", summary=f"Forget a {source}", response_model=Forgotten,
                    responses=errors(not_found(source, f"no {source} '{_ID}'")), name=f"forget_{source}")
     def forget_item(ref: Annotated[m.ItemId, Path(description=f"The {source}'s id or your key of it.")],
                     owner: Owner, memory: MemoryDep, request: Request) -> JSONResponse:
@@ -134,8 +134,8 @@ def forget_memory(memory_id: Annotated[m.ItemId, Path(description="A memory id."
     return to_json(memory.forget(owner, "memory", memory_id, actor=actor(request, memory)))
 
 
-@router.delete("/projects/{project_key}", summary="Drop a project with its memories", response_model=ProjectDropped,
-               responses=errors(not_found("project", "no project 'web-app'")))
+@router.delete("/projects/{project_key:path}", summary="Drop a project with its memories",
+               response_model=ProjectDropped, responses=errors(not_found("project", "no project 'web-app'")))
 def drop_project(project_key: Annotated[m.Name, Path(description="A project key from GET /projects.")],
                  owner: Owner, memory: MemoryDep, request: Request) -> JSONResponse:
     """Drop one of your projects with all its memories (and theirs, as a forget removes them). Tasks naming the
