@@ -359,6 +359,8 @@ BAD = [
     ("POST", "/ingest/memory", {**P, "content": "a\x00b"}, "content"),
     ("POST", "/ingest/memory", {**P, "content": "x" * 100_001}, "content"),
     ("POST", "/ingest/memory", {**P, "content": "x", "ts": -1}, "ts"),
+    ("POST", "/ingest/memory", {**P, "content": "x", "ts": "1700000000"}, "ts"),  # a JSON number only
+    ("POST", "/api/brain/memory/context", {"query": "x", "tokenBudget": "800"}, "tokenBudget"),
     ("POST", "/ingest/memory", {**P, "content": "x", "session": ""}, "session"),
     ("POST", "/ingest/memory", {**P, "content": "x", "session": 7}, "session"),
     ("POST", "/ingest/memory", {**P, "content": "x", "source": "w"},

@@ -107,6 +107,9 @@ def test_patch_changes_a_task_status_re_embeds_it_and_deactivation_hides_items(a
     assert after["embedded_at"] > before["embedded_at"] and after["embedded_hash"] == after["content_hash"]
     assert alice.patch("/api/goals/G-1", json={"progress": 50}).status_code == 404  # not written yet
     alice.post("/api/goals", json=ONE["goal"])
+    text = alice.patch("/api/goals/G-1", json={"progress": "50"})
+    assert text.status_code == 422 and text.json()["field"] == "progress"
+    assert alice.patch("/api/goals/G-1", json={"at": True}).json()["field"] == "at"
     assert alice.patch("/api/goals/G-1", json={"progress": 50}).json()["action"] == "updated"
     assert _rows(runtime.pool, "goal")[0]["progress"] == 50
 
@@ -150,6 +153,10 @@ BAD = [
     ("task", {"title": "t", "at": "2999-01-01T00:00:00Z"}, "at"),
     ("task", {"title": "t", "at": 4_000_000_000}, "at"),
     ("goal", {"title": "g", "progress": 101}, "progress"),
+    ("goal", {"title": "g", "progress": "50"}, "progress"),  # a JSON number only, as a batch and the CLI say
+    ("goal", {"title": "g", "priority": "1"}, "priority"),
+    ("task", {"title": "t", "at": True}, "at"),  # the field itself, not one type of its union ("at.str")
+    ("task", {"title": "t", "at": {}}, "at"),
     ("learning", {"title": "l", "failure_class": "timeout"}, "failure_class"),
 ]
 

@@ -63,16 +63,19 @@ Content = Annotated[str, StringConstraints(min_length=1, max_length=MAX_CONTENT)
 Output = Annotated[str, StringConstraints(min_length=1, max_length=MAX_OUTPUT), Text, _TextSchema]
 """What an agent produced (answer, summary, diff, tool calls as text), posted as implicit feedback."""
 Cursor = Annotated[str, StringConstraints(min_length=1, max_length=500), Text, _TextSchema]
-def _not_bool(value: Any) -> Any:
-    """JSON true / false are not numbers (pydantic would read them as 1 / 0)."""
+def json_number(value: Any) -> Any:
+    """Only a JSON number is a number: pydantic would read true / false as 1 / 0 and "50" as 50, which the
+    library, the CLI and a batch refuse."""
     if isinstance(value, bool):
         raise ValueError("must be an integer, not true or false")
+    if isinstance(value, str):
+        raise ValueError("must be an integer, not a string")
     return value
 
 
-Int = Annotated[int, BeforeValidator(_not_bool)]
-"""An integer in a request body: a JSON number, never a boolean."""
-Ts = Annotated[int, Field(ge=MIN_TS, le=MAX_TS), BeforeValidator(_not_bool)]
+Int = Annotated[int, BeforeValidator(json_number)]
+"""An integer in a request body: a JSON number, never a boolean or a string."""
+Ts = Annotated[int, Field(ge=MIN_TS, le=MAX_TS), BeforeValidator(json_number)]
 """A memory's own time in Unix seconds: the range the library accepts (it also refuses more than a day ahead)."""
 
 # -- instants: ISO 8601 times or whole Unix seconds -------------------------------------------------------------

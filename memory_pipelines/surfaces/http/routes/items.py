@@ -20,9 +20,6 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictBool,
-    StrictFloat,
-    StrictInt,
-    StrictStr,
     StringConstraints,
     WithJsonSchema,
     create_model,
@@ -45,7 +42,7 @@ from ....vocabulary import (
     FieldSpec,
 )
 from ...encode import jsonable, to_json
-from ...schema import TEXT_PATTERN, Documented, Int, Text, storable
+from ...schema import TEXT_PATTERN, Documented, Int, Text, json_number, storable
 from .. import errors as e
 
 PLURAL = {"task": "tasks", "learning": "learnings", "capability": "capabilities", "goal": "goals", "event": "events"}
@@ -82,24 +79,27 @@ CHANGE_EXAMPLES: dict[str, dict[str, Any]] = {
 
 # -- request bodies from the contract ----------------------------------------------------------------------------
 
-def _not_bool(value: Any) -> Any:
-    if isinstance(value, bool):
-        raise ValueError("must be a number, not true or false")
-    return value
+def _item_time(nullable: bool) -> Any:
+    """An item's own time as sent: one type, not a union, so a bad value is an error of the field itself (`at`,
+    not `at.str`); the library parses it and checks its range (ItemError naming `at`)."""
+    def check(value: Any) -> Any:
+        if value is None and nullable:
+            return None
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise ValueError("must be an ISO 8601 time or Unix seconds")
+        return value
 
-
-ItemTime = Annotated[
-    StrictStr | StrictInt | StrictFloat,
-    WithJsonSchema({"anyOf": [{"type": "string", "format": "date-time"},
-                              {"type": "number", "minimum": MIN_TS, "maximum": MAX_TS}],
-                    "description": ITEM_TIME_TEXT}),
-]
-"""An item's own time as sent; the library parses it and checks its range (ItemError naming `at`)."""
+    kinds = [{"type": "string", "format": "date-time"}, {"type": "number", "minimum": MIN_TS, "maximum": MAX_TS}]
+    schema = {"anyOf": kinds + ([{"type": "null"}] if nullable else []), "description": ITEM_TIME_TEXT}
+    return Annotated[Any, BeforeValidator(check), WithJsonSchema(schema)]
 
 
 def _annotation(spec: FieldSpec, partial: bool = False) -> Any:
     """The pydantic type of one contract field. Null is taken by nullable fields (but not as a change's time: a
     stored item always has one) and, in a whole item, by optional fields, where it means their default."""
+    takes_null = spec.nullable and spec.kind != "time" if partial else spec.nullable or not spec.required
+    if spec.kind == "time":
+        return _item_time(takes_null)
     if spec.kind == "text":
         if spec.required or spec.nullable:  # not blank
             kind: Any = Annotated[str, StringConstraints(min_length=1, max_length=spec.max_chars,
@@ -112,16 +112,13 @@ def _annotation(spec: FieldSpec, partial: bool = False) -> Any:
         kind = Literal[spec.choices]  # type: ignore[valid-type]
     elif spec.kind == "int":
         # the bounds before the validator: pydantic then states them as minimum / maximum, nullable or not
-        kind = Annotated[int, Field(ge=spec.min, le=spec.max), BeforeValidator(_not_bool)]
+        kind = Annotated[int, Field(ge=spec.min, le=spec.max), BeforeValidator(json_number)]
     elif spec.kind == "bool":
         kind = StrictBool
     elif spec.kind == "object":
         kind = dict[str, Any]
-    elif spec.kind == "time":
-        kind = ItemTime
     else:
         raise AssertionError(spec.kind)
-    takes_null = spec.nullable and spec.kind != "time" if partial else spec.nullable or not spec.required
     return kind | None if takes_null else kind
 
 
