@@ -96,3 +96,25 @@ def test_a_provider_outage_during_the_background_pass_keeps_the_memory_and_a_ret
         assert _state(runtime.pool, queued.id) == ("done", "done", True, 1)
     finally:
         worker.stop()
+
+
+def test_rows_another_process_writes_are_embedded_by_the_servers_sweep(runtime, keys):
+    """The CLI, an import or a script writes through its own `Memory`, which notifies no worker: the server's
+    worker finds the rows on its sweep (before, they stayed pending until an HTTP write woke it)."""
+    app = create_app(Memory(runtime, llm=None))
+    app.state.embed_worker.sweep_seconds = 0.3
+    with LiveServer(app) as srv:
+        elsewhere = Memory(runtime, llm=None)  # as `memory-pipelines write` would, in its own process
+        written = elsewhere.write("alice", "learning", {"key": "wombat", "title": "Wombat migration checklist",
+                                                          "content": "Drain the billing cluster first."})
+        for _ in range(100):
+            with runtime.pool.connection() as conn:
+                done = conn.execute("SELECT embedding IS NOT NULL FROM learnings WHERE id = %s",
+                                    (written["id"],)).fetchone()[0]
+            if done:
+                break
+            time.sleep(0.1)
+        assert done
+        hits = client(srv.url, keys["alice"]).post("/api/brain/memory/search", json={
+            "query": "wombat billing migration", "mode": "semantic", "topK": 10}).json()
+        assert written["id"] in [m["id"] for m in hits["matches"]]

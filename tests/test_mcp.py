@@ -114,7 +114,18 @@ def test_stdio_session_full_flow_for_the_configured_owner(db_url, runtime, tmp_p
 
     async def main() -> dict[str, Any]:
         async with Client(params, read_timeout_seconds=120) as client:
-            return await _flow(client)
+            ids = await _flow(client)
+            # a recorded item is embedded by the server's worker (before, only `serve` ran one: never embedded)
+            lesson = data(await client.call_tool("mem.record_learning", {"title": "Rotate the signing keys"}))
+            for _ in range(200):
+                with runtime.pool.connection() as conn:
+                    if conn.execute("SELECT embedding IS NOT NULL FROM learnings WHERE id = %s",
+                                    (lesson["id"],)).fetchone()[0]:
+                        break
+                await anyio.sleep(0.1)
+            else:
+                raise AssertionError("the recorded learning was never embedded")
+            return ids
 
     ids = anyio.run(main)
     assert _rows(runtime.pool) == {"carol": 2}

@@ -74,17 +74,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_mcp(args: argparse.Namespace) -> int:
     _need("mcp")
     from ...runtime import warm_up
+    from ...store.ingest.worker import EmbedWorker
     from ..mcp import run_http, run_stdio
 
     memory = _serving()
     warm_up()
-    if args.transport == "stdio":
-        run_stdio(memory, memory.settings.default_owner)  # stdout carries the protocol: print nothing
-    else:
-        _need("uvicorn")
-        print(f"MCP streamable HTTP on http://{args.host}:{args.port}/mcp (bearer key required)",
-              file=sys.stderr)
-        run_http(memory, host=args.host, port=args.port)
+    memory.embed_worker = EmbedWorker(memory)  # embeds what the tools record, as `serve`'s does
+    memory.embed_worker.start()
+    try:
+        if args.transport == "stdio":
+            run_stdio(memory, memory.settings.default_owner)  # stdout carries the protocol: print nothing
+        else:
+            _need("uvicorn")
+            print(f"MCP streamable HTTP on http://{args.host}:{args.port}/mcp (bearer key required)",
+                  file=sys.stderr)
+            run_http(memory, host=args.host, port=args.port)
+    finally:
+        memory.embed_worker.stop()
     return 0
 
 

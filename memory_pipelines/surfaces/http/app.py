@@ -51,6 +51,7 @@ def create_app(memory: Memory, *, wait_ingest: bool = True) -> FastAPI:
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if not wait_ingest:
             worker.notify()  # memories queued before a restart
+        worker.start()  # sweeps for rows other processes write (the CLI, an import)
         memory.embed_worker = worker  # Memory.write* notify it
         yield
         await asyncio.to_thread(worker.stop)
