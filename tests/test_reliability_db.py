@@ -334,6 +334,22 @@ def test_sigterm_to_serve_stops_the_postgres_it_started(home, procs):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 128 + signal.SIGTERM), (signal.SIGINT, 130)])
+def test_a_signal_to_the_stdio_mcp_server_stops_the_postgres_it_started(home, procs, sig, code):
+    """Its client still holds stdin open: before, the exit waited for the client to close it."""
+    pgdata = home / "pgdata"
+    assert postmaster_pid(pgdata) is None
+    mcp = _mcp(home)
+    procs.append(mcp)
+    pid = postmaster_pid(pgdata)
+    assert pid is not None and registrants(pgdata) == [mcp.pid]
+    assert not _projects(mcp).get("isError")
+    assert mcp.signal(sig, timeout=20) == code, mcp
+    _assert_stopped(pgdata, pid)
+    assert registrants(pgdata) == []
+
+
+@pytest.mark.slow
 def test_serve_reads_the_embedded_databases_files_into_the_page_cache_at_start(home, procs):
     serve, base = _serve(home)
     procs.append(serve)

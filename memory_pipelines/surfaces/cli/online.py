@@ -6,6 +6,8 @@ import argparse
 import json
 import os
 import sys
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from ...infra.errors import UserError
@@ -83,7 +85,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     memory.embed_worker.start()
     try:
         if args.transport == "stdio":
-            run_stdio(memory, memory.settings.default_owner)  # stdout carries the protocol: print nothing
+            _until_signalled(run_stdio, memory, memory.settings.default_owner)  # stdout carries the protocol
         else:
             _need("uvicorn")
             print(f"MCP streamable HTTP on http://{args.host}:{args.port}/mcp (bearer key required)",
@@ -92,6 +94,26 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     finally:
         memory.embed_worker.stop()
     return 0
+
+
+def _until_signalled(serve: Callable[..., None], *args: Any) -> None:
+    """Run `serve` on a daemon thread while this (main) thread waits. The stdio server reads stdin on a thread
+    of its own that no cancellation reaches: run here, SIGTERM's and Ctrl-C's exit would wait for the client to
+    close stdin before the process could leave the embedded server."""
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            serve(*args)
+        except BaseException as exc:  # re-raised in the main thread, where the CLI reports it
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name="mcp-stdio", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.5)  # a timed wait: signals are handled between them
+    if failed:
+        raise failed[0]
 
 
 def cmd_keys_create(args: argparse.Namespace) -> int:
