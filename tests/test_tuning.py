@@ -21,7 +21,7 @@ from memory_pipelines.context.scoring import UNBOUNDED, ScoringConfig
 from memory_pipelines.index.keywords import index_all
 from memory_pipelines.index.vectors import embed_all
 from memory_pipelines.infra.db import get_pool
-from memory_pipelines.infra.errors import ConfigError, NotFoundError
+from memory_pipelines.infra.errors import ConfigError, NotFoundError, ValidationError
 from memory_pipelines.tuning.evaluate import evaluate, per_build_metrics, rerank_scores, summarize
 from memory_pipelines.tuning.fit import FitOptions, config_from_dict, fit_parameters
 from memory_pipelines.tuning.floors import relevance_floor_params
@@ -452,6 +452,20 @@ def test_cli_tune_publish_list_and_rollback(db_url, tmp_path):
     payload = json.loads(dry.stdout)
     assert payload["decision"]["dry_run"] and payload["evaluation"]["configs"]["proposed"]["overall"]["hit@5"]
     assert active_config(pool).version == old
+
+
+@pytest.mark.slow
+def test_cli_tune_refuses_a_bad_look_back_or_plots_folder_before_running(db_url, tmp_path):
+    """One line naming the flag and exit 2, nothing on stdout (a traceback before, the folder's after the run)."""
+    (tmp_path / "a-file").write_text("x")
+    cases = [(["--since", days], "--since") for days in ("1e6", "inf", "nan", "0")]
+    cases += [(["--plots", str(path)], "--plots") for path in (tmp_path / "a-file", tmp_path / "a-file" / "x")]
+    for args, flag in cases:
+        proc = _cli(["tune", "--json", *args], db_url)
+        assert proc.returncode == 2 and proc.stdout == "", (args, proc.stdout, proc.stderr)
+        assert flag in proc.stderr and "Traceback" not in proc.stderr, (args, proc.stderr)
+    with pytest.raises(ValidationError, match="since_days"):
+        load_log(get_pool(db_url, max_size=1), since_days=1e9)
 
 
 def test_an_empty_log_reports_too_little_data(pool, tmp_path):

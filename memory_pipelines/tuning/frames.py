@@ -63,6 +63,9 @@ class LogFrames:
         return len(self.builds)
 
 
+MAX_SINCE_DAYS = 36_500
+"""The longest look back (a century): a longer one is no date PostgreSQL or Python can subtract."""
+
 def empty_builds() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype="object") for c in BUILD_COLUMNS})
 
@@ -84,8 +87,8 @@ def load_log(
     `require_feedback` keeps only builds whose feedback was recorded (`feedback_at` set): without it a build's
     `used` flags are all false because nobody said, not because nothing was used.
     """
-    if since_days is not None and not since_days > 0:
-        raise ValidationError("since_days", "must be a positive number of days")
+    if since_days is not None and not 0 < since_days <= MAX_SINCE_DAYS:  # NaN and inf too
+        raise ValidationError("since_days", f"must be a number of days above 0, at most {MAX_SINCE_DAYS:,}")
     where = ["TRUE"]
     params: dict[str, object] = {}
     if since_days is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from ...infra.errors import ConfigError, ValidationError
 
@@ -30,9 +31,18 @@ def _require_extra() -> None:
         ) from exc
 
 
+def _plots_folder(folder: Path) -> None:
+    """Make the plots' folder now, so a path that cannot be one fails before the tuning run, not after it."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValidationError("--plots", f"cannot be a folder for the plots: {exc.strerror}") from None
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
     _require_extra()
     from ...tuning.fit import FitOptions
+    from ...tuning.frames import MAX_SINCE_DAYS
     from ...tuning.publish import jsonable
     from ...tuning.report import format_result
     from ...tuning.run import run_tuning
@@ -41,6 +51,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise ValidationError("--holdout-fraction", "must be between 0 and 1 (exclusive)")
     if args.bootstrap < 0:
         raise ValidationError("--bootstrap", "must be 0 or more")
+    if args.since is not None and not 0 < args.since <= MAX_SINCE_DAYS:  # NaN and inf too
+        raise ValidationError("--since", f"must be a number of days above 0, at most {MAX_SINCE_DAYS:,}")
+    if args.plots:
+        _plots_folder(Path(args.plots))
     rt = _runtime()
     result = run_tuning(
         rt.pool,
