@@ -269,6 +269,7 @@ def test_cli_command_marks_and_refuses_bad_input(built, runtime, db_url, tmp_pat
         proc = _cli(["feedback", rid, *args], db_url)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
         assert ("output" in proc.stderr) if "bob" not in args else ("not found" in proc.stderr)
+        assert "got 100,001" not in proc.stderr  # a file is read only that far: not its length
     assert used_ids(runtime.pool, rid) == set()
     proc = _cli(["feedback", rid, "--owner", "alice", "--output-file", "-", "--json"], db_url, stdin=USES_STRIPE)
     assert proc.returncode == 0, proc.stderr

@@ -25,6 +25,8 @@ def read_output(args: argparse.Namespace) -> str:
                 text = f.read(MAX_OUTPUT + 1)
         except OSError as exc:
             raise ValidationError("--output-file", f"cannot be read ({exc.strerror or exc})") from None
+    if len(text) > MAX_OUTPUT:  # only MAX_OUTPUT + 1 characters were read: say so, not that count
+        raise ValidationError("--output-file", f"holds more than the {MAX_OUTPUT:,} characters an output may have")
     return text
 
 

@@ -303,8 +303,7 @@ def check_args(args: argparse.Namespace) -> None:
         if not isinstance(value, str):
             continue
         if not value.strip():
-            raise ValidationError(name, "must not be empty" + ("; leave it out for the default owner"
-                                                               if field == "owner" else ""))
+            raise ValidationError(name, "must not be empty")  # some commands take no default owner
         try:
             check(name, kind, value)
         except ValidationError as exc:
