@@ -279,6 +279,19 @@ def test_context_then_feedback(live, keys, runtime):
         marked = conn.execute("SELECT item_id FROM retrieval_candidates WHERE retrieval_id = %s AND used",
                               (ctx["retrieval_id"],)).fetchall()
     assert [m[0] for m in marked] == used
+    again = c.post("/api/brain/memory/feedback", json={"retrieval_id": ctx["retrieval_id"], "used_ids": used})
+    assert again.json()["marked"] == 1  # explicit feedback replaces the marks: a repeat gives the same ones
+
+    # an id the build did not inject (a typo, another build's item), or no used_ids at all, labels nothing
+    fresh = c.post("/api/brain/memory/context", json={"query": "pgvector 向量索引", "tokenBudget": 300}).json()
+    for body in ({"used_ids": ["typo-id"]}, {"used_ids": [used[0], ctx["retrieval_id"]]}, {}):
+        bad = c.post("/api/brain/memory/feedback", json={"retrieval_id": fresh["retrieval_id"], **body})
+        assert bad.status_code == 422 and bad.json()["field"] == "used_ids", bad.text
+    with runtime.pool.connection() as conn:
+        assert conn.execute("SELECT feedback_at FROM retrievals WHERE id = %s",
+                            (fresh["retrieval_id"],)).fetchone() == (None,)
+    none = c.post("/api/brain/memory/feedback", json={"retrieval_id": fresh["retrieval_id"], "used_ids": []})
+    assert none.json()["marked"] == 0  # "nothing was used" is feedback too
 
 
 # -- owner isolation -------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import pytest
 
 from memory_pipelines.context.builder import build_memory_context
 from memory_pipelines.context.config import activate, add_config
+from memory_pipelines.context.history import hit_rates
 from memory_pipelines.context.log import record_feedback, write_log
 from memory_pipelines.context.scoring import ScoringConfig
 from memory_pipelines.embeddings import FakeEmbedder
@@ -168,7 +169,17 @@ def test_retrieval_log_and_feedback(pool, fake_embedder, team):
     ):
         assert key in payload
     used = [result.items[0].id]
-    assert record_feedback(pool, "alice", result.retrieval_id, used) == 1
+    with pool.connection() as conn:
+        goals = [r[0] for r in conn.execute("SELECT item_id FROM retrieval_candidates WHERE retrieval_id = %s"
+                                            " AND source = 'okr' AND injected", (result.retrieval_id,))]
+    assert goals  # the profile is logged with the build, shown first
+    assert record_feedback(pool, "alice", result.retrieval_id, used + goals) == 1  # goals are never marked
+    with pytest.raises(ValidationError) as err:
+        record_feedback(pool, "alice", result.retrieval_id, ["not-in-this-build"])
+    assert err.value.field == "used_ids"
+    rates = hit_rates(pool, "alice", days=2)
+    assert rates["total"]["injected"] == build[1] and rates["total"]["used"] == 1  # the build's own counts
+    assert "okr" not in {s["source"] for s in rates["by_source"]}
     with pytest.raises(NotFoundError):
         record_feedback(pool, "bob", result.retrieval_id, used)
     with pytest.raises(NotFoundError):

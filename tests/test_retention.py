@@ -125,7 +125,8 @@ def test_a_prune_meeting_a_feedback_on_the_same_build_waits_its_turn_and_counts_
     with pool.connection() as conn:
         rid, item = conn.execute(
             "SELECT r.id::text, c.item_id FROM retrievals r JOIN retrieval_candidates c ON c.retrieval_id = r.id"
-            " WHERE r.owner_id = 'alice' AND r.feedback_at IS NULL AND c.injected ORDER BY r.created_at LIMIT 1"
+            " WHERE r.owner_id = 'alice' AND r.feedback_at IS NULL AND c.injected AND c.source <> 'okr'"
+            " ORDER BY r.created_at LIMIT 1"  # a profile goal is never counted
         ).fetchone()
     before = hit_rates(pool, "alice", days=200)["total"]
     feedback = pool.getconn()

@@ -18,6 +18,7 @@ from psycopg_pool import ConnectionPool
 from ..infra.errors import NotFoundError, ValidationError
 from ..infra.ids import is_uuid
 from ..vocabulary import MAX_BUILDS, MAX_HISTORY_DAYS, SOURCES
+from .scoring import PROFILE_SOURCES
 
 _BUILD_COLUMNS = (
     "r.id::text, r.query, r.mode, r.token_budget, r.token_used, r.candidates_count, r.injected_count,"
@@ -169,15 +170,16 @@ def _rate(used: int, injected: int) -> float | None:
 
 def hit_rates(pool: ConnectionPool, owner: str, *, days: int = 30, today: date | None = None) -> dict[str, Any]:
     """Per UTC day of the last `days` (today included): builds, builds with feedback, items injected into and
-    marked used in those, and the hit rate used / injected (None on a day without feedback); the same over the
-    whole window and per source."""
+    marked used in those (the profile's goals left out, as from a build's counts), and the hit rate used /
+    injected (None on a day without feedback); the same over the whole window and per source."""
     if isinstance(days, bool) or not isinstance(days, int) or not 1 <= days <= MAX_HISTORY_DAYS:
         raise ValidationError("days", f"must be an integer from 1 to {MAX_HISTORY_DAYS}")
     today = today or datetime.now(UTC).date()
     start = today - timedelta(days=days - 1)
     since = datetime(start.year, start.month, start.day, tzinfo=UTC)
     until = since + timedelta(days=days)
-    window = {"owner": owner, "since": since, "until": until, "first": start, "end": start + timedelta(days=days)}
+    window = {"owner": owner, "since": since, "until": until, "first": start, "end": start + timedelta(days=days),
+              "profile": list(PROFILE_SOURCES)}  # goals go in first, whatever was asked, and are never marked
     with pool.connection() as conn:
         # Live rows plus the roll-up of pruned ones (operations/retention.py): each row is counted in one of the two.
         per_day = conn.execute(
@@ -195,9 +197,10 @@ def hit_rates(pool: ConnectionPool, owner: str, *, days: int = 30, today: date |
             " count(*) FILTER (WHERE c.used) AS u"
             " FROM retrievals r JOIN retrieval_candidates c ON c.retrieval_id = r.id AND c.owner_id = r.owner_id"
             " WHERE r.owner_id = %(owner)s AND r.created_at >= %(since)s AND r.created_at < %(until)s"
-            " AND r.feedback_at IS NOT NULL AND c.injected GROUP BY 1, 2"
+            " AND r.feedback_at IS NOT NULL AND c.injected AND c.source <> ALL(%(profile)s) GROUP BY 1, 2"
             " UNION ALL SELECT day, source, injected_fb, used_injected_fb FROM retrieval_daily_items"
-            " WHERE owner_id = %(owner)s AND day >= %(first)s AND day < %(end)s AND injected_fb > 0) s"
+            " WHERE owner_id = %(owner)s AND day >= %(first)s AND day < %(end)s AND injected_fb > 0"
+            " AND source <> ALL(%(profile)s)) s"
             " GROUP BY day, source",
             window,
         ).fetchall()

@@ -19,6 +19,7 @@ from ..infra.ids import is_uuid
 from ..vocabulary import MAX_OUTPUT, SOURCES
 from . import implicit
 from .retrieve import Candidate
+from .scoring import PROFILE_SOURCES
 
 
 def write_log(
@@ -55,7 +56,7 @@ def write_log(
     conn.execute("SET LOCAL synchronous_commit = off")
     lines = lines or {}
     sources = injected_sources
-    candidates_count = sum(1 for c in ranked if c.source != "okr")
+    candidates_count = sum(1 for c in ranked if c.source not in PROFILE_SOURCES)
     injected_count = len(sources)
     row = conn.execute(
         "INSERT INTO retrievals (owner_id, query, mode, token_budget, token_used, candidates_count,"
@@ -135,8 +136,10 @@ def write_log(
 def record_feedback(pool: ConnectionPool, owner: str, retrieval_id: str, used_ids: Sequence[str]) -> int:
     """Mark which injected items of one build were used; returns how many were marked.
 
-    The build must belong to `owner` (another owner's build is reported as not found). Explicit feedback wins
-    over implicit: it replaces every injected item's mark, and says so (`used_by = 'explicit'`).
+    The build must belong to `owner` (another owner's build is reported as not found), and every id must be
+    one of its injected items (else a ValidationError naming `used_ids`: a typo must not label the build as
+    "nothing used"). Explicit feedback wins over implicit: it replaces every injected item's mark, and says so
+    (`used_by = 'explicit'`); a repeat gives the same marks. The profile's goals are never marked.
     """
     if not isinstance(used_ids, list | tuple) or not all(isinstance(i, str) for i in used_ids):
         raise ValidationError("used_ids", "must be a list of item ids (strings)")
@@ -148,10 +151,18 @@ def record_feedback(pool: ConnectionPool, owner: str, retrieval_id: str, used_id
         ).fetchone()
         if not found:
             raise NotFoundError(f"retrieval {retrieval_id} not found")
+        shown = {r[0] for r in conn.execute(
+            "SELECT item_id FROM retrieval_candidates WHERE retrieval_id = %s AND owner_id = %s AND injected",
+            (retrieval_id, owner),
+        )}
+        unknown = [i for i in used_ids if i not in shown]
+        if unknown:
+            raise ValidationError("used_ids", f"{unknown[0][:80]!r} is not an item this build injected"
+                                              + (f" ({len(unknown)} such ids)" if len(unknown) > 1 else ""))
         conn.execute(
             "UPDATE retrieval_candidates SET used = (item_id = ANY(%s)), used_by = 'explicit'"
-            " WHERE retrieval_id = %s AND owner_id = %s AND injected",
-            (list(used_ids), retrieval_id, owner),
+            " WHERE retrieval_id = %s AND owner_id = %s AND injected AND source <> ALL(%s)",
+            (list(used_ids), retrieval_id, owner, list(PROFILE_SOURCES)),
         )
         marked = conn.execute(
             "SELECT count(*) FROM retrieval_candidates WHERE retrieval_id = %s AND used", (retrieval_id,)

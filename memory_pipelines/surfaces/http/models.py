@@ -138,8 +138,9 @@ class FeedbackRequest(_Body):
                               "used_ids": ["mem_3f9c0b6a1d2e4f5a6b7c"]})
 
     retrieval_id: ItemId = Field(description="`retrieval_id` of a context answer.")
-    used_ids: list[ItemId] = Field(default_factory=list, max_length=500, description=(
-        "Ids of the build's items the agent used; its other injected items are marked unused."))
+    used_ids: list[ItemId] = Field(max_length=500, description=(
+        "Ids of the build's injected items the agent used (`[]`: none); its other injected items are marked "
+        "unused. An id the build did not inject is a 422 and marks nothing."))
     owner_id: OwnerField = None
 
 
