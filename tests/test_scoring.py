@@ -174,3 +174,17 @@ def test_budget_is_never_exceeded_and_profile_comes_first():
         assert count_tokens(fitted.block) == fitted.tokens <= budget
         assert fitted.block.startswith("## 当前 OKR 焦点")
     assert fit_to_budget(profile, lines, 800).included  # some items fit after the profile
+
+
+def test_a_profile_over_the_budget_keeps_whole_goal_lines():
+    """"recall@10 >= 0." cut from "recall@10 >= 0.8" says something else: whole lines or none."""
+    profile = ("## 当前 OKR 焦点 (current OKRs)\n- Cross-lingual learning recall@10 >= 0.8 (in_progress, 50%)\n"
+               "- 把记忆检索延迟降到 100 ms 以下 (pending, 0%)")
+    goals = profile.splitlines()[1:]
+    for budget in range(1, count_tokens(profile) + 1):
+        fitted = fit_to_budget(profile, [], budget)
+        assert fitted.tokens <= budget
+        shown = fitted.profile.splitlines()
+        assert fitted.block == fitted.profile and shown[1:] == goals[: max(len(shown) - 1, 0)]  # whole, in order
+        assert (len(shown) != 1) and fitted.profile_included == bool(shown)  # never a heading alone
+    assert fit_to_budget(profile, [], count_tokens(profile)).profile == profile

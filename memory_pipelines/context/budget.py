@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..text.tokens import count_tokens, fit_tokens, truncate_to_tokens
+from ..text.tokens import count_tokens, fit_tokens
 
 HEADER = "## 相关历史上下文 (relevant memory)"
 MAX_ITEM_TOKENS = 160
@@ -23,6 +23,7 @@ class Fitted:
     tokens: int
     included: list[int]
     profile_included: bool
+    profile: str = ""  # the profile as written into the block: its heading and the goal lines that fit
     lines: dict[int, str] = field(default_factory=dict)  # included index -> the line as written
     line_tokens: dict[int, int] = field(default_factory=dict)
 
@@ -34,13 +35,24 @@ def _join(profile: str, lines: list[str]) -> str:
     return "\n".join(parts)
 
 
+def _whole_lines_within(profile: str, budget: int) -> str:
+    """The profile's heading and as many of its goal lines as fit in `budget`, each whole ("recall >= 0." cut
+    from "recall >= 0.8" says something else); none when not even one goal fits."""
+    if not profile or count_tokens(profile) <= budget:
+        return profile
+    lines = profile.splitlines()
+    for n in range(len(lines) - 1, 1, -1):
+        head = "\n".join(lines[:n])
+        if count_tokens(head) <= budget:
+            return head
+    return ""
+
+
 def fit_to_budget(profile: str, lines: Sequence[str], budget: int, rank: Sequence[int] | None = None) -> Fitted:
-    """The block with the profile (truncated if it alone exceeds the budget) and as many lines as fit, chosen in
-    the order given; with `rank` (each line's place in the block, lowest first), the chosen lines are written in
-    that order instead."""
-    snippet = profile.strip()
-    if snippet and count_tokens(snippet) > budget:
-        snippet = truncate_to_tokens(snippet, budget)
+    """The block with the profile (its whole lines that fit, if it alone exceeds the budget) and as many lines as
+    fit, chosen in the order given; with `rank` (each line's place in the block, lowest first), the chosen lines
+    are written in that order instead."""
+    snippet = _whole_lines_within(profile.strip(), budget)
     used = count_tokens(snippet)
     header_cost = count_tokens(("\n\n" if snippet else "") + HEADER)
     kept: list[tuple[int, str, int]] = []  # (index, line, its tokens)
@@ -63,6 +75,7 @@ def fit_to_budget(profile: str, lines: Sequence[str], budget: int, rank: Sequenc
         tokens=total,
         included=[i for i, _, _ in kept],
         profile_included=bool(snippet),
+        profile=snippet,
         lines={i: line for i, line, _ in kept},
         line_tokens={i: n for i, _, n in kept},
     )

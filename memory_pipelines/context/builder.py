@@ -198,8 +198,9 @@ def build_memory_context(
         for i, c in ((i, chosen[i]) for i in fitted.included)
     ]
     injected = {(it.source, it.id): (rank, it.tokens) for rank, it in enumerate(items, start=1)}
-    if fitted.profile_included:
-        for g in prof.goals:
+    shown_goals = set(fitted.profile.splitlines())
+    for g in prof.goals:
+        if g.text in shown_goals:  # a small budget shows only the first goals
             injected[(g.source, g.id)] = (0, None)
     t_score = time.perf_counter()
     retrieval_id = None
