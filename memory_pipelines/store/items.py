@@ -212,8 +212,9 @@ def _write_valid(pool: ConnectionPool, owner: str, source: str, valid: list[dict
 def _adopt_exported_keys(conn: psycopg.Connection, source: str, owner: str, items: list[dict[str, Any]]) -> None:
     """An export names an item written without a key `id:<its id>`: importing it back into the same owner finds
     that item (it takes the key), so the import changes nothing and the next export still names it once."""
-    ids = [key[len(EXPORTED_ID_KEY):] for key in (it["key"] for it in items)
-           if key and key.startswith(EXPORTED_ID_KEY) and is_uuid(key[len(EXPORTED_ID_KEY):])]
+    named = [it["key"].removeprefix(EXPORTED_ID_KEY) for it in items
+             if it["key"] and it["key"].startswith(EXPORTED_ID_KEY)]
+    ids = [i for i in named if is_uuid(i)]
     if ids:
         conn.execute(f"UPDATE {WRITE_TABLES[source]} SET key = %s || id::text"
                      " WHERE owner_id = %s AND key IS NULL AND id = ANY(%s::uuid[])", (EXPORTED_ID_KEY, owner, ids))

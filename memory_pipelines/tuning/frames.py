@@ -14,6 +14,7 @@ import pandas as pd
 from psycopg_pool import ConnectionPool
 
 from ..infra.errors import ValidationError
+from ..operations.retention import MAX_AGE
 
 BUILD_COLUMNS = (
     "retrieval_id",
@@ -63,8 +64,12 @@ class LogFrames:
         return len(self.builds)
 
 
-MAX_SINCE_DAYS = 36_500
-"""The longest look back (a century): a longer one is no date PostgreSQL or Python can subtract."""
+def check_since(field: str, since_days: float | None) -> None:
+    """A look back of more than 0 days and at most retention's longest age (a century): beyond it (or NaN,
+    inf) no date PostgreSQL or Python can subtract."""
+    if since_days is not None and not 0 < since_days <= MAX_AGE.days:
+        raise ValidationError(field, f"must be a number of days above 0, at most {MAX_AGE.days:,}")
+
 
 def empty_builds() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype="object") for c in BUILD_COLUMNS})
@@ -87,8 +92,7 @@ def load_log(
     `require_feedback` keeps only builds whose feedback was recorded (`feedback_at` set): without it a build's
     `used` flags are all false because nobody said, not because nothing was used.
     """
-    if since_days is not None and not 0 < since_days <= MAX_SINCE_DAYS:  # NaN and inf too
-        raise ValidationError("since_days", f"must be a number of days above 0, at most {MAX_SINCE_DAYS:,}")
+    check_since("since_days", since_days)
     where = ["TRUE"]
     params: dict[str, object] = {}
     if since_days is not None:

@@ -42,7 +42,7 @@ def _plots_folder(folder: Path) -> None:
 def cmd_tune(args: argparse.Namespace) -> int:
     _require_extra()
     from ...tuning.fit import FitOptions
-    from ...tuning.frames import MAX_SINCE_DAYS
+    from ...tuning.frames import check_since
     from ...tuning.publish import jsonable
     from ...tuning.report import format_result
     from ...tuning.run import run_tuning
@@ -51,8 +51,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise ValidationError("--holdout-fraction", "must be between 0 and 1 (exclusive)")
     if args.bootstrap < 0:
         raise ValidationError("--bootstrap", "must be 0 or more")
-    if args.since is not None and not 0 < args.since <= MAX_SINCE_DAYS:  # NaN and inf too
-        raise ValidationError("--since", f"must be a number of days above 0, at most {MAX_SINCE_DAYS:,}")
+    check_since("--since", args.since)
     if args.plots:
         _plots_folder(Path(args.plots))
     rt = _runtime()
