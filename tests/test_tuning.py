@@ -115,6 +115,17 @@ def test_fit_reports_sample_sizes_intervals_and_keeps_thin_parameters():
     assert all(lo <= w <= hi for ws in fit.config.mode_weights.values() for w in ws.values())
 
 
+def test_the_profile_is_not_fitted_its_weights_stay_as_configured():
+    frames = simulate_log(SimSpec(n_builds=600, seed=5))
+    shown = frames.candidates[frames.candidates["injected"]]
+    assert (shown["source"] == "okr").sum() > 250  # enough profile rows that a fit would weigh them
+    active = ScoringConfig()
+    fit = fit_parameters(frames.candidates, active, FitOptions(n_boot=0))
+    assert fit.signal
+    assert not [p.name for p in fit.params if p.source == "okr"]
+    assert fit.config.mode_weights["okr"] == active.mode_weights["okr"]
+
+
 def _by_name(params: list[dict]) -> dict[str, dict]:
     return {p["name"]: p for p in params}
 

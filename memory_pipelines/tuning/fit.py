@@ -10,9 +10,10 @@ divided by b (the log-relevance coefficient, i.e. the score's own scale): half_l
 log weight_sm = d_sm / b. Within a build every candidate shares one mode, so ranking cannot see a per-mode
 constant: weights are identified only as ratios within a mode; we normalise each mode so the geometric mean
 of its fitted weights equals the active config's over the same sources. Sources without decay in the active
-config (capability, memory, okr) get no age feature. A parameter with too few samples (or used items) is
-"thin" and keeps its active value; estimates outside the bounds are clamped and flagged. Uncertainty comes
-from a bootstrap over builds (candidates of one build are not independent).
+config (capability, memory) get no age feature; the profile (okr) is not fitted at all (it goes in first).
+A parameter with too few samples (or used items) is "thin" and keeps its active value; estimates outside the
+bounds are clamped and flagged. Uncertainty comes from a bootstrap over builds
+(candidates of one build are not independent).
 
 Beyond half-lives and mode weights, `fit_parameters` proposes the source weights (source_weights.py, with the
 sparse sources' intervals in sparse.py), the decay and relevance floors (floors.py) and the learned ranker
@@ -30,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..context.scoring import ScoringConfig
+from ..context.scoring import PROFILE_SOURCES, ScoringConfig
 from ..vocabulary import CONTEXT_MODES as MODES
 from .estimates import FitOptions, ParamEstimate, clip, coefficients, enough, finite, percentile_ci
 from .floors import decay_floor_param, relevance_floor_params
@@ -159,6 +160,11 @@ def _counts(df: pd.DataFrame) -> tuple[dict[str, tuple[int, int]], dict[tuple[st
     )
 
 
+def _ranked_sources(df: pd.DataFrame) -> pd.DataFrame:
+    """Without the profile: it goes in first whatever its weight, and feedback never marks it."""
+    return df[~df["source"].isin(PROFILE_SOURCES)].reset_index(drop=True)
+
+
 def _half_life(rate: float) -> float:
     return LN2 / rate if rate > 0 else math.inf
 
@@ -169,7 +175,7 @@ def fit_parameters(
     """Fit half-lives and mode weights on logged candidates; the proposed config is `result.config`."""
     opt = options or FitOptions()
     population = resolved_population(candidates, opt.population) if len(candidates) else "injected"
-    df = labelled(candidates, population).reset_index(drop=True) if len(candidates) else candidates
+    df = _ranked_sources(labelled(candidates, population)) if len(candidates) else candidates
     notes: list[str] = []
     n_used = int(df["used"].sum()) if len(df) else 0
     n_builds = int(df["retrieval_id"].nunique()) if len(df) else 0

@@ -24,7 +24,7 @@ from psycopg_pool import ConnectionPool
 
 from ..context.features import candidate_features
 from ..context.retrieve import Candidate
-from ..context.scoring import UNBOUNDED, ScoringConfig
+from ..context.scoring import PROFILE_SOURCES, UNBOUNDED, ScoringConfig
 from ..vocabulary import CONTEXT_MODES as MODES
 from .frames import BUILD_COLUMNS, CANDIDATE_COLUMNS, FEATURES, LogFrames, normalize_builds, normalize_candidates
 
@@ -195,7 +195,7 @@ def simulate_log(spec: SimSpec | None = None) -> LogFrames:
         p = np.full(len(src), spec.base_rate) if spec.no_signal else _sigmoid(logit)
         shown = np.array([i in injected for i in range(len(src))])
         labelled = shown if spec.label_scope == "injected" else np.ones(len(src), dtype=bool)
-        used = (rng.random(len(src)) < p) & labelled
+        used = (rng.random(len(src)) < p) & labelled & ~np.isin(src, PROFILE_SOURCES)  # as feedback online
         rid = str(uuid.UUID(int=int(rng.integers(0, 2**63)) << 64 | b))
         inj_sources = [str(src[i]) for i in sorted(injected, key=lambda i: injected[i])]
         token_used = int(10 + sum(tok[i] for i in injected))
