@@ -237,7 +237,8 @@ class Build(_Out):
     created_at: datetime
     feedback_at: datetime | None = Field(description="When feedback last came (null: none yet).")
     items: list[BuildItem] = Field(description="Injected items in block order (the list endpoint), or every "
-                                   "scored candidate by rank (the single-build endpoint).")
+                                   "scored candidate by rank (the single-build endpoint); the profile's goals "
+                                   "(source okr) are listed but not counted in injected_count or hit rates.")
 
 
 class Builds(_Out):
