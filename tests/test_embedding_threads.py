@@ -6,6 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from memory_pipelines.context.builder import build_memory_context
 from memory_pipelines.embeddings.base import QueryCache
 from memory_pipelines.embeddings.local import LocalE5Embedder
 
@@ -22,6 +23,18 @@ def test_query_cache_is_a_bounded_lru_of_copies():
     cache.put("c", np.zeros(3, dtype=np.float32))
     assert cache.get("b") is None and cache.get("a") is not None and cache.get("c") is not None
     assert (cache.hits, cache.misses) == (4, 1)
+
+
+def test_owners_do_not_share_cached_query_vectors(pool):
+    """A cached query answers much faster, so one owner's hit would tell it what another owner asked."""
+    emb = LocalE5Embedder()
+    query = "what did we decide about the rollout window?"
+    build_memory_context(pool, emb, "alice", query)
+    misses, hits = emb.queries.misses, emb.queries.hits
+    build_memory_context(pool, emb, "bob", query)
+    assert (emb.queries.misses, emb.queries.hits) == (misses + 1, hits)
+    build_memory_context(pool, emb, "alice", query)
+    assert (emb.queries.misses, emb.queries.hits) == (misses + 1, hits + 1)
 
 
 def test_cached_and_concurrent_query_vectors_equal_serial_ones():

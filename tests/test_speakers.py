@@ -68,9 +68,9 @@ class SpyEmbedder:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
-    def embed_query(self, text):
+    def embed_query(self, text, scope=""):
         self.queries.append(text)
-        return self.inner.embed_query(text)
+        return self.inner.embed_query(text, scope)
 
 
 def test_hybrid_search_embeds_the_question_without_the_named_speaker(pool, fake_embedder):

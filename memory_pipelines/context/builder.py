@@ -144,7 +144,7 @@ def build_memory_context(
     degraded = None
     qvec = query_vector
     if qvec is None:
-        qvec, degraded = embed_query(embedder, query)
+        qvec, degraded = embed_query(embedder, query, owner)
     t_embed = time.perf_counter()
     config = active_config(pool)
     semantic = _executor.submit(semantic_candidates, pool, embedder, owner, checked, qvec, as_of, depth)

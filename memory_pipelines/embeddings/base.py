@@ -47,8 +47,8 @@ class Embedder(ABC):
         parts = [self.embed_batch(chunk, kind) for chunk in self.batches(texts)]
         return np.vstack(parts)
 
-    def embed_query(self, text: str) -> np.ndarray:
-        """Embed one search query."""
+    def embed_query(self, text: str, scope: str = "") -> np.ndarray:
+        """Embed one search query; `scope` (the asking owner) partitions any cache of query vectors."""
         return self.embed_batch([text], kind="query")[0]
 
     def batches(self, texts: Sequence[str]) -> Iterator[Sequence[str]]:
@@ -58,31 +58,32 @@ class Embedder(ABC):
 
 
 class QueryCache:
-    """A bounded, thread-safe LRU map of query text to its vector (agents repeat queries; a model is
-    deterministic). Vectors are stored read-only and handed out as copies."""
+    """A bounded, thread-safe LRU map of (scope, query text) to its vector (agents repeat queries; a model is
+    deterministic). Keyed by the asking owner too: a hit is much faster, so a shared entry would tell one owner
+    what another asked. Vectors are stored read-only and handed out as copies."""
 
     def __init__(self, size: int = 1024) -> None:
         self.size = size
         self.hits = self.misses = 0
-        self._items: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._items: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, text: str) -> np.ndarray | None:
+    def get(self, text: str, scope: str = "") -> np.ndarray | None:
         with self._lock:
-            vector = self._items.get(text)
+            vector = self._items.get((scope, text))
             if vector is None:
                 self.misses += 1
                 return None
-            self._items.move_to_end(text)
+            self._items.move_to_end((scope, text))
             self.hits += 1
         return vector.copy()
 
-    def put(self, text: str, vector: np.ndarray) -> None:
+    def put(self, text: str, vector: np.ndarray, scope: str = "") -> None:
         stored = np.array(vector, dtype=np.float32)
         stored.setflags(write=False)
         with self._lock:
-            self._items[text] = stored
-            self._items.move_to_end(text)
+            self._items[(scope, text)] = stored
+            self._items.move_to_end((scope, text))
             while len(self._items) > self.size:
                 self._items.popitem(last=False)
 

@@ -88,8 +88,8 @@ class CachedEmbedder(Embedder):
             return self.inner.embed(texts, kind)
         return self._cached(texts, kind, lambda missing: self.inner.embed(missing, kind))
 
-    def embed_query(self, text: str) -> np.ndarray:
-        return self._cached([text], "query", lambda missing: self.inner.embed_query(missing[0])[None, :])[0]
+    def embed_query(self, text: str, scope: str = "") -> np.ndarray:
+        return self._cached([text], "query", lambda missing: self.inner.embed_query(missing[0], scope)[None, :])[0]
 
     def _cached(self, texts: Sequence[str], kind: str, compute: Callable[[list[str]], np.ndarray]) -> np.ndarray:
         if not texts:

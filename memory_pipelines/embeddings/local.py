@@ -81,11 +81,11 @@ class LocalE5Embedder(Embedder):
                         ) from exc
         return self._model
 
-    def embed_query(self, text: str) -> np.ndarray:
-        vector = self.queries.get(text)
+    def embed_query(self, text: str, scope: str = "") -> np.ndarray:
+        vector = self.queries.get(text, scope)
         if vector is None:
             vector = super().embed_query(text)
-            self.queries.put(text, vector)
+            self.queries.put(text, vector, scope)
         return vector
 
     def embed_batch(self, texts: Sequence[str], kind: str = "passage") -> np.ndarray:

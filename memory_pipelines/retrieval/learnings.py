@@ -188,7 +188,7 @@ def search_relevant_learnings(
     if embedder is None or not q.description:
         return structured_learnings(pool, owner, q, limit, now)
     try:
-        qvec = embedder.embed_query(text)
+        qvec = embedder.embed_query(text, owner)
     except EmbeddingError:
         return structured_learnings(pool, owner, q, limit, now)
     params = {

@@ -38,11 +38,11 @@ class Query:
         return cls(text, language(text))
 
 
-def embed_query(embedder: Embedder, query: str) -> tuple[np.ndarray | None, str | None]:
-    """The query vector, or (None, reason) when the provider fails. A long query (a dialogue, a long prompt) is
-    embedded by its focused text: its last turns within text.focus.EMBED_BUDGET tokens."""
+def embed_query(embedder: Embedder, query: str, owner: str) -> tuple[np.ndarray | None, str | None]:
+    """The query vector for `owner`, or (None, reason) when the provider fails. A long query (a dialogue, a long
+    prompt) is embedded by its focused text: its last turns within text.focus.EMBED_BUDGET tokens."""
     try:
-        return embedder.embed_query(focus(query).embed_text), None
+        return embedder.embed_query(focus(query).embed_text, owner), None
     except EmbeddingError as exc:
         log.warning("query embedding failed, degrading to keyword search: %s", exc)
         return None, f"embedding provider unavailable ({exc}); answered from keywords"

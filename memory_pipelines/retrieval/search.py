@@ -90,7 +90,7 @@ def search(
     degraded = None
     qvec = query_vector
     if mode != "keyword" and qvec is None:
-        qvec, degraded = embed_query(embedder, text)
+        qvec, degraded = embed_query(embedder, text, owner)
     depth = min(HYBRID_MAX_DEPTH, max(HYBRID_MIN_DEPTH, limit * 3)) if mode == "hybrid" else limit
     want_sem, want_kw = qvec is not None, mode != "semantic" or qvec is None
     kw_future = _channels.submit(keyword_channel, pool, owner, text, f, depth) if want_sem and want_kw else None
@@ -244,7 +244,7 @@ def _memories_without_name(
 ) -> tuple[np.ndarray, list[Hit]] | None:
     """(vector, hits) of the memory source's semantic channel on `stripped`; None when embedding it fails."""
     try:
-        memory_qvec = embedder.embed_query(focus(stripped).embed_text)
+        memory_qvec = embedder.embed_query(focus(stripped).embed_text, owner)
     except EmbeddingError:  # a provider outage must not break search: keep the question's own vector
         log.warning("embedding the question without the speaker's name failed", exc_info=True)
         return None

@@ -155,7 +155,7 @@ def search_memories(
             key = resolve_project(conn, owner, project_key, project_name)
         if key is None:
             return out
-    qvec, degraded = embed_query(embedder, query)
+    qvec, degraded = embed_query(embedder, query, owner)
     filters = SearchFilters(
         sources=("memory",), memory_types=(content_type,) if content_type else None, project=key
     )
