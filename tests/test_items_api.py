@@ -8,6 +8,7 @@ import httpx
 import pytest
 
 from memory_pipelines.infra.auth import create_key
+from memory_pipelines.store.item_contract import MAX_OBJECT_DEPTH
 from memory_pipelines.vocabulary import MAX_BATCH, MAX_ITEM_KEY, MAX_ITEM_TEXT, WRITE_TABLES
 from tests.test_api import client
 from tests.test_items import ONE, WORD
@@ -140,6 +141,14 @@ def test_relevant_learnings_and_a_context_with_a_task(alice):
     assert alice.post("/api/learnings/relevant", json={"event_type": "Task Failed"}).status_code == 422
 
 
+def _nested(depth: int) -> dict:
+    """An object whose innermost value sits under `depth` objects."""
+    out: dict = {"leaf": 1}
+    for _ in range(depth - 1):
+        out = {"a": out}
+    return out
+
+
 BAD = [
     ("task", {"title": "t", "colour": "red"}, "colour"),
     ("task", {"title": "t", "status": "done"}, "status"),
@@ -158,7 +167,20 @@ BAD = [
     ("task", {"title": "t", "at": True}, "at"),  # the field itself, not one type of its union ("at.str")
     ("task", {"title": "t", "at": {}}, "at"),
     ("learning", {"title": "l", "failure_class": "timeout"}, "failure_class"),
+    ("task", {"title": "t", "metadata": {"a": "x\x00y"}}, "metadata"),
+    ("event", {"type": "alert", "payload": {"x\x00": 1}}, "payload"),
+    ("task", {"title": "t", "metadata": {"a": ["ok", {"b": "\x00"}]}}, "metadata"),
+    ("task", {"title": "t", "metadata": _nested(MAX_OBJECT_DEPTH + 1)}, "metadata"),  # read back it broke the encoder
 ]
+
+
+def test_metadata_at_the_depth_limit_and_an_escaped_backslash_read_back(alice):
+    meta = {"path": "C:\\u0000dir", "deep": _nested(MAX_OBJECT_DEPTH - 1)}  # a backslash, then "u0000": no NUL
+    made = alice.post("/api/tasks", json={"title": "deep but fine", "metadata": meta})
+    assert made.status_code == 201, made.text
+    got = alice.get(f"/api/brain/memory/detail/{made.json()['id']}")
+    assert got.status_code == 200, got.text
+    assert {k: got.json()["metadata"][k] for k in meta} == meta
 
 
 @pytest.mark.parametrize(("source", "item", "field"), BAD)

@@ -72,16 +72,35 @@ def parse_time(value: object, now: datetime | None = None) -> datetime:
     return when
 
 
+MAX_OBJECT_DEPTH = 32  # nested objects and lists: deeper ones are refused before any encoder recurses into them
+
+
+def _check_nesting(value: object) -> None:
+    """Depth at most MAX_OBJECT_DEPTH and no NUL in any key or string (PostgreSQL's jsonb refuses \\u0000)."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, Mapping | list | tuple):
+            if depth > MAX_OBJECT_DEPTH:
+                raise ValueError(f"must not nest objects and lists more than {MAX_OBJECT_DEPTH} deep")
+            items = list(node.items()) if isinstance(node, Mapping) else [(None, v) for v in node]
+            for key, child in items:
+                if isinstance(key, str) and "\x00" in key:
+                    raise ValueError("must not contain NUL (\\u0000) characters")
+                stack.append((child, depth + 1))
+        elif isinstance(node, str) and "\x00" in node:
+            raise ValueError("must not contain NUL (\\u0000) characters")
+
+
 def _object(spec: FieldSpec, value: object) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise ValueError("must be a JSON object")
+    _check_nesting(value)
     try:
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         text.encode("utf-8")
     except (TypeError, ValueError, UnicodeEncodeError):
         raise ValueError("must be a JSON object of strings, numbers, booleans, nulls, lists and objects") from None
-    if "\\u0000" in text:
-        raise ValueError("must not contain NUL (\\u0000) characters")
     if spec.max_chars is not None and len(text) > spec.max_chars:
         raise ValueError(f"must be at most {spec.max_chars} characters as JSON, got {len(text)}")
     return json.loads(text)
