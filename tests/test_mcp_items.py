@@ -109,3 +109,32 @@ def test_an_agent_records_its_work_and_finds_it_again(mcp_http, runtime):
     assert _rows(runtime.pool, "SELECT owner_id, status FROM tasks") == [("alice", "completed")]
     assert _rows(runtime.pool, "SELECT count(*) FROM learnings WHERE owner_id = 'alice'") == [(2,)]
     assert _rows(runtime.pool, "SELECT owner_id FROM events WHERE type = %s", "task_failed") == [("alice",)]
+
+
+def test_numbers_and_booleans_are_json_ones_and_a_null_clears_a_task_field(mcp_http, runtime):
+    _a, alice = create_key(runtime.pool, "alice")
+
+    async def main() -> None:
+        async with _client(mcp_http, alice) as a:
+            made = data(await a.call_tool("mem.record_task", {"title": "Rotate keys", "task_type": "dev",
+                                                              "status": "pending", "key": "T-7"}))
+            for args, field in [({"ref": "T-7", "active": "false"}, "active"),  # as over HTTP: a JSON boolean
+                                ({"ref": "T-7", "active": "yes"}, "active"), ({"ref": "T-7", "active": 0}, "active")]:
+                assert field in error_text(await a.call_tool("mem.update_task", args)), args
+            for tool, args, field in [("mem.search", {"query": "keys", "limit": "5"}, "limit"),
+                                      ("mem.search", {"query": "keys", "limit": True}, "limit"),
+                                      ("mem.timeline", {"limit": "5"}, "limit"),
+                                      ("mem.context", {"query": "keys", "token_budget": "800"}, "token_budget"),
+                                      ("mem.relevant_learnings", {"limit": "5"}, "limit")]:
+                assert field in error_text(await a.call_tool(tool, args)), (tool, args)
+            cleared = data(await a.call_tool("mem.update_task", {"ref": "T-7", "task_type": None, "key": None}))
+            assert cleared["action"] == "updated" and cleared["key"] is None
+            kept = data(await a.call_tool("mem.update_task", {"ref": made["id"], "title": "Rotate the keys"}))
+            assert kept["action"] == "updated"
+            for field in ("title", "status"):  # not nullable: refused by name, nothing changed
+                refused = error_text(await a.call_tool("mem.update_task", {"ref": made["id"], field: None}))
+                assert f"`{field}`" in refused
+
+    anyio.run(main)
+    assert _rows(runtime.pool, "SELECT title, task_type, status, key, is_active FROM tasks") == [
+        ("Rotate the keys", None, "pending", None, True)]

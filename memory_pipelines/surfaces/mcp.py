@@ -44,8 +44,8 @@ from ..vocabulary import (
     Scope,
 )
 from .encode import jsonable
-from .mcp_items import add_item_tools
-from .schema import Instant, Output, Text, Ts
+from .mcp_items import GIVEN, add_item_tools
+from .schema import Instant, Int, Output, Text, Ts
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,11 @@ class _Server(MCPServer):
             if unknown:
                 raise ToolError(f"unknown argument(s) {', '.join(map(repr, unknown))[:300]}: {name} takes "
                                 f"{', '.join(sorted(takes)) or 'none'}. Remove them and call again.")
-        return await super().call_tool(name, arguments, context)
+        token = GIVEN.set(frozenset(arguments))
+        try:
+            return await super().call_tool(name, arguments, context)
+        finally:
+            GIVEN.reset(token)
 
     def _own(self, given: Any, context: Context | None) -> bool:
         """Whether `given` names the caller's own owner (tolerated, as over HTTP)."""
@@ -218,7 +222,7 @@ def build_server(memory: Memory, owner_resolver: OwnerResolver) -> MCPServer:
         project_key: ProjectKeyArg = None,
         project_name: ProjectNameArg = None,
         scope: Annotated[Scope, Field(description="'all' or one content type.")] = "all",
-        limit: Annotated[int, Field(ge=1, le=MAX_SEARCH_LIMIT, description="How many matches.")] = 20,
+        limit: Annotated[Int, Field(ge=1, le=MAX_SEARCH_LIMIT, description="How many matches.")] = 20,
     ) -> dict[str, Any]:
         owner = owner_of(ctx)
         return _call(memory.find, owner, query, project_key=project_key,
@@ -255,7 +259,7 @@ def build_server(memory: Memory, owner_resolver: OwnerResolver) -> MCPServer:
         since: Annotated[Instant | None, Field(description="Only memories at or after this time.")] = None,
         until: Annotated[Instant | None, Field(description="Only memories before this time.")] = None,
         content_type: Annotated[ContentType | None, Field(description="Only this content type.")] = None,
-        limit: Annotated[int, Field(ge=1, le=MAX_TIMELINE_LIMIT, description="Page size.")] = 50,
+        limit: Annotated[Int, Field(ge=1, le=MAX_TIMELINE_LIMIT, description="Page size.")] = 50,
         cursor: Annotated[str | None, Field(max_length=500, description="next_cursor of the previous page."),
                           Text] = None,
     ) -> dict[str, Any]:
@@ -288,7 +292,7 @@ def build_server(memory: Memory, owner_resolver: OwnerResolver) -> MCPServer:
                          Text],
         mode: Annotated[ContextMode, Field(description="What it is for.")]
         = "execute",
-        token_budget: Annotated[int, Field(ge=MIN_BUDGET, le=MAX_BUDGET,
+        token_budget: Annotated[Int, Field(ge=MIN_BUDGET, le=MAX_BUDGET,
                                            description="Token budget of the block.")] = DEFAULT_BUDGET,
     ) -> dict[str, Any]:
         owner = owner_of(ctx)

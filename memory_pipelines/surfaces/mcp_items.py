@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import Field
+from pydantic import Field, StrictBool
 
 from ..face import Memory
 from ..vocabulary import (
@@ -32,6 +33,10 @@ ITEM_TOOLS_TEXT = (
 )
 
 
+GIVEN: ContextVar[frozenset[str]] = ContextVar("mcp_given_arguments", default=frozenset())
+"""The argument names of the tool call at hand, as the client sent them (the server sets it)."""
+
+
 def _field_annotation(spec: Any, optional: bool) -> Any:
     """The MCP argument type of one field of the write contract (vocabulary.FieldSpec): its kind, enum, range and
     limits, with its doc as the description. The library checks it again (patterns, times, object sizes)."""
@@ -47,7 +52,7 @@ def _field_annotation(spec: Any, optional: bool) -> Any:
     elif spec.kind == "object":
         base = dict[str, Any]
     elif spec.kind == "bool":
-        base = bool
+        base = StrictBool  # "false", "yes" and 0 are refused, as over HTTP
     else:  # time: ISO 8601 text or Unix seconds, parsed by the library
         base = str | float
     return Annotated[base | None, described] if optional else Annotated[base, described]
@@ -74,8 +79,9 @@ def _contract_tool(fn: Callable[..., Any], name: str, source: str, *, partial: b
 def add_item_tools(server: MCPServer, memory: Memory, tool: Callable[..., Any], owner_of: Callable[[Context], str],
                    call: Callable[..., dict[str, Any]]) -> None:
     """mem.record_learning, mem.record_task, mem.update_task, mem.record_event and mem.relevant_learnings; their
-    arguments are the write contract's fields (vocabulary.WRITE_CONTRACTS). A null argument is left out. `call`
-    runs a library call and turns its expected failures into tool errors."""
+    arguments are the write contract's fields (vocabulary.WRITE_CONTRACTS). A null argument is left out of a record
+    and clears the field in an update. `call` runs a library call and turns its expected failures into tool
+    errors."""
 
     def given(fields: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in fields.items() if v is not None}
@@ -111,8 +117,10 @@ def add_item_tools(server: MCPServer, memory: Memory, tool: Callable[..., Any], 
 
     def update_task(ctx: Context, ref: str, **changes: Any) -> dict[str, Any]:
         owner = owner_of(ctx)
+        named = GIVEN.get()  # a null the caller sent clears the field, as a PATCH does; an omitted one is None too
         try:
-            return call(memory.update, owner, "task", ref, given(changes))
+            return call(memory.update, owner, "task", ref,
+                        {k: v for k, v in changes.items() if v is not None or k in named})
         except ToolError as exc:
             if str(exc).startswith("no task"):
                 raise ToolError(f"no task {ref!r} of yours: use the id or key mem.record_task returned") from None
@@ -122,7 +130,8 @@ def add_item_tools(server: MCPServer, memory: Memory, tool: Callable[..., Any], 
         "Change some fields of one of your tasks, found by id or key: most often its status (" + " | ".join(
             TASK_STATUSES) + "); active=false removes it from search and context. Only the fields you give "
         "change. A changed title or description is embedded again. Returns id, key and action (updated or "
-        "unchanged)."))(_contract_tool(update_task, "update_task", "task", partial=True, first=(ref_param,)))
+        "unchanged). A null clears a field (description, key, status, ...) as over HTTP."))(
+        _contract_tool(update_task, "update_task", "task", partial=True, first=(ref_param,)))
 
     def relevant_learnings(ctx: Context, **query: Any) -> dict[str, Any]:
         owner = owner_of(ctx)
@@ -139,7 +148,7 @@ def add_item_tools(server: MCPServer, memory: Memory, tool: Callable[..., Any], 
                                                          "TIMEOUT."), Text]),
         arg("event_type", Annotated[str | None, Field(max_length=200, pattern=SNAKE_PATTERN, description=(
             "The event that started it, e.g. task_failed."))]),
-        arg("limit", Annotated[int, Field(ge=1, le=MAX_SEARCH_LIMIT, description="How many learnings.")], 10),
+        arg("limit", Annotated[Int, Field(ge=1, le=MAX_SEARCH_LIMIT, description="How many learnings.")], 10),
     ]
     relevant_learnings.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         params, return_annotation=dict[str, Any])
