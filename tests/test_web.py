@@ -147,7 +147,7 @@ def _seed(runtime, url: str) -> dict:
         builds.append({"id": ctx["retrieval_id"], "query": query, "items": [i["id"] for i in ctx["items"]],
                        "used": used, "days_ago": days_ago})
         time.sleep(0.01)
-    return {"key": key, "task": task, "builds": builds}
+    return {"key": key, "bob_key": bob_key, "task": task, "builds": builds}
 
 
 @pytest.fixture
@@ -251,9 +251,25 @@ def test_web_view_shows_builds_used_marks_hit_rates_and_search(served, page_of):
         p.page.wait_for_selector("#related li.match")
         p.page.screenshot(path=shot, full_page=True)
 
-    # Forget the key: back to the login, nothing kept.
+    # A failed search shows its error; the next action clears it.
+    p.page.fill("#q", "   ")
+    p.page.click("#search-form button[type=submit]")
+    expect(p.page.locator("#error")).to_contain_text("422")
+    p.page.fill("#q", "cookie auth subdomains")
+    p.page.click("#search-form button[type=submit]")
+    expect(p.page.locator("#search-note")).to_contain_text("matches")
+    expect(p.page.locator("#error")).to_have_text("")
+
+    # Forget the key: back to the login, nothing kept, and nothing of alice's left for the next key.
     p.page.click("#forget")
     assert p.page.is_visible("#login") and p.page.evaluate("sessionStorage.length") == 0
+    _login(p, data["bob_key"])
+    assert p.page.inner_text("#who") == "memory of bob"
+    for part in ("#results", "#related", "#search-note", "#error", "#detail .detail-title"):
+        assert p.page.locator(part).all_inner_texts() in ([], [""]), part
+    assert p.page.input_value("#q") == ""
+    assert data["task"] not in p.page.content() and "cookie" not in p.page.inner_text("#app")
+    assert "bob's own question" in p.page.inner_text("#builds")
 
     assert p.errors == []
     assert p.foreign() == [], p.foreign()

@@ -66,7 +66,21 @@ function when(iso) {
 
 // -- login --------------------------------------------------------------------------------------------------
 
+// Nothing of one owner may stay on screen for the next key: every owner-specific part is emptied.
+function clearView() {
+  for (const id of ["hit-total", "chart", "chart-axis", "builds", "search-note", "results", "related", "error"]) {
+    $(id).replaceChildren();
+  }
+  $("detail").replaceChildren(el("p", { class: "hint" }, "Pick a match."));
+  $("by-source").tBodies[0].replaceChildren();
+  $("q").value = "";
+  $("more").hidden = true;
+  trail = [];
+  cursor = null;
+}
+
 function showLogin(message) {
+  clearView();
   $("app").hidden = true;
   $("who").hidden = true;
   $("forget").hidden = true;
@@ -207,6 +221,7 @@ function matchList(target, matches, fromId) {
 
 async function search(event) {
   event.preventDefault();
+  $("error").textContent = "";
   try {
     const answer = await api("api/brain/memory/search", { query: $("q").value, mode: $("mode").value, topK: 10 });
     $("search-note").textContent = answer.degraded ? `degraded: ${answer.degraded}` : `${answer.matches.length} matches`;
@@ -220,6 +235,7 @@ async function search(event) {
 }
 
 async function showDetail(id, fromId) {
+  $("error").textContent = "";
   try {
     const d = await api(`api/brain/memory/detail/${encodeURIComponent(id)}`);
     trail = fromId === null ? [d] : [...trail.slice(0, trail.findIndex((t) => t.id === fromId) + 1), d];
@@ -240,6 +256,7 @@ async function showDetail(id, fromId) {
 }
 
 async function showRelated(id) {
+  $("error").textContent = "";
   try {
     const answer = await api("api/brain/memory/search-related", { base_id: id, topK: 5 });
     matchList($("related"), answer.matches, id);
@@ -263,9 +280,14 @@ document.addEventListener("DOMContentLoaded", () => {
     sessionStorage.removeItem(KEY);
     showLogin("");
   });
-  $("refresh").addEventListener("click", () => Promise.all([loadRates(), loadBuilds(true)]).catch(fail));
-  $("more").addEventListener("click", () => loadBuilds(false).catch(fail));
-  $("days").addEventListener("change", () => loadRates().catch(fail));
+  // Each action clears the error line of the one before; a failure writes it again.
+  const act = (run) => () => {
+    $("error").textContent = "";
+    run().catch(fail);
+  };
+  $("refresh").addEventListener("click", act(() => Promise.all([loadRates(), loadBuilds(true)])));
+  $("more").addEventListener("click", act(() => loadBuilds(false)));
+  $("days").addEventListener("change", act(() => loadRates()));
   $("search-form").addEventListener("submit", search);
   if (sessionStorage.getItem(KEY)) openMemory();
   else showLogin("");
