@@ -265,7 +265,7 @@ def test_docs_and_redoc_are_served_from_local_files(live):
     bundle = httpx.get(f"{live}/static/docs/redoc.standalone.js").text
     assert "cdn.redoc.ly" not in bundle and "Redoc" in bundle
     swagger = httpx.get(f"{live}/docs").text
-    assert '"validatorUrl": null' in swagger and '"persistAuthorization": true' in swagger
+    assert '"validatorUrl": null' in swagger and '"persistAuthorization": false' in swagger
     assert httpx.get(f"{live}/openapi.json").json()["info"]["title"] == "memory_pipelines"
 
 

@@ -68,7 +68,8 @@ def test_list_keys_never_shows_the_key(pool) -> None:
 
 @pytest.mark.parametrize(
     ("owner", "name", "field"),
-    [("", None, "owner"), (None, None, "owner"), ("alice", "n" * 201, "name"), ("alice", 5, "name")],
+    [("", None, "owner"), (None, None, "owner"), ("a\x1bb", None, "owner"), ("alice", "n" * 201, "name"),
+     ("alice", 5, "name")],
 )
 def test_create_validation(pool, owner, name, field) -> None:
     with pytest.raises(ValidationError) as err:

@@ -43,8 +43,10 @@ def test_import_reports_bad_lines_and_writes_only_with_skip_invalid(cli_env, poo
     assert "learnings.jsonl:2: category:" in out.err and "learnings.jsonl:3: line: is not valid JSON" in out.err
     assert "nothing written" in out.out and _rows(pool, "learnings") == []
 
-    assert main(["import", str(path), "--source", "learning", "--owner", "alice", "--dry-run"]) == 0
+    assert main(["import", str(path), "--source", "learning", "--owner", "alice", "--dry-run"]) == 1  # as the import
     assert "learning: 2 valid" in capsys.readouterr().out and _rows(pool, "learnings") == []
+    assert main(["import", str(path), "--source", "learning", "--owner", "alice", "--dry-run", "--skip-invalid"]) == 0
+    capsys.readouterr()
 
     assert main(["import", str(path), "--source", "learning", "--owner", "alice", "--skip-invalid"]) == 0
     out = capsys.readouterr()

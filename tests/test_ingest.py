@@ -111,6 +111,8 @@ GOOD = {"content": "x is y", "content_type": "insight", "project_name": "p"}
     [
         ("", {}, "owner"),
         (None, {}, "owner"),
+        ("ali\x01ce", {}, "owner"),  # a control character: an id nobody could type again
+        ("ali\nce", {}, "owner"),
         ("alice", {"content": ""}, "content"),
         ("alice", {"content": "   \n"}, "content"),
         ("alice", {"content": 42}, "content"),

@@ -322,6 +322,8 @@ def test_cli_validates_owner_and_query_with_the_shared_limits(db_url, tmp_path):
         (["context", "x" * 100_000], "query"),
         (["search", "a\x01b\ud800".encode("utf-8", "surrogatepass")], "query"),
         (["keys", "create", "--owner", b"\xff"], "--owner"),
+        (["write", "task", "--owner", "a\x01b", "--json", '{"title": "t"}'], "--owner"),  # a control character
+        (["context", "pgvector", "--budget", "-5"], "--budget"),
     ]
     for args, field in cases:
         proc = _cli(args, env)

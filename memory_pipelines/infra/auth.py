@@ -16,7 +16,7 @@ from typing import Any
 from psycopg_pool import ConnectionPool
 
 from ..vocabulary import MAX_KEY_CHARS, MAX_NAME
-from .errors import ValidationError
+from .errors import ValidationError, check_printable
 
 KEY_PREFIX = "mp_"
 PREFIX_CHARS = 11  # "mp_" + 8 characters (48 random bits) shown in listings
@@ -36,6 +36,7 @@ def create_key(pool: ConnectionPool, owner: str, name: str | None = None) -> tup
     """(key id, key) for a new key of `owner`. Store the key now: it cannot be shown again."""
     if not isinstance(owner, str) or not owner.strip() or len(owner.strip()) > MAX_NAME:
         raise ValidationError("owner", f"must be a non-empty string of at most {MAX_NAME} characters")
+    check_printable("owner", owner)
     if name is not None and (not isinstance(name, str) or len(name) > MAX_NAME):
         raise ValidationError("name", f"must be a string of at most {MAX_NAME} characters")
     key = KEY_PREFIX + secrets.token_urlsafe(32)

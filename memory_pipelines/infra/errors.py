@@ -1,5 +1,7 @@
 """Errors a user can act on: the CLI prints their message (cause and fix) without a traceback."""
 
+import unicodedata
+
 
 class UserError(Exception):
     """An expected failure with a one-line message that names the cause and the fix."""
@@ -20,6 +22,14 @@ class ValidationError(UserError, ValueError):
 
 class NotFoundError(UserError, LookupError):
     """No such row for this owner (a row of another owner is reported the same way)."""
+
+
+def check_printable(field: str, value: str) -> str:
+    """Reject control characters in an identifier (an owner): nobody could type it again, and logs and terminals
+    would show something else."""
+    if any(unicodedata.category(ch) == "Cc" for ch in value):
+        raise ValidationError(field, "must not contain control characters")
+    return value
 
 
 def check_storable(field: str, value: str) -> str:

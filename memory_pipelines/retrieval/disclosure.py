@@ -28,7 +28,7 @@ def _find(pool: ConnectionPool, owner: str, item_id: str) -> tuple[str, tuple]:
             row = conn.execute(SOURCES[source].detail_sql, (item_id, owner)).fetchone()
             if row:
                 return source, row
-    raise NotFoundError(f"no memory with id {item_id}")
+    raise NotFoundError(f"no item with id {item_id}")  # memories, tasks, learnings, capabilities
 
 
 def detail(pool: ConnectionPool, owner: str, item_id: str) -> dict[str, Any]:

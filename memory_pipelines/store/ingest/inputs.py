@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, fields
 
-from ...infra.errors import ValidationError, check_storable
+from ...infra.errors import ValidationError, check_printable, check_storable
 from ...vocabulary import CONTENT_TYPES, MAX_CONTENT, MAX_NAME, MAX_PATH, MIN_TS, TS_FUTURE_SLACK
 from ..projects import project_key_from_name
 
@@ -23,11 +23,12 @@ def _opt_str(name: str, value: object, limit: int) -> str | None:
 
 
 def validate_owner(owner: object) -> str:
-    """The owner id, stripped; ValidationError('owner') when empty or too long."""
+    """The owner id, stripped; ValidationError('owner') when empty, too long or holding a control character (an
+    id nobody could type again, and that logs and terminals would render as something else)."""
     value = _opt_str("owner", owner, MAX_NAME)
     if value is None:
         raise ValidationError("owner", "is required")
-    return value
+    return check_printable("owner", value)
 
 
 def _content(value: object) -> str:

@@ -128,9 +128,11 @@ def cmd_import(args: argparse.Namespace) -> int:
                          default_owner=default_owner, fmt=args.format, dry_run=args.dry_run,
                          skip_invalid=args.skip_invalid, bar=None if args.json else _bar)
     print_report(report, args.json)
-    if report.stopped or (report.rejects and not report.written and not report.dry_run):
+    if report.stopped:
         return 1
-    return 0
+    # A dry run exits as the import would: 1 when its rejects would keep every row out.
+    writes = (args.skip_invalid and report.valid > 0) if report.dry_run else report.written
+    return 1 if report.rejects and not writes else 0
 
 
 def _json_input(p: argparse.ArgumentParser, what: str) -> None:

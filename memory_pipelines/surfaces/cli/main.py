@@ -13,7 +13,7 @@ import warnings
 from collections.abc import Callable
 
 from ...embeddings.base import EmbeddingError
-from ...infra.errors import UserError, ValidationError
+from ...infra.errors import UserError, ValidationError, check_printable
 from ...infra.redact import install_redaction, redact
 from ...vocabulary import CONTEXT_MODES, DEFAULT_BUDGET, MAX_BUDGET, MIN_BUDGET, SEARCH_MODES, SEARCH_SOURCES
 from ..schema import Name, Query, check
@@ -163,7 +163,12 @@ def cmd_search(args: argparse.Namespace) -> int:
 def cmd_context(args: argparse.Namespace) -> int:
     memory = _memory()
     owner = args.owner or memory.settings.default_owner
-    result = memory.context(owner, args.query, mode=args.mode, token_budget=args.budget)
+    try:
+        result = memory.context(owner, args.query, mode=args.mode, token_budget=args.budget)
+    except ValidationError as exc:
+        if exc.field == "token_budget":  # the flag the user typed
+            raise ValidationError("--budget", exc.message) from None
+        raise
     if args.json:
         print(json.dumps(result.as_dict(), ensure_ascii=False, indent=2, default=str))
     else:
@@ -306,6 +311,8 @@ def check_args(args: argparse.Namespace) -> None:
             raise ValidationError(name, "must not be empty")  # some commands take no default owner
         try:
             check(name, kind, value)
+            if field == "owner":
+                check_printable(name, value)
         except ValidationError as exc:
             message = exc.message.replace("(no lone surrogates)", "(bytes that are not UTF-8)")
             raise ValidationError(name, message) from None

@@ -70,7 +70,8 @@ def install_docs(app: FastAPI) -> None:
             swagger_js_url=f"{root}/static/docs/swagger-ui-bundle.js",
             swagger_css_url=f"{root}/static/docs/swagger-ui.css",
             swagger_favicon_url=f"{root}/static/docs/favicon.png",
-            swagger_ui_parameters={"persistAuthorization": True, "validatorUrl": None,
+            swagger_ui_parameters={"persistAuthorization": False,  # a key lives as long as the tab, as in the web view
+                                   "validatorUrl": None,
                                    "displayRequestDuration": True, "tryItOutEnabled": False},
         ))
 

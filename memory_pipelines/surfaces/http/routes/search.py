@@ -15,7 +15,7 @@ from ..errors import BAD_REQUEST, TOO_LARGE, WRITE, errors, not_found
 
 router = APIRouter(tags=["progressive search"])
 
-_NO_ITEM = not_found("item", "no memory with id mem_3f9c")
+_NO_ITEM = not_found("item", "no item with id mem_3f9c")
 
 
 @router.post("/api/brain/memory/search", summary="Summary layer", response_model=r.Matches, responses=WRITE)
