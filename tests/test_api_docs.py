@@ -54,6 +54,12 @@ def _ref(schema: dict) -> str:
 
 # -- the document ------------------------------------------------------------------------------------------
 
+def test_bounds_are_json_schema_ones(spec):
+    from tests.test_vocabulary import _nonstandard
+
+    assert _nonstandard(spec) == []
+
+
 def test_every_endpoint_documents_its_answer_errors_and_what_it_does(spec):
     seen = 0
     for method, path, op in _operations(spec):

@@ -87,3 +87,14 @@ def test_mcp_tools_offer_exactly_the_vocabulary(runtime):
     assert tuple(ingest["content_type"]["enum"]) == v.CONTENT_TYPES
     assert ingest["content"]["maxLength"] == v.MAX_CONTENT
     assert tools["mem.search"]["properties"]["limit"]["maximum"] == v.MAX_SEARCH_LIMIT
+    assert _nonstandard(tools) == []  # pydantic writes bounds set after a validator as ge / le: clients ignore them
+
+
+def _nonstandard(schema: object, path: str = "") -> list[str]:
+    """Paths of pydantic's constraint names (ge, le, gt, lt) where JSON Schema says minimum / maximum."""
+    if isinstance(schema, dict):
+        here = [f"{path}/{k}" for k in schema if k in ("ge", "le", "gt", "lt")]
+        return here + [p for k, val in schema.items() for p in _nonstandard(val, f"{path}/{k}")]
+    if isinstance(schema, list):
+        return [p for val in schema for p in _nonstandard(val, path)]
+    return []

@@ -45,7 +45,7 @@ from ..vocabulary import (
 )
 from .encode import jsonable
 from .mcp_items import GIVEN, add_item_tools
-from .schema import Instant, Int, Output, Text, Ts
+from .schema import Instant, Output, Text, Ts, int_between
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +118,11 @@ def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
 
 OWNER_ID_REFUSED = ("invalid `owner_id`: the owner comes from the server (its configuration, or your API key), "
                     "never from an argument. Omit owner_id and call again.")
+
+
+SearchLimit = int_between(1, MAX_SEARCH_LIMIT, "How many matches.")
+TimelineLimit = int_between(1, MAX_TIMELINE_LIMIT, "Page size.")
+TokenBudget = int_between(MIN_BUDGET, MAX_BUDGET, "Token budget of the block.")
 
 
 class _Server(MCPServer):
@@ -222,7 +227,7 @@ def build_server(memory: Memory, owner_resolver: OwnerResolver) -> MCPServer:
         project_key: ProjectKeyArg = None,
         project_name: ProjectNameArg = None,
         scope: Annotated[Scope, Field(description="'all' or one content type.")] = "all",
-        limit: Annotated[Int, Field(ge=1, le=MAX_SEARCH_LIMIT, description="How many matches.")] = 20,
+        limit: SearchLimit = 20,
     ) -> dict[str, Any]:
         owner = owner_of(ctx)
         return _call(memory.find, owner, query, project_key=project_key,
@@ -259,7 +264,7 @@ def build_server(memory: Memory, owner_resolver: OwnerResolver) -> MCPServer:
         since: Annotated[Instant | None, Field(description="Only memories at or after this time.")] = None,
         until: Annotated[Instant | None, Field(description="Only memories before this time.")] = None,
         content_type: Annotated[ContentType | None, Field(description="Only this content type.")] = None,
-        limit: Annotated[Int, Field(ge=1, le=MAX_TIMELINE_LIMIT, description="Page size.")] = 50,
+        limit: TimelineLimit = 50,
         cursor: Annotated[str | None, Field(max_length=500, description="next_cursor of the previous page."),
                           Text] = None,
     ) -> dict[str, Any]:
@@ -292,8 +297,7 @@ def build_server(memory: Memory, owner_resolver: OwnerResolver) -> MCPServer:
                          Text],
         mode: Annotated[ContextMode, Field(description="What it is for.")]
         = "execute",
-        token_budget: Annotated[Int, Field(ge=MIN_BUDGET, le=MAX_BUDGET,
-                                           description="Token budget of the block.")] = DEFAULT_BUDGET,
+        token_budget: TokenBudget = DEFAULT_BUDGET,
     ) -> dict[str, Any]:
         owner = owner_of(ctx)
         return _call(lambda: memory.context(owner, query, mode=mode,

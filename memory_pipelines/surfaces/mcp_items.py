@@ -25,7 +25,7 @@ from ..vocabulary import (
     TASK_TYPES,
     WRITE_CONTRACTS,
 )
-from .schema import Int, Text
+from .schema import Text, int_between
 
 ITEM_TOOLS_TEXT = (
     " Give a `key` (your own stable id) to update the same item later; `at` is when it happened (default now). "
@@ -48,7 +48,7 @@ def _field_annotation(spec: Any, optional: bool) -> Any:
     elif spec.kind == "enum":
         base = Literal[spec.choices]  # type: ignore[valid-type]
     elif spec.kind == "int":
-        base = Annotated[Int, Field(ge=spec.min, le=spec.max)]
+        base = int_between(spec.min, spec.max)
     elif spec.kind == "object":
         base = dict[str, Any]
     elif spec.kind == "bool":
@@ -148,7 +148,7 @@ def add_item_tools(server: MCPServer, memory: Memory, tool: Callable[..., Any], 
                                                          "TIMEOUT."), Text]),
         arg("event_type", Annotated[str | None, Field(max_length=200, pattern=SNAKE_PATTERN, description=(
             "The event that started it, e.g. task_failed."))]),
-        arg("limit", Annotated[Int, Field(ge=1, le=MAX_SEARCH_LIMIT, description="How many learnings.")], 10),
+        arg("limit", int_between(1, MAX_SEARCH_LIMIT, "How many learnings."), 10),
     ]
     relevant_learnings.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         params, return_annotation=dict[str, Any])

@@ -75,6 +75,14 @@ def json_number(value: Any) -> Any:
 
 Int = Annotated[int, BeforeValidator(json_number)]
 """An integer in a request body: a JSON number, never a boolean or a string."""
+
+
+def int_between(low: int, high: int, description: str | None = None) -> Any:
+    """`Int` within [low, high] as a type (a tool argument). The bounds go before the validator: after it, pydantic
+    writes them into the JSON schema as ge / le instead of minimum / maximum."""
+    return Annotated[int, Field(ge=low, le=high, description=description), BeforeValidator(json_number)]
+
+
 Ts = Annotated[int, Field(ge=MIN_TS, le=MAX_TS), BeforeValidator(json_number)]
 """A memory's own time in Unix seconds: the range the library accepts (it also refuses more than a day ahead)."""
 
