@@ -335,6 +335,24 @@ def test_sigterm_to_serve_stops_the_postgres_it_started(home, procs):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 128 + signal.SIGTERM), (signal.SIGINT, 130)])
+def test_a_signal_while_the_database_starts_still_stops_it(home, procs, sig, code):
+    """The signal lands once the postmaster exists but before pgserver has registered the process: it used to
+    end the process there, leaving PostgreSQL running with nobody registered to stop it."""
+    pgdata = home / "pgdata"
+    assert postmaster_pid(pgdata) is None
+    serve = Proc(home, ["serve", "--port", str(_free_port())], stdout=subprocess.DEVNULL)
+    procs.append(serve)
+    deadline = time.monotonic() + 60
+    while not (pgdata / "postmaster.pid").exists():
+        assert serve.popen.poll() is None and time.monotonic() < deadline, serve
+        time.sleep(0.005)
+    assert serve.signal(sig, timeout=60) == code, serve
+    _assert_stopped(pgdata)
+    assert registrants(pgdata) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 128 + signal.SIGTERM), (signal.SIGINT, 130)])
 def test_a_signal_to_the_stdio_mcp_server_stops_the_postgres_it_started(home, procs, sig, code):
     """Its client still holds stdin open: before, the exit waited for the client to close it."""
     pgdata = home / "pgdata"

