@@ -615,3 +615,19 @@ def test_llm_timing_out_during_arbitration_keeps_both_and_records_it(pool, fake_
     assert (last["action"], last["model"], last["candidate"], last["new"]) == (
         "KEEP_BOTH", "rules", first.id, second.id)
     assert "timed out" in last["reason"].lower() or "timeout" in last["reason"].lower(), last["reason"]
+
+
+def test_a_write_without_waiting_makes_no_remote_call_and_the_worker_asks_the_llm(pool, fake_embedder,
+                                                                                 fake_openai) -> None:
+    """A hanging chat model held a background write for minutes: the write answers from the extractive summary
+    and the pass that embeds and judges the memory asks the LLM for its summary."""
+    llm = make_llm(fake_openai)
+    r = ingest(pool, fake_embedder, llm, wait=False)
+    assert r.action == "DEFERRED" and fake_openai.requests == []
+    assert memory_row(pool, r.id)["metadata"]["summary_by"] == "extractive, the LLM's to come"
+    fake_openai.chat_responses.append(summary_json("pgvector keeps the vectors", ["pgvector"]))
+    finish_deferred(pool, fake_embedder, llm)
+    row = memory_row(pool, r.id)
+    assert (row["summary"], row["tags"], row["metadata"]["summary_by"]) == (
+        "pgvector keeps the vectors", ["pgvector"], "fake-chat")
+    assert [path for path, _body, _headers in fake_openai.requests] == ["/v1/chat/completions"]

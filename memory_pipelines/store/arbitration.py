@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 ACTIONS = ("REPLACE", "KEEP_BOTH", "SKIP")
 RULES_MODEL = "rules"
 EXTRACTIVE = "extractive"
+EXTRACTIVE_PENDING = "extractive, the LLM's to come"  # stored without waiting: the background pass asks the LLM
 SUMMARY_MAX_CHARS = 200
 MAX_TAGS = 8
 MAX_TAG_CHARS = 40

@@ -1,7 +1,8 @@
-"""Deferred work of the write path: memories stored while the embedding provider was down.
+"""Deferred work of the write path: memories stored without waiting, or while the embedding provider was down.
 
 `finish_deferred` embeds their fragments (the backfill), sets the memory vectors, then runs the same
-conflict detection and arbitration a live ingest runs. Offline: the Dagster `memory_vectors` asset calls it.
+conflict detection and arbitration a live ingest runs, with the LLM's summary for those stored without waiting.
+Offline: the Dagster `memory_vectors` asset calls it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from ...embeddings.base import to_array
 from ...index.vectors import embed_source, finish_memories
 from ...infra.db import transaction
 from ...infra.llm import ChatLLM
-from ..arbitration import arbitrate
+from ..arbitration import EXTRACTIVE, EXTRACTIVE_PENDING, arbitrate, summarise
 from .inputs import MemoryInput
 from .rows import NewContent, drop_fragments, find_candidates, lock_project, log_decision, replace_memory, texts_for
 from .write import conflict_threshold_for
@@ -40,9 +41,14 @@ def _settle_one(
     """Conflict detection + arbitration for one deferred memory, like a live ingest."""
     model = embedder.model_name
     with pool.connection() as conn:
-        head = conn.execute("SELECT project_id::text FROM memories WHERE id = %s", (memory_id,)).fetchone()
+        head = conn.execute(
+            "SELECT project_id::text, content, coalesce(metadata->>'summary_by', %s) FROM memories WHERE id = %s",
+            (EXTRACTIVE, memory_id),
+        ).fetchone()
     if head is None:
         return None
+    # A memory stored without waiting has the extractive summary; the LLM's comes here, outside the lock.
+    better = summarise(llm, head[1]) if head[2] == EXTRACTIVE_PENDING else None
     with transaction(pool) as conn:
         lock_project(conn, head[0])
         row = conn.execute(
@@ -56,6 +62,12 @@ def _settle_one(
         if row is None:  # settled by another worker meanwhile
             return None
         owner, project_id, key, project_name, content, ctype, ts, speaker, summary, tags, by, vec, own_date, ctx = row
+        if better is not None and by == EXTRACTIVE_PENDING and content == head[1]:
+            summary, tags, by = better
+            conn.execute(
+                "UPDATE memories SET summary = %s, tags = %s, metadata = metadata || %s WHERE id = %s",
+                (summary, Jsonb(tags), Jsonb({"summary_by": by}), memory_id),
+            )
         limit = threshold if threshold is not None else conflict_threshold_for(model)
         candidates = find_candidates(conn, owner, project_id, to_array(vec), model, limit, exclude=memory_id)
         d = arbitrate(llm, summary, content, ctype, candidates)

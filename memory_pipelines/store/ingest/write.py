@@ -34,7 +34,7 @@ from ...embeddings import Embedder
 from ...infra.db import transaction
 from ...infra.llm import ChatLLM
 from ...text.chunks import chunk_text
-from ..arbitration import Decision, arbitrate, summarise
+from ..arbitration import EXTRACTIVE_PENDING, Decision, arbitrate, summarise
 from ..memories import new_memory_id, previous_turn
 from ..projects import ensure_project
 from .inputs import MemoryInput
@@ -135,7 +135,10 @@ def ingest_memory(
     created_at = datetime.fromtimestamp(inp.ts, UTC)
     chunks = chunk_text(inp.content, CHUNK_TOKENS, CHUNK_OVERLAP)
     texts, context = _texts(pool, inp, chunks, created_at)
-    summary, tags, summary_by = summarise(llm, inp.content)
+    # Not waiting, the write answers before any remote call: the worker asks the LLM (`deferred._settle_one`).
+    summary, tags, summary_by = summarise(llm if wait else None, inp.content)
+    if llm is not None and not wait:
+        summary_by = EXTRACTIVE_PENDING
     vectors, embed_error = embed_texts(embedder, texts) if wait else (None, None)
     new = NewContent(inp, summary, tags, summary_by, chunks, texts, vectors, context)
     memory_id = new_memory_id()
