@@ -254,3 +254,18 @@ def test_call_with_retries_exhausts_and_wraps() -> None:
 def test_backoff_is_capped() -> None:
     delay = backoff_delay(10, ConnectionError(), backoff_base=0.5, backoff_max=4.0, rng=lambda: 1.0)
     assert delay == 4.0
+
+
+def test_a_query_gets_a_short_deadline_and_one_retry(fake_openai: FakeOpenAI) -> None:
+    """A query is on a request's path: with the whole retry budget a hanging provider held a search for minutes."""
+    embedder = make(fake_openai, timeout=0.3, max_retries=5)
+    fake_openai.faults.extend([{"delay": 2.0}] * 3)
+    with pytest.raises(EmbeddingError):
+        embedder.embed_query("why pgvector?")
+    assert len(fake_openai.requests) == 2  # one attempt and one retry, each cut at the deadline
+    fake_openai.faults.clear()
+    np.testing.assert_allclose(embedder.embed_query("why pgvector?"), expected(["why pgvector?"])[0], atol=1e-6)
+    fake_openai.requests.clear()
+    fake_openai.faults.extend([{"status": 500}] * 3 + [{"delay": 0.0}])
+    assert embedder.embed(["a passage"]).shape == (1, 384)  # a passage keeps the configured retries
+    assert len(fake_openai.requests) == 4

@@ -22,6 +22,8 @@ from .base import Embedder, EmbeddingAuthError, EmbeddingError, normalise
 if TYPE_CHECKING:
     from ..infra.settings import Settings
 
+# A query embedding is on a request's path: seconds per attempt and retries before search degrades to keywords.
+QUERY_TIMEOUT, QUERY_RETRIES = 5.0, 1
 KNOWN_DIMENSIONS: dict[str, int] = {
     "text-embedding-3-small": 1536,
     "text-embedding-3-large": 3072,
@@ -98,6 +100,14 @@ class OpenAIEmbedder(Embedder):
         if batch:
             yield batch
 
+    def embed_query(self, text: str, scope: str = "") -> np.ndarray:
+        """A query is on a request's path: a short deadline, then search degrades to keywords (with the whole
+        retry budget, a hanging provider held a search for minutes)."""
+        matrix = self._request([fit_input(text)], timeout=min(self.client.timeout, QUERY_TIMEOUT),
+                               max_retries=QUERY_RETRIES)
+        self._check_dimension(matrix.shape[1])
+        return normalise(matrix)[0]
+
     def embed_batch(self, texts: Sequence[str], kind: str = "passage") -> np.ndarray:
         """Embed one batch; returns L2-normalised float32 rows in input order."""
         if not texts:
@@ -115,13 +125,14 @@ class OpenAIEmbedder(Embedder):
                 f"expected {self._dimension}. Fix: set OPENAI_EMBED_DIMENSIONS to the size the model returns."
             )
 
-    def _request(self, inputs: list[str]) -> np.ndarray:
+    def _request(self, inputs: list[str], timeout: float | None = None, max_retries: int | None = None) -> np.ndarray:
         """One embeddings call (with retries), rows sorted by the response's `index`."""
         kwargs: dict[str, Any] = {"model": self.model_name, "input": inputs}
         if self.dimensions:
             kwargs["dimensions"] = self.dimensions
+        api = self.client.api if timeout is None else self.client.api.with_options(timeout=timeout)
         try:
-            response = self.client.call(lambda: self.client.api.embeddings.create(**kwargs))
+            response = self.client.call(lambda: api.embeddings.create(**kwargs), max_retries)
         except Exception as exc:
             raise self._translate(exc) from exc
         rows = sorted(response.data, key=lambda item: item.index)

@@ -36,15 +36,18 @@ class OpenAIClient:
         if not api_key:
             raise ConfigError(f"{user} needs an API key. Fix: set OPENAI_API_KEY.")
         self.api = openai.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0)
+        self.timeout = timeout
         self.base_url = redact_url(str(self.api.base_url))  # for messages: without a password
         self.max_retries = max_retries
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         self.sleep = sleep
 
-    def call(self, request: Callable[[], T]) -> T:
-        """`request()` (one API call), retried on transient failures; raises `RetriesExhausted` or the error."""
-        return call_with_retries(request, max_retries=self.max_retries, backoff_base=self.backoff_base,
+    def call(self, request: Callable[[], T], max_retries: int | None = None) -> T:
+        """`request()` (one API call), retried on transient failures (at most `max_retries` times when given,
+        else as configured); raises `RetriesExhausted` or the error."""
+        retries = self.max_retries if max_retries is None else min(max_retries, self.max_retries)
+        return call_with_retries(request, max_retries=retries, backoff_base=self.backoff_base,
                                  backoff_max=self.backoff_max, sleep=self.sleep)
 
     def redact(self, text: str) -> str:
