@@ -102,9 +102,9 @@ def _default_signals() -> None:
 class Proc:
     """A `memory-pipelines` subprocess with its stderr in a file (read back when an assertion fails)."""
 
-    def __init__(self, home: Path, args: list[str], **kw) -> None:
+    def __init__(self, home: Path, args: list[str], env: dict[str, str] | None = None, **kw) -> None:
         self.log = home / f"{args[0]}-{time.monotonic_ns()}.log"
-        self.popen = subprocess.Popen([*CLI, *args], env=_env(home), stderr=self.log.open("wb"),
+        self.popen = subprocess.Popen([*CLI, *args], env={**_env(home), **(env or {})}, stderr=self.log.open("wb"),
                                       preexec_fn=_default_signals, **kw)
         self.pid = self.popen.pid
 
@@ -133,9 +133,9 @@ class Proc:
                 self.kill()
 
 
-def _serve(home: Path) -> tuple[Proc, str]:
+def _serve(home: Path, env: dict[str, str] | None = None) -> tuple[Proc, str]:
     port = _free_port()
-    proc = Proc(home, ["serve", "--port", str(port)], stdout=subprocess.DEVNULL)
+    proc = Proc(home, ["serve", "--port", str(port)], env=env, stdout=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 90
     while True:
@@ -349,6 +349,34 @@ def test_a_signal_while_the_database_starts_still_stops_it(home, procs, sig, cod
     assert serve.signal(sig, timeout=60) == code, serve
     _assert_stopped(pgdata)
     assert registrants(pgdata) == []
+
+
+@pytest.mark.slow
+def test_sigterm_while_the_embedding_provider_hangs_still_leaves_the_database(home, procs, fake_openai):
+    """The exit joins the worker's threads first, and one stuck on the provider kept PostgreSQL registered and
+    running for as long as it waited (9 minutes in the probe): serve now leaves once the worker's 30 s are up."""
+    pgdata = home / "pgdata"
+    assert postmaster_pid(pgdata) is None
+    provider = {"MEMORY_PIPELINES_EMBEDDER": "openai", "OPENAI_API_KEY": "test", "OPENAI_BASE_URL":
+                fake_openai.base_url, "OPENAI_EMBED_DIMENSIONS": "384", "OPENAI_TIMEOUT": "300"}
+    serve, base = _serve(home, provider)
+    procs.append(serve)
+    pid = postmaster_pid(pgdata)
+    with ConnectionPool(_server_url(pgdata), min_size=1, max_size=1) as pool:
+        _kid, key = create_key(pool, "alice")
+    fake_openai.faults.extend([{"delay": 600}] * 20)
+    stored = httpx.post(f"{base}/ingest/memory", headers={"Authorization": f"Bearer {key}"}, timeout=60,
+                        json={"content": "the deploy window is Tuesday", "content_type": "plan",
+                              "project_name": "ops"})
+    assert stored.status_code in (200, 201) and stored.json()["action"] == "DEFERRED", stored.text
+    deadline = time.monotonic() + 60
+    while not any(path.endswith("/embeddings") for path, _b, _h in fake_openai.requests):  # the worker waits
+        assert time.monotonic() < deadline, serve
+        time.sleep(0.1)
+    serve.popen.send_signal(signal.SIGTERM)
+    _assert_stopped(pgdata, pid, within=60)
+    assert registrants(pgdata) == []
+    assert "leaving the embedded PostgreSQL before exit" in serve.stderr()
 
 
 @pytest.mark.slow

@@ -265,6 +265,14 @@ def leave_embedded(pgdata: Path | None = None) -> None:
             log.exception("could not leave the embedded PostgreSQL in %s", p)
 
 
+def leave_early(why: str) -> None:
+    """Leave every embedded server now, before the interpreter's exit: it first joins the threads still running,
+    and one stuck on a remote call would keep the server registered (and running) for as long as it waits."""
+    log.warning("leaving the embedded PostgreSQL before exit: %s", why)
+    close_pools()
+    leave_embedded()
+
+
 def _leave_at_exit() -> None:
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGHUP):  # a signal now would cut the leaving short

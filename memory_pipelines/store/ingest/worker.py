@@ -66,12 +66,15 @@ class EmbedWorker:
         with self._idle:
             return self._idle.wait_for(lambda: not self._busy, timeout)
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """Finish the running pass (if any) and end the thread."""
+    def stop(self, timeout: float = 30.0) -> bool:
+        """Finish the running pass (if any) and end the thread; False when the pass still runs after `timeout`
+        (a provider that hangs: the caller leaves the database without it, see `embedded.leave_early`)."""
         self._stopping = True
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
+            return not self._thread.is_alive()
+        return True
 
     def _run(self) -> None:
         set_thread_nice(self.nice)

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ...infra.embedded import leave_early
 from ...infra.errors import UserError
 
 _EXTRA_HINT = "Fix: pip install 'memory-pipelines[api]' (FastAPI, uvicorn and the mcp SDK)."
@@ -92,7 +93,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             run_http(memory, host=args.host, port=args.port)
     finally:
-        memory.embed_worker.stop()
+        if not memory.embed_worker.stop():
+            leave_early("the embedding worker still waits on its provider")
     return 0
 
 

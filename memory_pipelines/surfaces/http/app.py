@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from ...face import Memory
+from ...infra.embedded import leave_early
 from ...store.ingest.worker import EmbedWorker
 from ...vocabulary import MAX_BODY_BYTES
 from .deps import Owner
@@ -54,7 +55,8 @@ def create_app(memory: Memory, *, wait_ingest: bool = True) -> FastAPI:
         worker.start()  # sweeps for rows other processes write (the CLI, an import)
         memory.embed_worker = worker  # Memory.write* notify it
         yield
-        await asyncio.to_thread(worker.stop)
+        if not await asyncio.to_thread(worker.stop):
+            leave_early("the embedding worker still waits on its provider")
 
     app = FastAPI(
         lifespan=lifespan,
