@@ -247,3 +247,15 @@ def test_a_collision_with_another_stored_item_is_a_409_naming_the_field(alice, r
     assert r.status_code == 409 and r.json()["field"] == "key"
     assert [row["name"] for row in _rows(runtime.pool, "capability")] == ["Summarise logs"]
     assert sorted(row["key"] for row in _rows(runtime.pool, "task")) == ["A", "B"]
+
+
+def test_a_method_a_path_does_not_take_is_a_405_naming_every_method_it_takes(alice):
+    """Starlette named the first route whose path matched: OPTIONS /api/learnings/batch said `Allow: DELETE`,
+    from /api/learnings/{ref}."""
+    for path, allowed in [("/api/learnings/batch", {"POST", "PATCH", "DELETE"}),  # a key may be "batch"
+                          ("/api/learnings/relevant", {"POST", "PATCH", "DELETE"}),
+                          ("/api/tasks/T-1", {"PATCH", "DELETE"}), ("/health", {"GET"})]:
+        r = alice.request("OPTIONS", path)
+        assert r.status_code == 405, (path, r.text)
+        assert {m.strip() for m in r.headers["allow"].split(",")} == allowed, (path, r.headers["allow"])
+        assert "detail" in r.json()

@@ -15,6 +15,8 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from ...infra.db import RETRY_AFTER_SECONDS
 from ...infra.errors import ConfigError, NotFoundError, UserError, ValidationError
@@ -131,6 +133,17 @@ def _answer(status: int) -> Callable[[Request, Exception], Awaitable[JSONRespons
     return handle
 
 
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
+def _allowed(request: Request) -> list[str]:
+    """Every method some route takes on this path. Starlette names only the first route whose path matches:
+    `/api/learnings/batch` (POST) answered an OPTIONS with `Allow: DELETE`, from `/api/learnings/{ref}`."""
+    routes = request.app.router.routes
+    return [m for m in _METHODS
+            if any(r.matches({**request.scope, "method": m})[0] is Match.FULL for r in routes)]
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _request_invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:
@@ -146,6 +159,13 @@ def install_error_handlers(app: FastAPI) -> None:
 
     for kind, status in _STATUS.items():
         app.add_exception_handler(kind, _answer(status))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(req: Request, exc: StarletteHTTPException) -> JSONResponse:
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = ", ".join(_allowed(req))
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=headers or None)
 
     @app.exception_handler(psycopg.OperationalError)  # psycopg_pool's PoolTimeout is one: no connection in time
     async def _db_down(_req: Request, exc: psycopg.OperationalError) -> JSONResponse:
