@@ -103,16 +103,17 @@ class OpenAIEmbedder(Embedder):
     def embed_query(self, text: str, scope: str = "") -> np.ndarray:
         """A query is on a request's path: a short deadline, then search degrades to keywords (with the whole
         retry budget, a hanging provider held a search for minutes)."""
-        matrix = self._request([fit_input(text)], timeout=min(self.client.timeout, QUERY_TIMEOUT),
-                               max_retries=QUERY_RETRIES)
-        self._check_dimension(matrix.shape[1])
-        return normalise(matrix)[0]
+        return self._embedded([text], timeout=min(self.client.timeout, QUERY_TIMEOUT), max_retries=QUERY_RETRIES)[0]
 
     def embed_batch(self, texts: Sequence[str], kind: str = "passage") -> np.ndarray:
         """Embed one batch; returns L2-normalised float32 rows in input order."""
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        matrix = self._request([fit_input(t) for t in texts])
+        return self._embedded(texts)
+
+    def _embedded(self, texts: Sequence[str], timeout: float | None = None, max_retries: int | None = None
+                  ) -> np.ndarray:
+        matrix = self._request([fit_input(t) for t in texts], timeout, max_retries)
         self._check_dimension(matrix.shape[1])
         return normalise(matrix)
 

@@ -12,8 +12,9 @@ from typing import Any
 
 import psycopg
 from fastapi import FastAPI, HTTPException, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
@@ -161,11 +162,10 @@ def install_error_handlers(app: FastAPI) -> None:
         app.add_exception_handler(kind, _answer(status))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(req: Request, exc: StarletteHTTPException) -> JSONResponse:
-        headers = dict(exc.headers or {})
+    async def _http_error(req: Request, exc: StarletteHTTPException) -> Response:
         if exc.status_code == 405:
-            headers["Allow"] = ", ".join(_allowed(req))
-        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=headers or None)
+            exc.headers = {**(exc.headers or {}), "Allow": ", ".join(_allowed(req))}
+        return await http_exception_handler(req, exc)  # FastAPI's own answer otherwise
 
     @app.exception_handler(psycopg.OperationalError)  # psycopg_pool's PoolTimeout is one: no connection in time
     async def _db_down(_req: Request, exc: psycopg.OperationalError) -> JSONResponse:
