@@ -6,7 +6,10 @@ The issue's held-out "dated everyday facts" shape has no dev set, so this builds
 memorybank_cross_dev (MIT): each of its 15 users (one owner each) talked with the companion on ten days, a few
 exchanges a day; every (user, day) becomes the question "我5月3号跟你聊了些什么？" (Chinese memories) or "What did
 I tell you on May 3?" (the same users' English memories), asked on June 1st, whose gold is that day's exchanges.
-Neither channel can find them by their words: only the day named tells them apart. The sets are written to
+Neither channel can find them by their words: only the day named tells them apart. A third set, `spread`, keeps
+memorybank_cross_dev's own questions and memories but moves its ten days forty days apart (January to December
+2022, asked on 2023-02-01): the issue's "data whose dates spread over months", where recency must reorder
+relevant items without burying old ones (context within 0.01 of hybrid). The sets are written to
 bench/out/dated_probe/ and run like the battery's (keyword, semantic, hybrid, context; recall@10, 95 % intervals).
 """
 
@@ -17,6 +20,7 @@ import json
 import random
 import sys
 from collections import defaultdict
+from datetime import datetime, timedelta
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,6 +38,7 @@ FORMS = {
                            "Do you remember what I said on {month} {d}?"]),
 }
 MONTHS = {4: "April", 5: "May"}
+SPREAD_START, SPREAD_GAP_DAYS, SPREAD_ASKED = datetime(2022, 1, 3), 40, "2023-02-01T00:00:00+00:00"
 
 
 def build(source: Path) -> list[Path]:
@@ -57,7 +62,27 @@ def build(source: Path) -> list[Path]:
                 out.write(json.dumps({"id": f"{name}-{i}", "owner": user, "query": query, "gold_ids": gold,
                                       "category": name, "asked_at": ASKED}, ensure_ascii=False) + "\n")
         folders.append(folder)
-    return folders
+    return folders + [spread(source)]
+
+
+def spread(source: Path) -> Path:
+    """memorybank_cross_dev with its days `SPREAD_GAP_DAYS` apart (each turn keeps its time of day)."""
+    folder = OUT / "spread"
+    folder.mkdir(parents=True, exist_ok=True)
+    memories = [json.loads(line) for line in (source / "memories.jsonl").open()]
+    days = sorted({m["created_at"][:10] for m in memories})
+    moved = {d: SPREAD_START + timedelta(days=SPREAD_GAP_DAYS * i) for i, d in enumerate(days)}
+    with (folder / "memories.jsonl").open("w") as out:
+        for m in memories:
+            at = datetime.fromisoformat(m["created_at"])
+            new = moved[m["created_at"][:10]].replace(tzinfo=at.tzinfo) + (at - at.replace(hour=0, minute=0,
+                                                                                          second=0))
+            out.write(json.dumps({**m, "created_at": new.isoformat(), "session": new.date().isoformat()},
+                                 ensure_ascii=False) + "\n")
+    with (folder / "queries.jsonl").open("w") as out:
+        for line in (source / "queries.jsonl").open():
+            out.write(json.dumps({**json.loads(line), "asked_at": SPREAD_ASKED}, ensure_ascii=False) + "\n")
+    return folder
 
 
 def main() -> int:
