@@ -166,7 +166,8 @@ class Source:
     """The project key column, for the project filter (None: the source has no project)."""
     vector_sql: str = "t.embedding"
     detail_sql: str = ""
-    """The full record by id and owner: id, title, body, status, metadata, created_at, vector."""
+    """The full record by id and owner: id, title, body, status, metadata, created_at, vector (progressive
+    disclosure's detail and related layers; empty: no id of the source opens there)."""
     active_sql: str = "t.is_active"
     """Which rows of the table are live (ranked and indexed)."""
     active_counted: bool = False
@@ -269,13 +270,21 @@ SOURCES: dict[str, Source] = {
         indexed_as="event", from_sql="events t", title_sql="'[' || t.type || ']'",
         body_sql="left(mp_event_values(t.payload), 200)", extra_sql="jsonb_build_object('type', t.type)",
         active_sql=EVENT_ACTIVE_SQL, active_counted=True,
+        detail_sql="SELECT id::text, '[' || type || ']', mp_event_values(payload), NULL, jsonb_build_object('type',"
+        " type, 'payload', payload), created_at, embedding FROM events WHERE id = %s AND owner_id = %s",
     ),
-    "okr": Source("okr", "goals", "uuid", None, {"plan": 1.5, "execute": 0.5, "debug": 0.3, "chat": 1.0},
-                  title_sql="t.title"),
+    "okr": Source(
+        "okr", "goals", "uuid", None, {"plan": 1.5, "execute": 0.5, "debug": 0.3, "chat": 1.0}, title_sql="t.title",
+        detail_sql="SELECT id::text, title, description, status, metadata || jsonb_build_object('priority',"
+        " priority, 'progress', progress), created_at, NULL::vector FROM goals WHERE id = %s AND owner_id = %s",
+    ),
 }
 
 SOURCE_NAMES: tuple[str, ...] = tuple(SOURCES)
 SEARCH_SOURCES: tuple[str, ...] = tuple(n for n, s in SOURCES.items() if s.searchable)
+DETAIL_SOURCES: tuple[str, ...] = tuple(n for n, s in SOURCES.items() if s.detail_sql)
+"""Sources whose ids progressive disclosure opens: every id a search or a context build hands out (a build's
+events and profile goals too)."""
 RANKED_SOURCES: tuple[str, ...] = tuple(n for n, s in SOURCES.items() if s.indexed_as)
 """Sources search can rank when asked (SEARCH_SOURCES, the default, plus events: the context builder's
 recent events, searched within their window)."""

@@ -154,6 +154,8 @@ def test_real_answers_match_the_documented_models_field_for_field(app, live, run
         ("POST", "/api/brain/memory/search", "/api/brain/memory/search", {"query": "cookie", "mode": "keyword"}),
         ("GET", "/api/brain/memory/detail/{id}", f"/api/brain/memory/detail/{task}", None),
         ("GET", "/api/brain/memory/detail/{id}", f"/api/brain/memory/detail/{zh['id']}", None),
+        ("GET", "/api/brain/memory/detail/{id}", f"/api/brain/memory/detail/{gone['goals']}", None),
+        ("GET", "/api/brain/memory/detail/{id}", f"/api/brain/memory/detail/{gone['events']}", None),
         ("POST", "/api/brain/memory/search-related", "/api/brain/memory/search-related", {"base_id": task}),
         ("POST", "/api/brain/memory/context", "/api/brain/memory/context", {"query": "cookie", "tokenBudget": 300}),
         ("POST", "/api/brain/memory/feedback/implicit", "/api/brain/memory/feedback/implicit",

@@ -236,3 +236,55 @@ def test_cli_mcp_http_serves_tools_behind_keys(db_url, runtime, tmp_path):
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_context_event_and_goal_ids_open_in_detail_for_their_owner_over_http_and_mcp(live, mcp_http, runtime):
+    alice_key, bob_key = create_key(runtime.pool, "alice")[1], create_key(runtime.pool, "bob")[1]
+    alice, bob = (httpx.Client(base_url=live, headers={"Authorization": f"Bearer {k}"}, timeout=60)
+                  for k in (alice_key, bob_key))
+    goal = alice.post("/api/goals", json={"title": "Cut login failures below 1%", "status": "in_progress"})
+    event = alice.post("/api/events", json={"type": "task_failed",
+                                            "payload": {"task": "login", "error": "auth token expired 401"}})
+    assert goal.status_code == event.status_code == 201, (goal.text, event.text)
+    goal_id, event_id = goal.json()["id"], event.json()["id"]
+    ctx = alice.post("/api/brain/memory/context", json={"query": "login auth token expired", "mode": "debug"})
+    assert ctx.status_code == 200, ctx.text
+    assert [i["id"] for i in ctx.json()["items"] if i["source"] == "event"] == [event_id]
+    # the profile's goals are not block items: the build's log names them, as the web view shows
+    build = alice.get(f"/api/brain/memory/builds/{ctx.json()['retrieval_id']}").json()
+    assert [i["id"] for i in build["items"] if i["source"] == "okr" and i["injected"]] == [goal_id]
+
+    handed_out = {event_id: "event", goal_id: "okr"}
+    opened = {}
+    for item_id, level in handed_out.items():
+        r = alice.get(f"/api/brain/memory/detail/{item_id}")
+        assert r.status_code == 200, r.text
+        opened[item_id] = r.json()
+        assert set(r.json()) == {"id", "level", "title", "description", "status", "metadata", "created_at"}
+        assert (r.json()["id"], r.json()["level"]) == (item_id, level)
+        related = alice.post("/api/brain/memory/search-related", json={"base_id": item_id})
+        assert related.status_code == 200 and item_id not in related.text, related.text
+    assert "auth token expired 401" in opened[event_id]["description"]
+    assert opened[event_id]["metadata"]["payload"] == {"task": "login", "error": "auth token expired 401"}
+    assert (opened[goal_id]["title"], opened[goal_id]["status"]) == ("Cut login failures below 1%", "in_progress")
+
+    missing = "00000000-0000-0000-0000-0000000000ff"
+    for item_id in handed_out:  # another owner's id answers exactly like a missing one
+        theirs, unknown = bob.get(f"/api/brain/memory/detail/{item_id}"), bob.get(f"/api/brain/memory/detail/{missing}")
+        assert theirs.status_code == unknown.status_code == 404
+        assert theirs.json()["detail"].replace(item_id, "X") == unknown.json()["detail"].replace(missing, "X")
+        assert bob.post("/api/brain/memory/search-related", json={"base_id": item_id}).status_code == 404
+
+    async def main() -> None:
+        async with _client(mcp_http, alice_key) as a:
+            mcp_ctx = data(await a.call_tool("mem.context", {"query": "login auth token expired", "mode": "debug"}))
+            assert event_id in [i["id"] for i in mcp_ctx["items"]]
+            for item_id in handed_out:
+                assert data(await a.call_tool("mem.detail", {"id": item_id})) == opened[item_id]
+        async with _client(mcp_http, bob_key) as b:
+            for item_id in handed_out:
+                theirs = error_text(await b.call_tool("mem.detail", {"id": item_id}))
+                unknown = error_text(await b.call_tool("mem.detail", {"id": missing}))
+                assert theirs.replace(item_id, "X") == unknown.replace(missing, "X") and "no item" in theirs
+
+    anyio.run(main)

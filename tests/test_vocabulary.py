@@ -8,7 +8,7 @@ from memory_pipelines import vocabulary as v
 from memory_pipelines.context.config import active_config
 from memory_pipelines.context.scoring import ScoringConfig
 from memory_pipelines.surfaces.cli.main import build_parser
-from memory_pipelines.surfaces.http import models
+from memory_pipelines.surfaces.http import models, responses
 
 
 def _check_values(conn, table: str, column: str) -> set[str]:
@@ -57,6 +57,8 @@ def test_surfaces_offer_exactly_the_vocabulary():
     ingest = models.IngestRequest.model_json_schema()
     assert tuple(ingest["properties"]["content_type"]["enum"]) == v.CONTENT_TYPES
     assert ingest["properties"]["content"]["maxLength"] == v.MAX_CONTENT
+    assert tuple(responses.Detail.model_json_schema()["properties"]["level"]["enum"]) == v.DETAIL_SOURCES
+    assert tuple(responses.Match.model_json_schema()["properties"]["level"]["enum"]) == v.SEARCH_SOURCES
 
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")

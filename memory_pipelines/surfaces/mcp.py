@@ -288,7 +288,7 @@ def build_server(memory: Memory, owner_resolver: OwnerResolver) -> MCPServer:
             "learnings, capabilities and memories, recent events and active goals, scored and de-duplicated. "
             "query: the task or question. mode: plan | execute | debug | chat (what the context is for). "
             f"token_budget: {MIN_BUDGET}-{MAX_BUDGET} (default {DEFAULT_BUDGET}). Returns block (the text to "
-            "use), items (what was included and why) and retrieval_id."
+            "use), items (what was included and why; mem.detail opens any of their ids) and retrieval_id."
         ),
     )
     def context_tool(
@@ -302,6 +302,23 @@ def build_server(memory: Memory, owner_resolver: OwnerResolver) -> MCPServer:
         owner = owner_of(ctx)
         return _call(lambda: memory.context(owner, query, mode=mode,
                                                   token_budget=token_budget).as_dict())
+
+    @tool(
+        name="mem.detail",
+        description=(
+            "The full record of one of your items by id: a task, learning, capability, memory, event or goal, e.g. "
+            "an id from mem.context's items or mem.search. Returns id, level (the item's source; okr for a goal), "
+            "title, description (the full text), status, metadata and created_at. An id that is not yours, or "
+            "unknown, is 'not found'."
+        ),
+    )
+    def detail_tool(
+        ctx: Context,
+        id: Annotated[str, Field(min_length=1, max_length=MAX_ID, description="The item's id."),  # noqa: A002
+                      Text],
+    ) -> dict[str, Any]:
+        owner = owner_of(ctx)
+        return _call(memory.detail, owner, id)
 
     @tool(
         name="mem.feedback",

@@ -15,6 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from ...vocabulary import ContentType, ContextMode
 
 Level = Literal["task", "learning", "capability", "memory"]
+DetailLevel = Literal["task", "learning", "capability", "memory", "event", "okr"]
+"""What the detail layer opens: a search match's levels, and a context build's events and profile goals (okr)."""
 
 _MEM = "mem_3f9c0b6a1d2e4f5a6b7c"
 _MEM2 = "mem_a1b2c3d4e5f60718293a"
@@ -91,12 +93,13 @@ class Detail(_Out):
     })
 
     id: str
-    level: Level
-    title: str
-    description: str | None = Field(description="The item's full text.")
-    status: str | None = Field(description="A task's status; null for other levels.")
+    level: DetailLevel = Field(description="task | learning | capability | memory | event | okr (a goal).")
+    title: str = Field(description="An event's is its `[type]`.")
+    description: str | None = Field(description="The item's full text (an event's: its payload's values).")
+    status: str | None = Field(description="A task's or goal's status; null for other levels.")
     metadata: dict[str, Any] = Field(description="Per level: task_type, project_key, failure_class, "
-                                     "content_type, tags, speaker, …")
+                                     "content_type, tags, speaker, an event's type and payload, a goal's "
+                                     "priority and progress, …")
     created_at: datetime | None
 
 

@@ -1,4 +1,5 @@
-"""Progressive search: summary → detail → related, over tasks, learnings, capabilities and memories."""
+"""Progressive search: summary → detail → related, over tasks, learnings, capabilities and memories; detail and
+related also open the events and goals a context build names."""
 
 from __future__ import annotations
 
@@ -32,9 +33,11 @@ def memory_search(body: m.SearchRequest, owner: Owner, memory: MemoryDep) -> JSO
 
 @router.get("/api/brain/memory/detail/{id}", summary="Detail layer", response_model=r.Detail,
             responses=errors(_NO_ITEM))
-def memory_detail(id: Annotated[m.ItemId, Path(description="An id from a search match.")],  # noqa: A002
+def memory_detail(id: Annotated[m.ItemId, Path(description="An id from a search match or a context.")],  # noqa: A002
                   owner: Owner, memory: MemoryDep) -> JSONResponse:
-    """The full record of one item: its whole text, status (tasks), metadata and creation time."""
+    """The full record of one item: its whole text, status (tasks, goals), metadata and creation time. Any id a
+    search or a context build hands out opens here: tasks, learnings, capabilities, memories, and a build's events
+    and profile goals (level `okr`)."""
     return to_json(memory.detail(owner, id))
 
 
