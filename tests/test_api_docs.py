@@ -1,10 +1,12 @@
 """The API documents itself truthfully: every endpoint names its answer (a model, with examples) and its errors;
 real answers match the documented models field for field; request examples succeed as written; the docs pages
-load from this server only; oversized bodies are a 413; the build history and hit rates, per owner."""
+load from this server only; oversized bodies are a 413 and a body naming a member twice a 422; the build history and
+hit rates, per owner."""
 
 from __future__ import annotations
 
 import json
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -307,6 +309,52 @@ def test_a_lying_content_length_never_reaches_the_app(live):
                      f"Content-Length: {MAX_BODY_BYTES + 1}\r\n\r\n".encode())
         head = sock.recv(4096).decode("latin-1")
     assert head.startswith("HTTP/1.1 413")
+
+
+# -- repeated members ----------------------------------------------------------------------------------------
+
+def _raw(c: httpx.Client, method: str, path: str, body: str) -> httpx.Response:
+    """A JSON body sent as written (a dict cannot hold a member twice)."""
+    return c.request(method, path, content=body.encode(), headers={"content-type": "application/json"})
+
+
+def test_a_body_naming_a_member_twice_is_a_422_naming_it_and_where_and_writes_nothing(live, runtime):
+    """Python's JSON parser keeps the last of two same-named members: `{"content": "a", "content": "b"}` stored
+    "b", and a proxy or a client that reads the first saw another request than the one served."""
+    c = _client(live, create_key(runtime.pool, "alice")[1])
+    cases = [
+        ("POST", "/ingest/memory", '{"project_name": "p", "content_type": "plan", "content": "a", "content": "b"}',
+         ["body", "content"]),
+        ("POST", "/api/tasks/batch", '{"items": [{"title": "ok"}, {"title": "t", "metadata": {"k": 1, "k": 2}}]}',
+         ["body", "items", "1", "metadata", "k"]),
+        ("POST", "/api/tasks", '{"title": "t", "title": "u"}', ["body", "title"]),
+    ]
+    for method, path, body, loc in cases:
+        answer = _raw(c, method, path, body)
+        assert answer.status_code == 422, (path, answer.text)
+        e.ValidationProblem.model_validate(answer.json())
+        problem = answer.json()["detail"][0]
+        assert problem["loc"] == loc and repr(loc[-1]) in problem["msg"], (path, problem)
+        assert answer.json()["field"] == ".".join(loc[1:])
+    with runtime.pool.connection() as conn:
+        assert conn.execute("SELECT (SELECT count(*) FROM memories) + (SELECT count(*) FROM tasks)").fetchone()[0] \
+            == 0
+    # The same name in different objects is no repeat.
+    fine = _raw(c, "POST", "/api/tasks/batch",
+                '{"items": [{"title": "a", "metadata": {"title": "x"}}, {"title": "b"}]}')
+    assert fine.status_code == 200 and fine.json()["counts"]["created"] == 2, fine.text
+    assert _raw(c, "PATCH", "/api/tasks/T-1", '{"status": "failed", "status": "completed"}').json()["field"] == "status"
+
+
+def test_every_json_body_refuses_a_repeated_member(spec, live, runtime):
+    """Every operation that takes a body parses it the same way: a router built without the app's route class
+    would take `{"a": 1, "a": 2}` as `{"a": 2}` (and refuse `a` as an unknown field, not as a repeat)."""
+    c = _client(live, create_key(runtime.pool, "alice")[1])
+    with_body = [(m, p) for m, p, op in _operations(spec) if "requestBody" in op]
+    assert with_body == [(m, p) for m, p, _op in _operations(spec) if m in ("post", "put", "patch")]
+    for method, path in with_body:
+        answer = _raw(c, method.upper(), re.sub(r"\{[^}]+\}", "T-1", path), '{"zz": {"a": 1}, "zz": 2}')
+        assert answer.status_code == 422 and answer.json()["detail"][0]["loc"] == ["body", "zz"], (path, answer.text)
 
 
 # -- build history and hit rates -----------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from ...infra.embedded import leave_early
 from ...store.ingest.worker import EmbedWorker
 from ...vocabulary import MAX_BODY_BYTES
 from .deps import Owner
-from .errors import BodyLimit, install_error_handlers
+from .errors import BodyLimit, StrictJsonRoute, install_error_handlers
 from .pages import install_docs, install_web_view
 from .routes import agentmem, context, feedback, history, items, ops, removal, search
 
@@ -36,8 +36,9 @@ retrieval log read back (recent builds, hit rates).
 `memory-pipelines keys create --owner NAME`; in these docs: *Authorize*). The key decides the owner: an `owner_id`
 that names another owner is a `422`, and an id of another owner answers exactly like one that does not exist.
 
-**Errors.** One shape: `{"detail": ...}`; a `422` also names the rejected `field` and changes nothing. `401`:
-no usable key. `404`: no such id for this owner. `413`: a body over """ + f"{MAX_BODY_BYTES:,}" + """ bytes.
+**Errors.** One shape: `{"detail": ...}`; a `422` also names the rejected `field` and changes nothing (a JSON
+object that names a member twice is one, at the repeated member). `401`: no usable key. `404`: no such id for this
+owner. `413`: a body over """ + f"{MAX_BODY_BYTES:,}" + """ bytes.
 `503`: the database is unreachable (retry after the `Retry-After` seconds).
 
 **Web view.** [`/ui/`](/ui/): recent context builds with their items and used marks, hit rates, search."""
@@ -77,6 +78,7 @@ def create_app(memory: Memory, *, wait_ingest: bool = True) -> FastAPI:
              "audit trail of removals."},
         ],
     )
+    app.router.route_class = StrictJsonRoute  # its own routes too; every router of routes/ sets it
     app.state.memory = memory
     app.state.wait_ingest = wait_ingest
     app.state.embed_worker = worker

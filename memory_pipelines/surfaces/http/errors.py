@@ -1,13 +1,14 @@
 """The API's one error shape: its models and documented answers (for the OpenAPI document), the handlers that
-turn library and request errors into it, and the body-size limit.
+turn library and request errors into it, the body-size limit, and the JSON bodies that name a member twice.
 
 Every error answer is `{"detail": ...}`; a 422 also names the rejected `field`, as the request spells it.
 """
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import psycopg
@@ -15,6 +16,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
@@ -154,6 +156,10 @@ def install_error_handlers(app: FastAPI) -> None:
         loc = errors[0]["loc"] if errors else ["body"]
         return error(422, errors, field=".".join(loc[1:]) or loc[0])
 
+    @app.exception_handler(RepeatedMember)
+    async def _repeated(_req: Request, exc: RepeatedMember) -> JSONResponse:
+        return error(422, exc.detail, field=".".join(exc.loc[1:]))
+
     @app.exception_handler(ValidationError)
     async def _lib_invalid(req: Request, exc: ValidationError) -> JSONResponse:
         return _invalid(exc.field, exc.message, _where(req, FIELD_ALIASES.get(exc.field, exc.field)))
@@ -213,3 +219,82 @@ class BodyLimit:
             return message
 
         await self.app(scope, counted, send)
+
+
+# -- repeated members ------------------------------------------------------------------------------------------------
+
+class _Repeated(Exception):
+    """An object of the body names a member twice (raised while parsing, before where is known)."""
+
+
+class _Marked(dict):
+    """An object that names `member` twice, as the second parse of a refused body returns it."""
+
+    member: str
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """`object_pairs_hook`: the object, unless it names a member twice (json.loads keeps the last one silently)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise _Repeated
+    return obj
+
+
+def _marked(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """`object_pairs_hook` of the second parse: an object naming a member twice comes back marked with it."""
+    seen: set[str] = set()
+    for name, _value in pairs:
+        if name in seen:
+            marked = _Marked(pairs)
+            marked.member = name
+            return marked
+        seen.add(name)
+    return dict(pairs)
+
+
+def _repeated_at(value: Any) -> list[str]:
+    """The path to the first member named twice, in document order (without a recursion: a body may nest deep)."""
+    stack: list[tuple[list[str], Any]] = [([], value)]
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, _Marked):
+            return [*path, node.member]
+        children = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        stack.extend(reversed([([*path, str(k)], v) for k, v in children]))
+    raise AssertionError("no repeated member")  # only called when the first parse found one
+
+
+class RepeatedMember(HTTPException):
+    """A JSON body naming a member twice: a 422 at its place (an HTTPException, which FastAPI lets out of reading
+    the body; any other error there is its generic 400)."""
+
+    def __init__(self, loc: list[str]) -> None:
+        self.loc = loc
+        message = f"{loc[-1]!r} is named twice in one object; send each member once"
+        super().__init__(422, [{"loc": loc, "msg": message, "type": "json_invalid"}])
+
+
+class _StrictJsonRequest(Request):
+    async def json(self) -> Any:
+        """The body parsed once, as Starlette does, but refused when an object names a member twice."""
+        if not hasattr(self, "_json"):
+            body = await self.body()
+            try:
+                self._json = json.loads(body, object_pairs_hook=_unique)
+            except _Repeated:  # parsed a second time only when refused, to say where
+                raise RepeatedMember(["body", *_repeated_at(json.loads(body, object_pairs_hook=_marked))]) from None
+        return self._json
+
+
+class StrictJsonRoute(APIRoute):
+    """The route class of every router: its body is parsed by `_StrictJsonRequest` (FastAPI's own place to change
+    how a request is read: a middleware would have to parse each body a second time)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def strict(request: Request) -> Response:
+            return await handler(_StrictJsonRequest(request.scope, request.receive))
+
+        return strict

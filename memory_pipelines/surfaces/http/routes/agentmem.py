@@ -15,9 +15,9 @@ from ...encode import to_json
 from .. import models as m
 from .. import responses as r
 from ..deps import MemoryDep, Owner, same_owner
-from ..errors import READ, WRITE, errors, not_found
+from ..errors import READ, WRITE, StrictJsonRoute, errors, not_found
 
-router = APIRouter(tags=["memory centre"])
+router = APIRouter(tags=["memory centre"], route_class=StrictJsonRoute)
 
 _IDS = re.compile(m.IDS_PATTERN)
 

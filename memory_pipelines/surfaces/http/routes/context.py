@@ -9,9 +9,9 @@ from ...encode import to_json
 from .. import models as m
 from .. import responses as r
 from ..deps import MemoryDep, Owner, same_owner
-from ..errors import WRITE
+from ..errors import WRITE, StrictJsonRoute
 
-router = APIRouter(tags=["context"])
+router = APIRouter(tags=["context"], route_class=StrictJsonRoute)
 
 
 @router.post("/api/brain/memory/context", summary="Token-budgeted memory context", response_model=r.Context,

@@ -9,9 +9,9 @@ from ...encode import to_json
 from .. import models as m
 from .. import responses as r
 from ..deps import MemoryDep, Owner, same_owner
-from ..errors import BAD_REQUEST, TOO_LARGE, errors, not_found
+from ..errors import BAD_REQUEST, TOO_LARGE, StrictJsonRoute, errors, not_found
 
-router = APIRouter(tags=["context"])
+router = APIRouter(tags=["context"], route_class=StrictJsonRoute)
 
 NO_BUILD = not_found("context build", "retrieval 7d1e2f3a-4b5c-4d6e-8f70-819a2b3c4d5e not found")
 

@@ -12,10 +12,10 @@ from ...encode import to_json
 from .. import models as m
 from .. import responses as r
 from ..deps import MemoryDep, Owner
-from ..errors import READ, errors
+from ..errors import READ, StrictJsonRoute, errors
 from .feedback import NO_BUILD
 
-router = APIRouter(tags=["context"])
+router = APIRouter(tags=["context"], route_class=StrictJsonRoute)
 
 
 @router.get("/api/brain/memory/builds", summary="Recent context builds, with used marks", response_model=r.Builds,

@@ -301,7 +301,7 @@ def source_router(memory: Memory, owner_type: Any, source: str) -> APIRouter:
     """POST /api/<plural>, POST /api/<plural>/batch and PATCH /api/<plural>/{ref} of one source."""
     plural = PLURAL[source]
     tag = "items"
-    api = APIRouter(prefix=f"/api/{plural}", tags=[tag])
+    api = APIRouter(prefix=f"/api/{plural}", tags=[tag], route_class=e.StrictJsonRoute)
     Item, Changes, Batch = ITEM_MODELS[source], CHANGE_MODELS[source], BATCH_MODELS[source]
     fields = ", ".join(s.name for s in WRITE_CONTRACTS[source])
     searchable = ("keyword-searchable at once and embedded in the background within seconds"
@@ -362,7 +362,7 @@ def source_router(memory: Memory, owner_type: Any, source: str) -> APIRouter:
 def router(memory: Memory, owner_type: Any) -> APIRouter:
     """Every item source's routes, and the learnings relevance search. `owner_type`: the app's
     `Annotated[str, Depends(...)]` that resolves the API key to its owner."""
-    api = APIRouter()
+    api = APIRouter(route_class=e.StrictJsonRoute)
     for source in WRITE_TABLES:
         api.include_router(source_router(memory, owner_type, source))
 

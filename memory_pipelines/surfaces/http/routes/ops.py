@@ -9,9 +9,9 @@ from ....infra.db import RETRY_AFTER_SECONDS
 from ...encode import to_json
 from .. import responses as r
 from ..deps import MemoryDep, Owner
-from ..errors import READ
+from ..errors import READ, StrictJsonRoute
 
-router = APIRouter(tags=["ops"])
+router = APIRouter(tags=["ops"], route_class=StrictJsonRoute)
 
 
 @router.get("/health", summary="Database reachable, embedding model (no auth)", response_model=r.Health,

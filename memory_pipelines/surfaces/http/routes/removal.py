@@ -17,9 +17,9 @@ from ....store.removal.audit import MAX_AUDIT_LIMIT
 from ...encode import to_json
 from .. import models as m
 from ..deps import MemoryDep, Owner
-from ..errors import READ, errors, not_found
+from ..errors import READ, StrictJsonRoute, errors, not_found
 
-router = APIRouter(tags=["ways out"])
+router = APIRouter(tags=["ways out"], route_class=StrictJsonRoute)
 
 ITEM_PATHS = {"task": "tasks", "learning": "learnings", "capability": "capabilities", "goal": "goals",
               "event": "events"}

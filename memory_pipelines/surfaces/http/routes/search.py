@@ -12,9 +12,9 @@ from ...encode import to_json
 from .. import models as m
 from .. import responses as r
 from ..deps import MemoryDep, Owner, same_owner
-from ..errors import BAD_REQUEST, TOO_LARGE, WRITE, errors, not_found
+from ..errors import BAD_REQUEST, TOO_LARGE, WRITE, StrictJsonRoute, errors, not_found
 
-router = APIRouter(tags=["progressive search"])
+router = APIRouter(tags=["progressive search"], route_class=StrictJsonRoute)
 
 _NO_ITEM = not_found("item", "no item with id mem_3f9c")
 
