@@ -323,7 +323,7 @@ WRITE_TABLES: dict[str, str] = {"task": "tasks", "learning": "learnings", "capab
 """The table each writable source is stored in."""
 
 MAX_BATCH = 1_000
-"""Items in one HTTP batch request (413 above it); the library's `write_items` takes any number."""
+"""Items in one HTTP batch request (above it a 422 naming `items`); the library's `write_items` takes any number."""
 MAX_ITEM_KEY = 200
 """Characters of a caller's stable key of an item (unique per owner and source)."""
 EXPORTED_ID_KEY = "id:"

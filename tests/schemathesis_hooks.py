@@ -6,8 +6,7 @@ A schema cannot state some of the API's rules, so a schema-valid request breakin
 memory's `ts` or an item's `at` may be at most one day ahead of the server clock (and an `at` given as text not
 before 2000), a timeline's `until` must not be before its `since`, no string inside an item's metadata or payload
 holds NUL (PostgreSQL's JSON cannot), a key (a capability's name) appears once in a batch, and explicit feedback
-names only items its build injected. A batch over its
-`maxItems` is refused with 413, which schemathesis does not list among refusals. Every other failure is kept.
+names only items its build injected. Every other failure is kept.
 """
 
 from __future__ import annotations
@@ -37,14 +36,14 @@ def unstatable(response) -> bool:
             or (field == "used_ids" and "inject" in detail))  # feedback names only the build's injected items
 
 
-def _accepted_mutations(failure) -> tuple[str, str, list[str]] | None:
-    """For an "accepted schema-violating request" (ST201): its text, the part naming the invalid components, and
+def _accepted_mutations(failure) -> tuple[str, list[str]] | None:
+    """For an "accepted schema-violating request" (ST201): the part of its text naming the invalid components, and
     their `violates` lines; None for any other failure."""
     if getattr(failure, "code", None) != "ST201":
         return None
     text = f"{getattr(failure, 'message', '')}\n{failure}"
     _, _, components = text.partition("Invalid component:")
-    return text, components, [line for line in components.splitlines() if "violates" in line]
+    return components, [line for line in components.splitlines() if "violates" in line]
 
 
 def query_text_only(failure) -> bool:
@@ -53,29 +52,17 @@ def query_text_only(failure) -> bool:
     and unknown query parameters are ignored, as HTTP APIs do."""
     if (found := _accepted_mutations(failure)) is None:
         return False
-    _, components, mutations = found
+    components, mutations = found
     # Header mutations too: the harness sends its own Authorization header over whatever the case carries.
     return bool(mutations) and "body" not in components and all(
         line.strip().startswith(("- query:", "- header:")) or "in query" in line for line in mutations)
 
 
-def batch_too_large(failure, status: int | None = None) -> bool:
-    """Whether an "accepted" schema-violating request is a batch over its documented `maxItems` refused with 413
-    (Content Too Large, the API's answer to a batch over its size), which schemathesis does not count as a
-    refusal."""
-    if (found := _accepted_mutations(failure)) is None:
-        return False
-    text, _, mutations = found
-    mutations = [m for m in mutations if "header:" not in m]  # the harness sends its own Authorization header
-    refused = status == 413 if status is not None else "[413]" in text
-    return refused and bool(mutations) and all("violates `maxItems` at /properties/items" in m for m in mutations)
-
-
-def ignored(failure, status: int | None = None) -> bool:
+def ignored(failure) -> bool:
     """Whether a failure is one of the documented departures above rather than a defect."""
-    return query_text_only(failure) or batch_too_large(failure, status)
+    return query_text_only(failure)
 
 
 @schemathesis.hook
 def filter_failure(context, failure, case, response) -> bool:
-    return not ((failure.code == "ST202" and unstatable(response)) or ignored(failure, response.status_code))
+    return not ((failure.code == "ST202" and unstatable(response)) or ignored(failure))

@@ -3,8 +3,8 @@
 Request bodies are generated from the write contract (vocabulary.WRITE_CONTRACTS), so the documented fields, enums
 and limits are the ones the library checks. A batch is checked item by item by the library (`store/items.py`):
 a bad item is a 422 naming `items[i].field`, and nothing of the batch is written; more than MAX_BATCH items is a
-413. Written items are keyword-searchable when the answer comes back and embedded by the server's background
-worker.
+422 naming `items` (the schema's `maxItems`, checked with the body). Written items are keyword-searchable when the
+answer comes back and embedded by the server's background worker.
 
     router(memory, Owner)  one APIRouter with every source's routes and POST /api/learnings/relevant
 """
@@ -30,7 +30,6 @@ from ....store.items import ItemConflict, ItemError
 from ....vocabulary import (
     ITEM_TIME_TEXT,
     MAX_BATCH,
-    MAX_BODY_BYTES,
     MAX_ITEM_KEY,
     MAX_LABEL,
     MAX_TS,
@@ -165,11 +164,12 @@ def _batch_model(source: str) -> type[BaseModel]:
     item = ITEM_MODELS[source].__name__
     items_schema = {"type": "array", "minItems": 1, "maxItems": MAX_BATCH,
                     "items": {"$ref": f"#/components/schemas/{item}"},
-                    "description": f"1 to {MAX_BATCH} {PLURAL[source]} (more: 413), written all or none."}
+                    "description": f"1 to {MAX_BATCH} {PLURAL[source]} (more: 422), written all or none."}
     model = create_model(
         f"{source.capitalize()}Batch", __base__=_Body,
         __doc__=f"A batch of {PLURAL[source]}, checked item by item: a bad one is a 422 naming `items[i].field`.",
-        items=(Annotated[list[Any], Field(min_length=1), WithJsonSchema(items_schema)], ...),
+        # the length is checked with the body (a 422 naming `items`, the limit and the count); each item by the library
+        items=(Annotated[list[Any], Field(min_length=1, max_length=MAX_BATCH), WithJsonSchema(items_schema)], ...),
     )
     second = {**EXAMPLES[source], "key": EXAMPLES[source]["key"] + "-b"}
     if source == "capability":  # a capability's name is unique per owner
@@ -284,10 +284,12 @@ def _invalid(exc: ItemError) -> JSONResponse:
                         status_code=422)
 
 
-_TOO_MANY = {413: {"model": e.Error, "description": f"More than {MAX_BATCH} items, or a body over {MAX_BODY_BYTES} "
-                   "bytes. Nothing was written.",
-                   "content": {"application/json": {"example": {"detail": f"a batch holds at most {MAX_BATCH} "
-                                                                          "items; this one has 1200"}}}}}
+_BATCH_INVALID = {422: {"model": e.ValidationProblem, "description": "Bad input; nothing was written. `field` is "
+                        f"`items[i].field` for a bad item, `items` for no items or more than {MAX_BATCH}.",
+                        "content": {"application/json": {"example": {"detail": [{
+                            "loc": ["body", "items"], "type": "too_long",
+                            "msg": f"List should have at most {MAX_BATCH} items after validation, not 1200"}],
+                            "field": "items"}}}}}
 _CONFLICT = {409: {"model": e.Error, "description": "The item collides with another of this owner's (a capability's "
                    "name, a key another item has). Nothing was written.",
                    "content": {"application/json": {"example": {
@@ -324,9 +326,6 @@ def source_router(memory: Memory, owner_type: Any, source: str) -> APIRouter:
                                  **e.errors(e.BAD_REQUEST, e.TOO_LARGE, conflict)})
 
     def write_batch(body: Annotated[Batch, Body()], owner: owner_type) -> JSONResponse:  # type: ignore[valid-type]
-        if len(body.items) > MAX_BATCH:
-            return JSONResponse({"detail": f"a batch holds at most {MAX_BATCH} items; this one has "
-                                           f"{len(body.items)}"}, status_code=413)
         try:
             done = memory.write_many(owner, source, body.items)
         except ItemError as exc:
@@ -335,9 +334,11 @@ def source_router(memory: Memory, owner_type: Any, source: str) -> APIRouter:
 
     write_batch.__doc__ = (f"Store up to {MAX_BATCH} {plural} in one transaction, each as `POST /api/{plural}` "
                            f"would: all of them, or, when one is bad, none (a 422 naming `items[i].field`). Each "
-                           "item's result in the order sent, and the counts.")
+                           f"item's result in the order sent, and the counts. More than {MAX_BATCH} items is a 422 "
+                           "naming `items`.")
     api.add_api_route("/batch", write_batch, methods=["POST"], summary=f"Write a batch of {plural}",
-                      response_model=BatchWritten, responses=e.errors(e.BAD_REQUEST, _TOO_MANY, conflict))
+                      response_model=BatchWritten,
+                      responses=e.errors(e.BAD_REQUEST, e.TOO_LARGE, _BATCH_INVALID, conflict))
 
     def update(ref: Ref, body: Annotated[Changes, Body()], owner: owner_type) -> JSONResponse:  # type: ignore
         try:
