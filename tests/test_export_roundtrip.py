@@ -10,6 +10,8 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
+from memory_pipelines.context.config import activate, active_config, add_config, list_configs
+from memory_pipelines.context.scoring import ScoringConfig
 from memory_pipelines.demo.corpus import load_demo, read_demo
 from memory_pipelines.index.keywords import index_all
 from memory_pipelines.index.vectors import embed_all
@@ -18,6 +20,7 @@ from memory_pipelines.operations.export import FILES, export_owner
 from memory_pipelines.retrieval.search import search
 from memory_pipelines.store.imports import import_file
 from memory_pipelines.store.ingest import finish_deferred
+from tests.test_cli import run_cli
 
 OWNERS = ("team-alpha", "team-beta", "solo-gamma")
 
@@ -101,3 +104,34 @@ def test_an_exported_owner_imported_into_a_fresh_database_searches_the_same(pool
     for name in FILES.values():
         again = import_file(target, tmp_path / "team-alpha" / name, embedder=fake_embedder, owner="team-alpha")
         assert again.totals["created"] == again.totals["updated"] == 0, name
+
+
+def test_the_exported_active_scoring_config_is_restored_by_the_cli(pool, fresh_url, tmp_path) -> None:
+    """A tuned config travels with an export: `scoring restore` makes it active in the new store, once (a second
+    restore re-activates the same version); a file that is not a config names the field and changes nothing."""
+    tuned = ScoringConfig(half_lives={**ScoringConfig().half_lives, "learning": 1500.0}, decay_floor=0.7,
+                          source_weights={"event": 0.49})
+    activate(pool, add_config(pool, tuned, note="tuned"))
+    export_owner(pool, "team-alpha", tmp_path / "exp")
+    exported = tmp_path / "exp" / "scoring_configs.json"
+    target = get_pool(fresh_url, max_size=2)
+    env = {"DATABASE_URL": fresh_url, "MEMORY_PIPELINES_EMBEDDER": "fake"}
+    before = active_config(target)
+    assert (before.half_lives, before.params()) != (tuned.half_lives, tuned.params())
+
+    bad = tmp_path / "bad.json"
+    bad.write_text(exported.read_text().replace('"learning": 1500.0', '"learning": -3'))
+    refused = run_cli(["scoring", "restore", str(bad)], env)
+    assert refused.returncode == 2 and "half_lives.learning" in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr and active_config(target).version == before.version
+
+    first = run_cli(["scoring", "restore", str(exported)], env)
+    assert first.returncode == 0, first.stderr
+    restored = active_config(target)
+    assert (restored.half_lives, restored.mode_weights, restored.params()) == (
+        tuned.half_lives, tuned.mode_weights, tuned.params())
+    activate(target, before.version)
+    again = run_cli(["scoring", "restore", str(exported)], env)
+    assert again.returncode == 0 and "already stored" in again.stdout, again.stdout
+    assert active_config(target).version == restored.version
+    assert len(list_configs(target)) == 2  # the migration's seed and the restored one

@@ -1,14 +1,19 @@
-"""Versioned scoring configs: read the active one, add a version, activate (or roll back to) one."""
+"""Versioned scoring configs: read the active one, add a version, activate (or roll back to) one, restore the
+active one of an export (`scoring_configs.json`) into another store."""
 
 from __future__ import annotations
 
+import json
+import math
+from pathlib import Path
 from typing import Any
 
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from ..infra.db import reading
-from ..infra.errors import NotFoundError
+from ..infra.errors import NotFoundError, ValidationError
+from ..vocabulary import CONTEXT_MODES, SOURCES
 from .scoring import ScoringConfig
 
 
@@ -68,3 +73,66 @@ def list_configs(pool: ConnectionPool) -> list[dict[str, Any]]:
         ).fetchall()
     keys = ("version", "is_active", "note", "created_at", "activated_at", "evaluation")
     return [dict(zip(keys, r, strict=True)) for r in rows]
+
+
+def _number(field: str, value: Any, *, nullable: bool = False) -> None:
+    if value is None and nullable:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise ValidationError(field, f"must be a positive number{' or null' if nullable else ''}, not {value!r}")
+
+
+def exported_active(path: Path) -> dict[str, Any]:
+    """The active entry of an export's `scoring_configs.json`, its fields checked (ValidationError names one)."""
+    try:
+        entries = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValidationError(str(path), f"is not a readable scoring_configs.json: {exc}") from None
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise ValidationError(str(path), "must be a JSON list of config versions, as `export` writes it")
+    active = [e for e in entries if e.get("is_active") is True]
+    if len(active) != 1:
+        raise ValidationError("is_active", f"{len(active)} versions are marked active in {path}; expected 1")
+    entry = active[0]
+    half_lives, weights = entry.get("half_lives"), entry.get("mode_weights")
+    if not isinstance(half_lives, dict) or not isinstance(weights, dict):
+        raise ValidationError("half_lives", "and mode_weights must be JSON objects")
+    for source, days in half_lives.items():
+        if source not in SOURCES:
+            raise ValidationError(f"half_lives.{source}", "is not a source")
+        _number(f"half_lives.{source}", days, nullable=True)
+    for source, modes in weights.items():
+        if source not in SOURCES or not isinstance(modes, dict):
+            raise ValidationError(f"mode_weights.{source}", "is not a source with an object of mode weights")
+        for mode, weight in modes.items():
+            if mode not in CONTEXT_MODES:
+                raise ValidationError(f"mode_weights.{source}.{mode}", f"is not a mode ({', '.join(CONTEXT_MODES)})")
+            _number(f"mode_weights.{source}.{mode}", weight)
+    if not isinstance(entry.get("params") or {}, dict):
+        raise ValidationError("params", "must be a JSON object")
+    return entry
+
+
+def restore_active(pool: ConnectionPool, path: Path) -> tuple[int, bool]:
+    """Make the active config of an export's `scoring_configs.json` active here: a stored version with the same
+    half-lives, mode weights and params is activated again, else it is added first (version numbers differ
+    between stores). Returns (the active version, whether it was added)."""
+    entry = exported_active(path)
+    try:
+        config = ScoringConfig.from_row(0, entry["half_lives"], entry["mode_weights"], entry.get("params"))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValidationError("params", f"cannot be read as a scoring config: {exc}") from None
+    wanted = (config.half_lives, config.mode_weights, config.params())
+    with reading(pool) as conn:
+        rows = conn.execute("SELECT version, half_lives, mode_weights, params FROM scoring_configs"
+                            " ORDER BY version DESC").fetchall()
+    for row in rows:
+        stored = ScoringConfig.from_row(*row)
+        if (stored.half_lives, stored.mode_weights, stored.params()) == wanted:
+            activate(pool, stored.version)
+            return stored.version, False
+    version = add_config(pool, config, fitted_on=entry.get("fitted_on") or {},
+                         evaluation=entry.get("evaluation") or {},
+                         note=f"restored from {path.name} (version {entry.get('version')} there)")
+    activate(pool, version)
+    return version, True

@@ -1,8 +1,9 @@
-"""`memory-pipelines tune` and `memory-pipelines scoring list|activate`: offline tuning of the scoring config.
+"""`memory-pipelines tune` and `memory-pipelines scoring list|activate|restore`: offline tuning of the scoring config.
 
 `tune` loads the retrieval log, fits half-lives and mode weights on the older builds, replays the newer
 ones with the active and the proposed config, prints the comparison, and with `--publish` activates the new
-version when the gate passes. `scoring activate V` makes any stored version active (that is the rollback).
+version when the gate passes. `scoring activate V` makes any stored version active (that is the rollback);
+`scoring restore FILE` makes an export's active config active here.
 """
 
 from __future__ import annotations
@@ -103,6 +104,16 @@ def cmd_scoring_activate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_scoring_restore(args: argparse.Namespace) -> int:
+    from ...context.config import restore_active
+
+    rt = _runtime()
+    version, added = restore_active(rt.pool, Path(args.file))
+    how = "added as version" if added else "already stored as version"
+    print(f"the exported active config is {how} {version}, now active; the next context build uses it")
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "tune",
@@ -136,7 +147,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_tune)
 
-    p = sub.add_parser("scoring", help="scoring config versions: list them, activate one (also the rollback)")
+    p = sub.add_parser("scoring", help="scoring config versions: list them, activate one (also the rollback), "
+                       "restore an export's")
     ssub = p.add_subparsers(dest="scoring_command", required=True, metavar="ACTION")
     q = ssub.add_parser("list", help="every version, newest first; * marks the active one")
     q.add_argument("--json", action="store_true", help="print JSON")
@@ -144,3 +156,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     q = ssub.add_parser("activate", help="make VERSION active (an earlier version = rollback)")
     q.add_argument("version", type=int)
     q.set_defaults(func=cmd_scoring_activate)
+    q = ssub.add_parser("restore", help="make the active config of an export's scoring_configs.json active here")
+    q.add_argument("file", metavar="FILE", help="scoring_configs.json of a `memory-pipelines export` folder")
+    q.set_defaults(func=cmd_scoring_restore)
