@@ -118,3 +118,47 @@ def test_rows_another_process_writes_are_embedded_by_the_servers_sweep(runtime, 
         hits = client(srv.url, keys["alice"]).post("/api/brain/memory/search", json={
             "query": "wombat billing migration", "mode": "semantic", "topK": 10}).json()
         assert written["id"] in [m["id"] for m in hits["matches"]]
+
+
+def test_stopping_the_worker_mid_pass_waits_for_one_batch_and_leaves_the_rest_pending(runtime, fake_embedder):
+    """A server's shutdown asks the worker to stop: it ends its pass between batches (before, it finished the
+    whole pass, minutes for an import, then the 30 s limit left the database early), and the rows it did not
+    reach stay pending for the next worker."""
+    from memory_pipelines.store.ingest.worker import EmbedWorker
+
+    memory = Memory(runtime, llm=None)
+    memory.write_many("alice", "learning", [{"key": f"slow-{i}", "title": f"Learning {i}",
+                                             "content": f"Step {i} of the slow migration."} for i in range(320)])
+    plain = fake_embedder.embed_batch
+
+    def slow(texts, kind="passage"):  # a provider taking 0.3 s a batch of 16: the pass takes ~6 s
+        time.sleep(0.3)
+        return plain(texts, kind)
+
+    fake_embedder.embed_batch, size = slow, fake_embedder.batch_size
+    fake_embedder.batch_size = 16
+    worker = EmbedWorker(memory)
+    try:
+        worker.notify()
+        for _ in range(100):
+            if _embedded_learnings(runtime.pool) > 0:
+                break
+            time.sleep(0.05)
+        started = time.monotonic()
+        assert worker.stop(timeout=2.0), "the pass ran on after the stop"
+        assert time.monotonic() - started < 2.0
+        assert 0 < _embedded_learnings(runtime.pool) < 320
+    finally:
+        del fake_embedder.embed_batch
+        fake_embedder.batch_size = size
+    again = EmbedWorker(memory)
+    again.notify()
+    assert again.wait_idle(60)
+    again.stop()
+    assert _embedded_learnings(runtime.pool) == 320
+
+
+def _embedded_learnings(pool) -> int:
+    with pool.connection() as conn:
+        return conn.execute("SELECT count(*) FROM learnings WHERE owner_id = 'alice' AND embedding IS NOT NULL"
+                            ).fetchone()[0]

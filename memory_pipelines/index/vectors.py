@@ -26,6 +26,8 @@ from .owner_indexes import drop_owner_indexes, loader_lock_key, sync_owner_index
 log = logging.getLogger(__name__)
 
 ProgressFn = Callable[[int], None]
+StopFn = Callable[[], bool]
+"""Asked between batches: True ends a load early (a server shutting down), the rest left pending."""
 
 LOADERS = 2
 """Parallel keyset passes of a whole-table load: while one waits for the provider or its UPDATE, the other
@@ -173,7 +175,7 @@ def ensure_vector_indexes(conn: psycopg.Connection) -> list[str]:
 
 def embed_source(pool: ConnectionPool, embedder: Embedder, source_name: str, **options: Any) -> BackfillResult:
     """Embed every pending row of one source, then build the owners' graphs that are missing. `options`: those of
-    `embed_buckets` (batch_size, defer_index, max_consecutive_failures, progress, live).
+    `embed_buckets` (batch_size, defer_index, max_consecutive_failures, progress, live, stop).
 
     `defer_index` drops the owners' graphs of the table before the load and builds them after; by default it
     does so when more than half of a table of over 2,000 rows needs embedding. The load holds the
@@ -215,8 +217,10 @@ def _load(
     buckets: int | None,
     max_consecutive_failures: int,
     progress: ProgressFn | None,
+    stop: StopFn | None = None,
 ) -> BackfillResult:
-    """One keyset pass over the pending rows of a source (or of one hash bucket): embed, COPY, UPDATE."""
+    """One keyset pass over the pending rows of a source (or of one hash bucket): embed, COPY, UPDATE; `stop`
+    ends it between batches (what is left stays pending)."""
     source = INDEXED[source_name]
     model = embedder.model_name
     result = BackfillResult(source=source_name, model=model)
@@ -227,6 +231,8 @@ def _load(
     consecutive_failures = 0
     try:
         for rows in _keyset(pool, sql, params):
+            if stop is not None and stop():
+                break
             vectors, exc = _embed_rows(embedder, rows)
             if exc is not None:
                 result.failed += len(rows)
@@ -307,8 +313,10 @@ def embed_buckets(
     max_consecutive_failures: int = 3,
     progress: ProgressFn | None = None,
     live: bool = False,
+    stop: StopFn | None = None,
 ) -> BackfillResult:
-    """Embed the pending rows of some hash buckets of one source (all of them: one keyset pass).
+    """Embed the pending rows of some hash buckets of one source (all of them: one keyset pass); `stop` (asked
+    between batches) ends the load early, leaving the rest pending.
 
     `defer_index` (default: when more than half of a table of over 2,000 rows is pending) drops the
     owners' HNSW graphs of the table before the load: each would make every row written an insert into a
@@ -346,7 +354,7 @@ def embed_buckets(
         with ThreadPoolExecutor(max_workers=LOADERS if whole else 1) as loaders:
             done = list(loaders.map(lambda part: _load(
                 pool, embedder, source_name, batch_size=batch_size, bucket=part[0], buckets=part[1],
-                max_consecutive_failures=max_consecutive_failures, progress=progress,
+                max_consecutive_failures=max_consecutive_failures, progress=progress, stop=stop,
             ), parts))
         if source_name == "fragment":  # memories pending with nothing left to embed (a killed run's, a model's)
             with pool.connection() as conn:
@@ -381,7 +389,8 @@ _UNEMBEDDED = "t.embedded_hash IS DISTINCT FROM t.content_hash"
 
 
 def embed_pending_items(
-    pool: ConnectionPool, embedder: Embedder, owners: Sequence[str] | None = None, *, batch_size: int | None = None
+    pool: ConnectionPool, embedder: Embedder, owners: Sequence[str] | None = None, *, batch_size: int | None = None,
+    stop: StopFn | None = None,
 ) -> dict[str, Any]:
     """Embed the live task, learning, capability and event rows (of `owners`; None: every owner) whose indexed
     text changed since it was embedded or never was, then build the graphs of the owners who crossed the
@@ -401,6 +410,8 @@ def embed_pending_items(
                    f" WHERE {where} AND (%(after)s::uuid IS NULL OR t.id > %(after)s::uuid)"
                    " ORDER BY t.id LIMIT %(limit)s")
         for rows in _keyset(pool, pending, params):
+            if stop is not None and stop():
+                break
             vectors, exc = _embed_rows(embedder, rows)
             if exc is not None:
                 out["failed"] += len(rows)

@@ -16,7 +16,7 @@ from psycopg_pool import ConnectionPool
 
 from ...embeddings import Embedder
 from ...embeddings.base import to_array
-from ...index.vectors import embed_source, finish_memories
+from ...index.vectors import StopFn, embed_source, finish_memories
 from ...infra.db import transaction
 from ...infra.llm import ChatLLM
 from ..arbitration import EXTRACTIVE, EXTRACTIVE_PENDING, arbitrate, summarise
@@ -115,6 +115,7 @@ def finish_deferred(
     *,
     conflict_threshold: float | None = None,
     live: bool = False,
+    stop: StopFn | None = None,
 ) -> dict[str, Any]:
     """Embed pending fragments, then arbitrate every memory whose arbitration was deferred.
 
@@ -122,15 +123,17 @@ def finish_deferred(
     metadata) or folded into it (REPLACE: the old text becomes a version, `merged_into` in metadata).
     Memories whose fragments still cannot be embedded stay pending for the next run. `live` (a server's
     background pass): the owners' graphs are never dropped for the load (searches keep them), and only the
-    owners it wrote are looked at afterwards (`embed_buckets`).
+    owners it wrote are looked at afterwards (`embed_buckets`). `stop`, asked between batches and memories, ends
+    the pass early: what is left stays pending for the next one.
     """
-    backfill = embed_source(pool, embedder, "fragment", defer_index=False if live else None, live=live)
+    backfill = embed_source(pool, embedder, "fragment", defer_index=False if live else None, live=live, stop=stop)
     with pool.connection() as conn:
         finish_memories(conn, embedder.model_name)
     outcomes = [
         o
         for mid in _pending_ids(pool, embedder.model_name)
-        if (o := _settle_one(pool, embedder, llm, mid, conflict_threshold)) is not None
+        if not (stop is not None and stop())
+        and (o := _settle_one(pool, embedder, llm, mid, conflict_threshold)) is not None
     ]
     with pool.connection() as conn:
         still = conn.execute(

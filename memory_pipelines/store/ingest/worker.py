@@ -76,6 +76,9 @@ class EmbedWorker:
             return not self._thread.is_alive()
         return True
 
+    def _stop_requested(self) -> bool:
+        return self._stopping
+
     def _run(self) -> None:
         set_thread_nice(self.nice)
         timeout = self.sweep_seconds  # idle until notified or the sweep is due; after a pass that left work, retry
@@ -96,8 +99,10 @@ class EmbedWorker:
         started = time.perf_counter()
         try:
             m = self.memory
-            out = finish_deferred(m.pool, m.embedder, m.llm, live=True)
-            items = embed_pending_items(m.pool, m.embedder)  # tasks, learnings, ... written through Memory.write*
+            # asked between batches: a shutdown waits for one batch, not the whole pass (minutes for an import)
+            out = finish_deferred(m.pool, m.embedder, m.llm, live=True, stop=self._stop_requested)
+            # then the tasks, learnings, ... written through Memory.write*
+            items = embed_pending_items(m.pool, m.embedder, stop=self._stop_requested)
         except Exception:  # the database restarting, the provider failing: retried later, nothing lost
             log.exception("background embedding failed; retried in %.0f s", self.retry_seconds)
             return True
