@@ -107,3 +107,21 @@ def test_a_new_embedded_database_is_announced_once_on_stderr():
         assert "no database" not in first.stdout
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_embed_says_what_it_did(db_url):
+    """`embed` ran silently (two bars of 0 rows on stderr): one line now counts what it embedded and indexed."""
+    import psycopg
+
+    with psycopg.connect(db_url) as conn:
+        conn.execute("INSERT INTO tasks (owner_id, title) VALUES ('alice', 'needs an embedding')")
+    env = {"DATABASE_URL": db_url, "MEMORY_PIPELINES_EMBEDDER": "fake"}
+    first = run_cli(["embed"], env)
+    assert first.returncode == 0, first.stderr
+    assert "embedded 1 rows (0 failed, 0 pending); keywords of 1 rows indexed, 0 removed" in first.stdout
+    full = run_cli(["embed", "--full-keywords"], env)
+    assert "embedded 0 rows" in full.stdout and "keywords of 1 rows re-indexed (all)" in full.stdout, full.stdout
+    status = run_cli(["status"], env).stdout.splitlines()
+    # events are counted twice, live embedded ones and every row (the build log's too): the labels tell which
+    assert [line.split()[0] for line in status if line.startswith("events")] == ["events", "events"]
+    assert any(line.startswith("events (all rows)") for line in status), status

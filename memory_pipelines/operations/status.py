@@ -88,8 +88,9 @@ def format_status(info: dict[str, Any]) -> str:
     lines[3:3] = [f"PROBLEM    {p}" for p in problems]
     for table, c in info["embedded_sources"].items():
         lines.append(f"{table:<22}{c['active']:>8}{c['embedded']:>10}{c['pending']:>9}")
-    for table, n in info["tables"].items():
-        lines.append(f"{table:<22}{n:>8}")
+    for table, n in info["tables"].items():  # events twice: the embedded (live, ranked) ones above, every row here
+        label = f"{table} (all rows)" if table in info["embedded_sources"] else table
+        lines.append(f"{label:<22}{n:>8}")
     for table, c in info["owner_indexes"].items():
         lines.append(f"owner indexes on {table}: {c['valid']}")
     if warmth := info.get("page_cache"):

@@ -109,7 +109,10 @@ def cmd_embed(args: argparse.Namespace) -> int:
 
     rt = _runtime()
     results = embed_with_bar(rt)
-    index_all(rt.pool, full=args.full_keywords)
+    keywords = index_all(rt.pool, full=args.full_keywords)
+    print(f"embedded {sum(r.embedded for r in results)} rows ({sum(r.failed for r in results)} failed, "
+          f"{sum(r.pending_after for r in results)} pending); keywords of {sum(k.indexed for k in keywords)} rows "
+          f"{'re-indexed (all)' if args.full_keywords else 'indexed'}, {sum(k.removed for k in keywords)} removed")
     return 1 if any(r.failed for r in results) else 0  # pending rows stay; the next run retries them
 
 
