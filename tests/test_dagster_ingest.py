@@ -116,7 +116,8 @@ def test_a_file_with_bad_lines_goes_to_rejected_with_its_reasons(resource, tmp_p
     assert not bad_lines.success
     [failure] = [e for e in bad_lines.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
     assert "1 rows rejected" in failure.event_specific_data.error.message
-    assert "2: status: must be one of" in (inbox / "rejected" / "tasks.jsonl.rejects.txt").read_text()
+    # named as the command line's import names them: file:line: field: reason
+    assert "tasks.jsonl:2: status: must be one of" in (inbox / "rejected" / "tasks.jsonl.rejects.txt").read_text()
     with pool.connection() as conn:
         assert conn.execute("SELECT count(*) FROM tasks").fetchone()[0] == 0
 
@@ -134,6 +135,28 @@ def test_a_file_with_bad_lines_goes_to_rejected_with_its_reasons(resource, tmp_p
                                                                       "status": "completed"}])
     assert _import(instance, resource, "tasks.jsonl").success
     assert not (inbox / "rejected" / "tasks.jsonl.rejects.txt").exists()
+
+
+def test_a_file_whose_name_no_partition_can_hold_goes_to_rejected_with_the_reason(resource, tmp_path):
+    instance = dg.DagsterInstance.ephemeral()
+    inbox = tmp_path / "inbox"
+    for name in ("hank/learnings [v2].jsonl", "hank/learnings,v3.jsonl", "tab\there.jsonl"):
+        _drop(inbox, name, [{"key": "B1", "title": "an odd name"}])
+    _drop(inbox, "hank/learnings.jsonl", [{"key": "A1", "title": "a plain name"}])
+    fresh = _drop(inbox, "hank/fresh[1].jsonl", [{"key": "F1", "title": "still being copied"}])
+    os.utime(fresh)  # just written: it may still be being copied in, so it waits like any other file
+
+    result = _tick(instance, resource)
+    assert [r.partition_key for r in result.run_requests] == ["hank/learnings.jsonl"]
+    rejected = inbox / "rejected"
+    for name, shown in (("hank/learnings [v2].jsonl", "'[' ']'"), ("hank/learnings,v3.jsonl", "','"),
+                        ("tab\there.jsonl", "'\\t'")):
+        assert (rejected / name).is_file() and not (inbox / name).exists()
+        reason = (rejected / f"{name}.rejects.txt").read_text()
+        assert "the file name cannot be used" in reason and f"holds {shown}" in reason, reason
+        assert "rename it" in reason
+    assert fresh.is_file()
+    assert [r.partition_key for r in _tick(instance, resource, result.cursor).run_requests] == []
 
 
 @pytest.fixture

@@ -44,13 +44,12 @@ def inbox_dir(home: Path) -> Path:
     return home / "inbox"
 
 
-def waiting_files(inbox: Path, *, settle_seconds: float = SETTLE_SECONDS, now: float | None = None) -> list[InboxFile]:
-    """Files to import, oldest first: importable suffixes, at the top or in an owner's folder, not hidden, not
-    partial (.part, .tmp), not in done/ or rejected/, unchanged for `settle_seconds`."""
-    now = time.time() if now is None else now
-    found: list[tuple[int, InboxFile]] = []
+def _importable(inbox: Path) -> list[tuple[str, Path]]:
+    """(path relative to the inbox, path) of each file with an importable suffix, at the top or in an owner's
+    folder, not hidden, not partial (.part, .tmp), not in done/ or rejected/."""
+    found: list[tuple[str, Path]] = []
     if not inbox.is_dir():
-        return []
+        return found
     for entry in sorted(inbox.iterdir()):
         candidates = [entry]
         if entry.is_dir():
@@ -60,14 +59,53 @@ def waiting_files(inbox: Path, *, settle_seconds: float = SETTLE_SECONDS, now: f
         for path in candidates:
             if not path.is_file() or path.name.startswith((".", "~")) or path.suffix.lower() not in FORMATS:
                 continue
-            relpath = path.relative_to(inbox).as_posix()
-            if _PARTITION_UNSAFE.search(relpath):
-                continue
-            st = path.stat()
-            if now - st.st_mtime < settle_seconds:
-                continue
-            found.append((st.st_mtime_ns, InboxFile(relpath, st.st_size, st.st_mtime_ns, st.st_ctime_ns)))
+            found.append((path.relative_to(inbox).as_posix(), path))
+    return found
+
+
+def _settled(path: Path, settle_seconds: float, now: float) -> bool:
+    return now - path.stat().st_mtime >= settle_seconds
+
+
+def waiting_files(inbox: Path, *, settle_seconds: float = SETTLE_SECONDS, now: float | None = None) -> list[InboxFile]:
+    """Files to import, oldest first: importable suffixes, at the top or in an owner's folder, not hidden, not
+    partial (.part, .tmp), not in done/ or rejected/, unchanged for `settle_seconds`. A name a partition key
+    cannot hold is left to `reject_unusable_names`."""
+    now = time.time() if now is None else now
+    found: list[tuple[int, InboxFile]] = []
+    for relpath, path in _importable(inbox):
+        if _PARTITION_UNSAFE.search(relpath) or not _settled(path, settle_seconds, now):
+            continue
+        st = path.stat()
+        found.append((st.st_mtime_ns, InboxFile(relpath, st.st_size, st.st_mtime_ns, st.st_ctime_ns)))
     return [f for _m, f in sorted(found, key=lambda x: (x[0], x[1].relpath))]
+
+
+def unusable_name_reason(relpath: str) -> str | None:
+    """Why a file's path cannot name its import (a Dagster partition key), or None when it can."""
+    bad = sorted(set(_PARTITION_UNSAFE.findall(relpath)))
+    if not bad:
+        return None
+    shown = " ".join(repr(c) for c in bad)
+    return (f"{relpath}: the file name cannot be used: it holds {shown}. A name in the inbox (its owner folder "
+            "included) may not hold '[', ']', ',' or a control character (tab, newline, ...): rename it without "
+            "them and drop it in again")
+
+
+def reject_unusable_names(inbox: Path, *, settle_seconds: float = SETTLE_SECONDS,
+                          now: float | None = None) -> list[Path]:
+    """Move each settled file whose name a partition key cannot hold to `rejected/`, with a `.rejects.txt` that
+    says why; where they went. Without this such a file would wait in the inbox forever, unnoticed."""
+    now = time.time() if now is None else now
+    moved: list[Path] = []
+    for relpath, path in _importable(inbox):
+        reason = unusable_name_reason(relpath)
+        if reason is None or not _settled(path, settle_seconds, now):
+            continue
+        target = move(inbox, relpath, REJECTED)
+        write_rejects(target, None, reason)
+        moved.append(target)
+    return moved
 
 
 def owner_of(relpath: str) -> str | None:
@@ -102,10 +140,12 @@ def move(inbox: Path, relpath: str, to: str) -> Path:
 
 
 def write_rejects(target: Path, report: ImportReport | None, error: str | None) -> Path:
-    """`<file>.rejects.txt` beside a rejected file: the error, or each rejected line as `line: field: reason`."""
+    """`<file>.rejects.txt` beside a rejected file: the error, or each rejected line as `file:line: field: reason`
+    (the command line's `import` says them the same way)."""
     lines = [error] if error else []
     if report is not None:
-        lines += [f"{r.line}: {r.field}: {r.reason}" for r in report.rejects]
+        name = Path(report.path).name
+        lines += [f"{name}:{r.line}: {r.field}: {r.reason}" for r in report.rejects]
     out = target.with_name(target.name + ".rejects.txt")
     out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return out
