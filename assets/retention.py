@@ -22,7 +22,8 @@ RETENTION_GROUP = "retention"
 
 
 class RetentionConfig(dg.Config):
-    """Ages as '30d', '12h', '90m' or '3600s' (a bare number is days); unset: MEMORY_PIPELINES_RETAIN_*."""
+    """Ages as '30d', '36h', '1440m' or '86400s' (a bare number is days), at least a day (as `memory-pipelines
+    prune` checks them); unset: MEMORY_PIPELINES_RETAIN_*."""
 
     candidates: str | None = None
     """How long the scored candidates of each build are kept."""

@@ -308,7 +308,8 @@ class Memory:
 
     def prune(self, **ages: Any) -> dict[str, Any]:
         """Prune the retrieval log and the events past their retention ages (the settings', or `candidates=`,
-        `builds=`, `events=` given as '30d', '12h'...), the hit rates rolled up first; the rows removed."""
+        `builds=`, `events=` given as '30d', '36h'..., at least a day), the hit rates rolled up first; the rows
+        removed."""
         from .operations.retention import RetentionPolicy, prune
 
         return prune(self.pool, RetentionPolicy.from_env(**ages)).as_dict()

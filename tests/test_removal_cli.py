@@ -79,3 +79,27 @@ def test_export_prune_and_status_at_the_command_line(db_url, pool, fake_embedder
     text = _cli(db_url, "status")
     assert text.returncode == 0 and "log retrieval_candidates" in text.stdout and "rolled up" in text.stdout
     assert _ok(_cli(db_url, "status", "--json"))["log"]["rolled_up"]["days"] >= 1
+
+
+def test_prune_refuses_an_age_under_a_day_and_a_dry_run_counts_what_would_go(db_url, pool, fake_embedder,
+                                                                             fake_openai):
+    aged_log(pool, fake_embedder, fake_openai, "alice", log_days=40, alert_days=100)
+    before = table_counts(pool)
+    for args, field in ((["--older-than", "0"], "--older-than"), (["--events", "12h"], "--events"),
+                        (["--candidates", "3600s"], "--candidates")):
+        assert "at least 1 day" in _refused(_cli(db_url, "prune", *args), field)
+    env_zero = subprocess.run(
+        [sys.executable, "-m", "memory_pipelines.surfaces.cli", "prune"], capture_output=True, text=True,
+        env={**os.environ, "DATABASE_URL": db_url, "MEMORY_PIPELINES_EMBEDDER": "fake",
+             "MEMORY_PIPELINES_RETAIN_EVENTS": "0"}, timeout=300)
+    _refused(env_zero, "MEMORY_PIPELINES_RETAIN_EVENTS")
+    assert table_counts(pool) == before
+
+    dry = _ok(_cli(db_url, "prune", "--older-than", "30d", "--dry-run", "--json"))
+    assert dry["dry_run"] and table_counts(pool) == before
+    text = _cli(db_url, "prune", "--older-than", "30d", "--dry-run")
+    assert text.returncode == 0 and text.stdout.startswith("would prune ") and "nothing removed" in text.stdout
+    pruned = _ok(_cli(db_url, "prune", "--older-than", "30d", "--json"))
+    assert not pruned["dry_run"] and pruned["removed"] == dry["removed"]
+    assert dry["removed"]["retrievals"] == 2 and dry["removed"]["events"] == 1
+    assert dry["removed"]["retrieval_candidates"] > 0

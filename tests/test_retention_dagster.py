@@ -48,6 +48,17 @@ def test_a_bad_age_fails_the_run_naming_the_field_and_removes_nothing(db_url, po
         assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 1
 
 
+@pytest.mark.parametrize(("field", "age"), [("events", "0"), ("candidates", "12h")])
+def test_an_age_under_a_day_fails_the_run_as_at_the_command_line(db_url, pool, field, age):
+    with pool.connection() as conn:
+        add_event(conn, "alice", "alert", {"disk": "full"}, hours=2)
+    result = _run(db_url, **{field: age})
+    assert not result.success
+    assert f"ValidationError: {field}: must be at least 1 day" in _error(result)
+    with pool.connection() as conn:
+        assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 1
+
+
 def test_the_check_warns_when_rows_past_their_age_remain(db_url, pool):
     with pool.connection() as conn:
         add_event(conn, "alice", "alert", {"disk": "full"}, hours=24 * 200)

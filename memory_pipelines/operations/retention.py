@@ -54,6 +54,9 @@ NO_AGE = "n/a"
 
 MAX_AGE = timedelta(days=36_500)
 """A retention age longer than this (a century) is a typo, not a policy."""
+MIN_AGE = timedelta(days=1)
+"""The shortest age the settings, `memory-pipelines prune` and the Dagster config take: an events age under a
+day would remove the events a context build reads (its last 24 h), and 0 empties the whole log of every owner."""
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 
@@ -84,6 +87,16 @@ def parse_age(field: str, value: object) -> timedelta:
     return age
 
 
+def parse_setting_age(field: str, value: object) -> timedelta:
+    """A retention age as an operator gives it (a setting, a CLI option, the Dagster config): `parse_age`, and at
+    least MIN_AGE; ValidationError naming `field` otherwise."""
+    age = parse_age(field, value)
+    if age < MIN_AGE:
+        raise ValidationError(field, f"must be at least 1 day (1d, 24h), got {value!r}: a shorter age removes "
+                                     "events a context build still reads, and 0 the whole log of every owner")
+    return age
+
+
 @dataclass(frozen=True)
 class RetentionPolicy:
     """How long each part of the log is kept, and the prune's batch sizes."""
@@ -111,7 +124,7 @@ class RetentionPolicy:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> RetentionPolicy:
         """Ages from MEMORY_PIPELINES_RETAIN_{CANDIDATES,BUILDS,EVENTS} (else the defaults), then `overrides`
-        (candidates=, builds=, events=: anything `parse_age` reads; None keeps the value)."""
+        (candidates=, builds=, events=: anything `parse_age` reads, at least MIN_AGE; None keeps the value)."""
         import os
 
         env = os.environ if env is None else env
@@ -122,7 +135,7 @@ class RetentionPolicy:
                 raw, name = env[ENV[part]], ENV[part]
             else:
                 name = part
-            ages[part] = default if raw is None else parse_age(name, raw)
+            ages[part] = default if raw is None else parse_setting_age(name, raw)
         return cls(**ages)
 
     def cutoffs(self, now: datetime) -> dict[str, datetime]:
@@ -139,10 +152,12 @@ class PruneResult:
     retried: int = 0
     seconds: float = 0.0
     cutoffs: dict[str, str] = field(default_factory=dict)
+    dry_run: bool = False
+    """Counted what a prune would remove; removed nothing."""
 
     def as_dict(self) -> dict[str, Any]:
         return {"removed": self.removed, "batches": self.batches, "retried": self.retried,
-                "seconds": round(self.seconds, 3), "cutoffs": self.cutoffs}
+                "seconds": round(self.seconds, 3), "cutoffs": self.cutoffs, "dry_run": self.dry_run}
 
 
 def _age_bucket_sql(column: str) -> str:
@@ -275,6 +290,30 @@ def prune(
                               (_builds_batch, "builds", policy.batch_builds),
                               (_events_batch, "events", policy.batch_events)):
         _run(pool, batch, cutoffs[part], size, policy.pause_share, result, progress)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+_WOULD_PRUNE = (
+    "SELECT (SELECT count(*) FROM retrieval_candidates c JOIN retrievals r ON r.id = c.retrieval_id"
+    "        WHERE r.created_at < greatest(%(candidates)s, %(builds)s)),"
+    " (SELECT count(*) FROM retrievals WHERE created_at < %(builds)s),"
+    " (SELECT count(*) FROM events WHERE created_at < %(events)s),"
+    " (SELECT count(*) FROM keyword_docs d JOIN events e ON d.source = 'event' AND d.item_id = e.id::text"
+    "        WHERE e.created_at < %(events)s)"
+)
+
+
+def would_prune(pool: ConnectionPool, policy: RetentionPolicy | None = None, *,
+                now: datetime | None = None) -> PruneResult:
+    """What `prune` would remove now, per table (a dry run: one read, nothing removed)."""
+    policy = policy or RetentionPolicy.from_env()
+    cutoffs = policy.cutoffs(now or datetime.now(UTC))
+    started = time.perf_counter()
+    with pool.connection() as conn:
+        counts = conn.execute(_WOULD_PRUNE, cutoffs).fetchone()
+    result = PruneResult(cutoffs={k: v.isoformat() for k, v in cutoffs.items()}, dry_run=True)
+    result.removed = dict(zip(result.removed, (int(n) for n in counts), strict=True))
     result.seconds = time.perf_counter() - started
     return result
 

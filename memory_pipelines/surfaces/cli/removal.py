@@ -67,27 +67,37 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    from ...operations.retention import RetentionPolicy, parse_age, prune
+    from ...operations.retention import RetentionPolicy, parse_setting_age, prune, would_prune
 
-    common = parse_age("--older-than", args.older_than) if args.older_than is not None else None
-    ages = {part: parse_age(f"--{part}", getattr(args, part)) if getattr(args, part) is not None else common
+    common = parse_setting_age("--older-than", args.older_than) if args.older_than is not None else None
+    ages = {part: parse_setting_age(f"--{part}", getattr(args, part)) if getattr(args, part) is not None else common
             for part in ("candidates", "builds", "events")}
     memory = _memory()
+    policy = RetentionPolicy.from_env(**ages)
+    if args.dry_run:
+        out = would_prune(memory.pool, policy).as_dict()
+        _print(out, args.json, f"would prune {_counts(out['removed'])} (dry run: nothing removed;"
+                               f" {_kept_from(out['cutoffs'])})")
+        return 0
 
     def show(done) -> None:
         print(f"\r{done.batches} batches, {sum(done.removed.values()):,} rows", end="", file=sys.stderr, flush=True)
 
-    result = prune(memory.pool, RetentionPolicy.from_env(**ages), progress=None if args.json else show)
+    result = prune(memory.pool, policy, progress=None if args.json else show)
     out = result.as_dict()
     if not args.json:
         print(file=sys.stderr)
     _print(out, args.json, f"pruned {_counts(out['removed'])} in {out['seconds']} s ({out['batches']} batches;"
-                           f" kept from {out['cutoffs']['candidates']} (candidates), {out['cutoffs']['builds']}"
-                           f" (builds), {out['cutoffs']['events']} (events))")
+                           f" {_kept_from(out['cutoffs'])})")
     return 0
 
 
-AGE_HELP = "an age such as 30d, 12h, 90m or 3600s (a bare number is days)"
+def _kept_from(cutoffs: dict[str, str]) -> str:
+    return (f"kept from {cutoffs['candidates']} (candidates), {cutoffs['builds']} (builds), {cutoffs['events']}"
+            " (events)")
+
+
+AGE_HELP = "an age of at least a day, such as 30d, 2w, 36h or 1440m (a bare number is days)"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -132,6 +142,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--older-than", metavar="AGE", help=f"one age for all three: {AGE_HELP}")
     p.add_argument("--candidates", metavar="AGE", help="the scored candidates of each build")
     p.add_argument("--builds", metavar="AGE", help="the builds (one row each)")
-    p.add_argument("--events", metavar="AGE", help="events (the build log's and the owners')")
+    p.add_argument("--events", metavar="AGE", help="events (the build log's and the owners', imported ones by "
+                                                   "their original time)")
+    p.add_argument("--dry-run", action="store_true", help="count what would go per table; remove nothing")
     p.add_argument("--json", action="store_true", help="print the rows removed as JSON")
     p.set_defaults(func=cmd_prune)
