@@ -77,6 +77,39 @@ def test_a_bad_file_is_one_clear_line_without_a_traceback(cli_env, tmp_path):
     assert len(lines) == 1 and "tasks.parquet: is not a Parquet file" in lines[0]
 
 
+def _import_cli(env: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "memory_pipelines.surfaces.cli", "import", *args],
+                          capture_output=True, text=True, env={**os.environ, **env}, timeout=120)
+
+
+def test_a_folder_and_a_utf16_file_say_what_they_are(cli_env, tmp_path):
+    folder = tmp_path / "exported"
+    folder.mkdir()
+    proc = _import_cli(cli_env, str(folder), "--source", "task")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "is a directory" in proc.stderr and "suffix" not in proc.stderr, proc.stderr
+    for name, encoding in (("bom.jsonl", "utf-16"), ("plain.jsonl", "utf-16-le"), ("table.csv", "utf-16")):
+        path = tmp_path / name
+        text = '{"title": "wide text"}\n' if name.endswith("jsonl") else "title\nwide text\n"
+        path.write_bytes(text.encode(encoding))
+        proc = _import_cli(cli_env, str(path), "--source", "task", "--dry-run")
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr
+        assert "looks like UTF-16" in proc.stderr and "convert it to UTF-8" in proc.stderr, proc.stderr
+        assert "binary" not in proc.stderr
+
+
+def test_a_json_lines_row_error_does_not_speak_of_cells(cli_env, tmp_path):
+    path = tmp_path / "events.jsonl"
+    path.write_text(json.dumps({"type": "alert", "payload": "not an object"}) + "\n", encoding="utf-8")
+    proc = _import_cli(cli_env, str(path), "--source", "event", "--dry-run")
+    assert proc.returncode == 1 and "events.jsonl:1: payload: must be a JSON object" in proc.stderr, proc.stderr
+    assert "cell" not in proc.stderr
+    table = tmp_path / "events.csv"
+    table.write_text("type,payload\nalert,not an object\n", encoding="utf-8")
+    proc = _import_cli(cli_env, str(table), "--source", "event", "--dry-run")
+    assert proc.returncode == 1 and "(JSON text in the cell)" in proc.stderr, proc.stderr
+
+
 def test_write_update_and_relevant_learnings(cli_env, pool, tmp_path, capsys, monkeypatch):
     item = {"title": "Drain the node before the kernel upgrade", "task_type": "dev", "failure_class": "OOM",
             "key": "drain"}

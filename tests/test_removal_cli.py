@@ -103,3 +103,15 @@ def test_prune_refuses_an_age_under_a_day_and_a_dry_run_counts_what_would_go(db_
     assert not pruned["dry_run"] and pruned["removed"] == dry["removed"]
     assert dry["removed"]["retrievals"] == 2 and dry["removed"]["events"] == 1
     assert dry["removed"]["retrieval_candidates"] > 0
+
+
+def test_export_of_an_owner_without_rows_is_refused_unless_allowed(db_url, pool, tmp_path):
+    with pool.connection() as conn:
+        add_task(conn, "alice", "a task")
+    assert "has no item and no memory" in _refused(
+        _cli(db_url, "export", str(tmp_path / "typo"), "--owner", "alcie"), "--owner")
+    assert not (tmp_path / "typo").exists()  # nothing written: the right owner can go to that folder next
+    empty = _ok(_cli(db_url, "export", str(tmp_path / "typo"), "--owner", "alcie", "--allow-empty", "--json"))
+    assert empty["files"]["tasks.jsonl"] == 0
+    assert _ok(_cli(db_url, "export", str(tmp_path / "alice"), "--owner", "alice", "--json"))["files"][
+        "tasks.jsonl"] == 1

@@ -151,6 +151,15 @@ def _log(conn: psycopg.Connection, owner: str, folder: Path) -> dict[str, int]:
     return counts
 
 
+def owner_has_rows(pool: ConnectionPool, owner: str) -> bool:
+    """Whether `owner` has an item or a memory: an export of one without any is most likely a mistyped owner."""
+    owner = validate_owner(owner)
+    tables = [table for table, _fields in ITEM_COLUMNS.values()] + ["memories"]
+    query = " OR ".join(f"EXISTS (SELECT 1 FROM {t} WHERE owner_id = %(owner)s)" for t in tables)
+    with pool.connection() as conn:
+        return bool(conn.execute(f"SELECT {query}", {"owner": owner}).fetchone()[0])
+
+
 def _target(directory: str | Path) -> Path:
     if not isinstance(directory, str | Path) or not str(directory).strip():
         raise ValidationError("dir", "must be a folder path")

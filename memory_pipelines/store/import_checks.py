@@ -38,8 +38,9 @@ class ImportRow:
     checked: dict[str, Any] | None = None  # the item as validate_item returned it (not for memories)
 
 
-def _from_text(kind: str, name: str, value: str) -> Any:
-    """A CSV cell as the contract's kind: integers, booleans and JSON objects are spelled as text there."""
+def _from_text(kind: str, name: str, value: str, *, in_cell: bool = True) -> Any:
+    """A CSV cell (`in_cell`), or a string where a JSON Lines or Parquet row needs an object, as the contract's
+    kind: integers, booleans and JSON objects are spelled as text there."""
     text = value.strip()
     if kind == "int":
         if not _INT.fullmatch(text):
@@ -55,7 +56,9 @@ def _from_text(kind: str, name: str, value: str) -> Any:
         try:
             return json.loads(text)
         except json.JSONDecodeError:
-            raise ItemError(name, "must be a JSON object (JSON text in the cell)") from None
+            # "the cell" is CSV's word; a JSON Lines row gave a string where an object goes
+            where = " (JSON text in the cell)" if in_cell else ", or a string of JSON text holding one"
+            raise ItemError(name, f"must be a JSON object{where}, got {value[:40]!r}") from None
     return value
 
 
@@ -78,7 +81,7 @@ def _coerce(source: str, raw: dict[str, Any], cells_are_text: bool) -> dict[str,
         if kind is None or not isinstance(value, str):
             continue
         if cells_are_text or kind == "object":
-            raw[name] = _from_text(kind, name, value)
+            raw[name] = _from_text(kind, name, value, in_cell=cells_are_text)
     return raw
 
 

@@ -49,7 +49,11 @@ class Reject:
 
 
 def file_format(path: Path, given: str | None = None) -> str:
-    """The format named, or the one of the file's suffix; ImportFileError for a suffix it does not know."""
+    """The format named, or the one of the file's suffix; ImportFileError for a folder or a suffix it does not
+    know."""
+    if path.is_dir():
+        raise ImportFileError(f"{path}: is a directory; import one file of it at a time (an export's folder: "
+                              "each of its .jsonl files)")
     if given:
         if given not in set(FORMATS.values()):
             raise ImportFileError(f"format {given!r} is not one of jsonl, csv, parquet")
@@ -82,9 +86,29 @@ def _check_columns(path: Path, columns: list[str], what: str) -> None:
                               f"{'CSV with a header row' if what == 'header' else 'a table of items'}?")
 
 
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
+def _looks_utf16(head: bytes) -> bool:
+    """A UTF-16 byte-order mark, or every other byte NUL (ASCII text in UTF-16 without a mark)."""
+    if head.startswith(_UTF16_BOMS):
+        return True
+    sample = head[:512]
+    return len(sample) >= 4 and (sample[1::2].count(0) == len(sample[1::2]) or
+                                 sample[0::2].count(0) == len(sample[0::2]))
+
+
+def _nul_error(path: Path, where: str, head: bytes) -> ImportFileError:
+    """NUL bytes: UTF-16 text (said so, with the fix) or a binary file."""
+    if _looks_utf16(head):
+        return ImportFileError(f"{path.name}: {where} looks like UTF-16 text: convert it to UTF-8 (e.g. "
+                               f"`iconv -f UTF-16 -t UTF-8 {path.name}`) and import that")
+    return ImportFileError(f"{path.name}: {where} holds a NUL byte: a binary file, not text")
+
+
 def _decoded(path: Path, lineno: int, raw: bytes) -> str:
     if b"\x00" in raw:
-        raise ImportFileError(f"{path.name}: line {lineno} holds a NUL byte: a binary file, not text")
+        raise _nul_error(path, f"line {lineno}", raw)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -121,6 +145,8 @@ def read_csv(path: Path) -> Iterator[tuple[int, dict[str, str] | Reject]]:
     with path.open("rb") as probe:
         head = probe.read(1 << 16)
     if b"\x00" in head:
+        if _looks_utf16(head):
+            raise _nul_error(path, "the file", head)
         raise ImportFileError(f"{path.name}: holds NUL bytes: a binary file, not CSV")
     try:
         with path.open(encoding="utf-8-sig", newline="") as f:

@@ -60,7 +60,14 @@ def cmd_removals(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    out = _memory().export(args.owner, args.dir, include_log=args.with_log)
+    from ...operations.export import owner_has_rows
+
+    memory = _memory()
+    if not args.allow_empty and not owner_has_rows(memory.pool, args.owner):
+        # a typo in --owner would otherwise give an empty backup and exit 0
+        raise ValidationError("--owner", f"{args.owner!r} has no item and no memory: nothing to export (is the "
+                                         "owner right?). Add --allow-empty to write an empty export anyway")
+    out = memory.export(args.owner, args.dir, include_log=args.with_log)
     files = ", ".join(f"{name} {n}" for name, n in out["files"].items())
     _print(out, args.json, f"exported {out['owner']} to {args.dir}: {files}")
     return 0
@@ -133,6 +140,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("dir", help="a new (or empty) folder")
     p.add_argument("--owner", required=True)
     p.add_argument("--with-log", action="store_true", help="also the retrieval log (builds, candidates, roll-up)")
+    p.add_argument("--allow-empty", action="store_true",
+                   help="export an owner with no item and no memory (refused without it: most likely a typo)")
     p.add_argument("--json", action="store_true", help="print the manifest as JSON")
     p.set_defaults(func=cmd_export)
 
