@@ -15,7 +15,7 @@ from memory_pipelines.infra.errors import NotFoundError, ValidationError
 from memory_pipelines.retrieval.planning import PLANS
 from memory_pipelines.retrieval.search import search
 from memory_pipelines.store.removal import audit_trail, drop_project, erase_owner, forget
-from memory_pipelines.store.removal.erase import GLOBAL_TABLES, owner_tables
+from memory_pipelines.store.removal.erase import AUDIT_TABLE, GLOBAL_TABLES, owner_tables
 from memory_pipelines.store.removal.unindex import FORGOTTEN_PREFIX
 from memory_pipelines.vocabulary import INDEXED
 from tests.factories import add_task
@@ -236,8 +236,9 @@ def test_every_table_holding_an_owners_rows_is_erased(pool, fake_embedder, world
     with pool.connection() as conn:
         every = set(tables(conn))
         erased = set(owner_tables(conn))
-    assert every - erased <= GLOBAL_TABLES, f"neither erased by owner nor global: {every - erased - GLOBAL_TABLES}"
-    assert {"api_keys", "removals", "retrieval_daily", "retrieval_daily_items", "keyword_df"} <= erased
+    kept = GLOBAL_TABLES | {AUDIT_TABLE}  # the audit trail keeps every removal's record, an erase's included
+    assert every - erased <= kept, f"neither erased by owner nor global: {every - erased - kept}"
+    assert {"api_keys", "retrieval_daily", "retrieval_daily_items", "keyword_df"} <= erased
     # Her own vector graphs go too (an owner over the exact-scan cap has one per table).
     monkeypatch.setattr(owner_indexes, "EXACT_SCAN_MAX_ROWS", 10)
     with pool.connection() as conn:
@@ -254,6 +255,13 @@ def test_every_table_holding_an_owners_rows_is_erased(pool, fake_embedder, world
     assert resolve_key(pool, key) is None
     assert {t: n for t, n in owner_rows(pool, "carol").items() if n} == {"removals": 1}
     assert owner_rows(pool, "alice")["tasks"] == 58  # nobody else's rows
+    # Erasing her again, or an owner who never wrote, removes nothing and records nothing: the first record stays.
+    first = audit_trail(pool, "carol")["removals"]
+    assert [r["action"] for r in first] == ["erase"] and first[0]["counts"]["tasks"] > 0
+    for who in ("carol", "nobody-ever"):
+        again = erase_owner(pool, who, confirm=who)
+        assert again["counts"] == {} and again["audit_id"] is None
+    assert audit_trail(pool, "carol")["removals"] == first and audit_trail(pool, "nobody-ever")["removals"] == []
 
 
 def test_statistics_follow_a_term_under_the_stored_floor_and_ignore_documents_they_never_counted(pool) -> None:

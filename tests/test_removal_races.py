@@ -273,3 +273,43 @@ def test_a_turn_written_while_the_turn_before_it_is_forgotten_is_not_indexed_wit
     assert rows_mentioning(pool, "zqrace7", skip=("removals",)) == {}
     finish_deferred(pool, embedder, None, conflict_threshold=T)
     assert rows_mentioning(pool, "zqrace7", skip=("removals",)) == {}
+
+
+def test_an_erase_meeting_a_write_of_the_same_owner_leaves_no_row_of_hers(pool, fake_embedder) -> None:
+    """A write that commits while the erase runs, after its postings' DELETE and before its memory's, left those
+    postings (the erased owner's words in the keyword index): the erase deletes again until a round finds none."""
+    first = ingest_memory(pool, fake_embedder, None, "dora", content="Dora keeps zqrace8 notes on quasars",
+                          content_type="insight", project_name="sky")
+    holder = pool.getconn()
+    try:
+        holder.execute("SELECT 1 FROM memories WHERE id = %s FOR UPDATE", (first.id,))  # the erase waits here
+        with ThreadPoolExecutor(1) as ex:
+            erasing = ex.submit(erase_owner, pool, "dora", confirm="dora")
+            _wait_for_lock_wait(pool, 'DELETE FROM "memories"')
+            written = ingest_memory(pool, fake_embedder, None, "dora", content="Budget zqrace9 for the pulsar trip",
+                                    content_type="plan", project_name="sky")
+            with pool.connection() as conn:  # committed whole: the postings' DELETE already ran
+                assert conn.execute("SELECT count(*) FROM keyword_docs WHERE item_id LIKE %s",
+                                    (f"{written.id}%",)).fetchone()[0] > 0
+            holder.rollback()
+            out = erasing.result(WAIT)
+    finally:
+        pool.putconn(holder)
+    assert out["counts"]["memories"] >= 1 and out["counts"]["keyword_docs"] >= 2  # the second write's too
+    assert rows_mentioning(pool, "zqrace9", skip=("removals",)) == {}
+    assert rows_mentioning(pool, "zqrace8", skip=("removals",)) == {}
+    with pool.connection() as conn:
+        for table in ("keywords", "keyword_docs", "fragments", "memories", "projects"):
+            assert conn.execute(f"SELECT count(*) FROM {table} WHERE owner_id = 'dora'").fetchone()[0] == 0, table
+
+
+def _wait_for_lock_wait(pool, statement: str) -> None:
+    """Until another session runs `statement` and waits on a lock."""
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        with pool.connection() as conn:
+            if conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+                            (f"%{statement}%",)).fetchone()[0]:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"nobody waits on a lock in {statement}")

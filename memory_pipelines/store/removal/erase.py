@@ -3,8 +3,14 @@
 The tables are read from the catalog (every table of the schema with an `owner_id` column), so a table added
 later is erased without a change here; tests/test_removal_erase.py fails for a table that holds an owner's rows
 without that column. Tables that reference others are emptied first; derived tables (keyword statistics, the
-retrieval log's roll-up) after the rows they derive from; the audit trail last, which then records the erase
-(counts only). Her vector graphs (index/owner_indexes.py) are dropped once the rows are gone.
+retrieval log's roll-up) after the rows they derive from; her audit trail last, but for the records of earlier
+erases, which stay (a second erase, after a re-import, must not wipe the first's record). The trail then gains
+the record of this erase (counts only); an erase that found nothing records nothing.
+Her vector graphs (index/owner_indexes.py) are dropped once the rows are gone.
+
+A write of the owner committing while the erase runs (each DELETE sees what is committed when it starts) could
+leave part of itself: its postings, say, when it committed after the postings' DELETE and before its memory's.
+So the DELETEs run again, in the same transaction, until a round finds nothing (`MAX_ROUNDS`).
 
 A keyword refresh running meanwhile may write her statistics back from what it read before the erase; a sweep
 waits for such writers to finish and deletes what they wrote (the next refresh would drop it as well).
@@ -20,7 +26,7 @@ from psycopg_pool import ConnectionPool
 
 from ...index.owner_indexes import existing_owner_indexes, loader_lock_key, owner_index_name, owner_index_tables
 from ...infra.db import transaction
-from ...infra.errors import ValidationError
+from ...infra.errors import UserError, ValidationError
 from ..ingest import validate_owner
 from .audit import CLI_ACTOR, check_actor, write_audit
 
@@ -33,11 +39,13 @@ TRIGGER_REFERENCES = (("keywords", "keyword_docs"),)
 """(child, parent) pairs tied by a trigger instead of a foreign key (a document's deletion deletes its postings):
 the child is emptied first, so each row is counted by the table it was in."""
 SWEEP_LOCK_TIMEOUT = "30s"
+MAX_ROUNDS = 20
+"""Rounds of DELETEs before an erase gives up on an owner whose writes never stop (rolled back: nothing erased)."""
 
 
 def owner_tables(conn: psycopg.Connection) -> list[str]:
-    """Every table of the current schema with an `owner_id` column, in erase order: a table before the tables it
-    references, derived tables after the rest, the audit trail last."""
+    """Every table of the current schema with an `owner_id` column but the audit trail, in erase order: a table
+    before the tables it references, derived tables after the rest."""
     tables = sorted(r[0] for r in conn.execute(
         "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
         " JOIN pg_attribute a ON a.attrelid = c.oid"
@@ -56,8 +64,8 @@ def owner_tables(conn: psycopg.Connection) -> list[str]:
         if not ready:
             raise RuntimeError(f"foreign keys between {sorted(set(tables) - set(ordered))} form a cycle")
         ordered.extend(ready)
-    last = [t for t in (*DERIVED_TABLES, AUDIT_TABLE) if t in ordered]
-    return [t for t in ordered if t not in last] + last
+    last = [t for t in DERIVED_TABLES if t in ordered]
+    return [t for t in ordered if t not in last and t != AUDIT_TABLE] + last
 
 
 def owner_graphs(conn: psycopg.Connection, owner: str) -> list[tuple[str, str]]:
@@ -70,13 +78,19 @@ def owner_graphs(conn: psycopg.Connection, owner: str) -> list[tuple[str, str]]:
     return found
 
 
+_ERASED_TRAIL = sql.SQL("{} WHERE owner_id = %s AND action <> 'erase'").format(sql.Identifier(AUDIT_TABLE))
+"""Her audit rows an erase removes: all but the records of earlier erases."""
+
+
 def count_owner_rows(conn: psycopg.Connection, owner: str) -> dict[str, int]:
-    """Rows of `owner` per table (every table with an owner), in erase order."""
-    return {
+    """Rows of `owner` an erase removes, per table (every table with an owner), in erase order."""
+    counts = {
         t: int(conn.execute(sql.SQL("SELECT count(*) FROM {} WHERE owner_id = %s").format(sql.Identifier(t)),
                             (owner,)).fetchone()[0])
         for t in owner_tables(conn)
     }
+    counts[AUDIT_TABLE] = int(conn.execute(sql.SQL("SELECT count(*) FROM ") + _ERASED_TRAIL, (owner,)).fetchone()[0])
+    return counts
 
 
 def check_confirm(owner: str, confirm: object) -> None:
@@ -103,13 +117,29 @@ def erase_owner(
                 "audit_id": None}
     check_confirm(owner, confirm)
     with transaction(pool) as conn:
-        counts = {t: conn.execute(sql.SQL("DELETE FROM {} WHERE owner_id = %s").format(sql.Identifier(t)),
-                                  (owner,)).rowcount
-                  for t in owner_tables(conn)}
-        audit = write_audit(conn, owner, actor, "erase", source=None, item_id=None, counts=counts)
+        counts = _delete_rounds(conn, owner)
+        audit = write_audit(conn, owner, actor, "erase", source=None, item_id=None,
+                            counts=counts) if any(counts.values()) else None
     swept = _sweep(pool, owner)
     return {"owner": owner, "dry_run": False, "counts": _nonzero(counts), "indexes": _drop_graphs(pool, owner),
             "swept": _nonzero(swept), "audit_id": audit}
+
+
+def _delete_rounds(conn: psycopg.Connection, owner: str) -> dict[str, int]:
+    """Delete every row of `owner`, table by table, until a whole round deletes nothing; rows removed per table."""
+    deletes = {t: sql.SQL("DELETE FROM {} WHERE owner_id = %s").format(sql.Identifier(t)) for t in owner_tables(conn)}
+    deletes[AUDIT_TABLE] = sql.SQL("DELETE FROM ") + _ERASED_TRAIL
+    counts = dict.fromkeys(deletes, 0)
+    for _ in range(MAX_ROUNDS):
+        removed = 0
+        for t, statement in deletes.items():
+            n = conn.execute(statement, (owner,)).rowcount
+            counts[t] += n
+            removed += n
+        if not removed:
+            return counts
+    raise UserError(f"{owner!r} is still being written after {MAX_ROUNDS} rounds of the erase; nothing was "
+                        "erased. Stop her writes (revoke her API keys) and erase again")
 
 
 def _nonzero(counts: dict[str, int]) -> dict[str, int]:
