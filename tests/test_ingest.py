@@ -631,3 +631,21 @@ def test_a_write_without_waiting_makes_no_remote_call_and_the_worker_asks_the_ll
     assert (row["summary"], row["tags"], row["metadata"]["summary_by"]) == (
         "pgvector keeps the vectors", ["pgvector"], "fake-chat")
     assert [path for path, _body, _headers in fake_openai.requests] == ["/v1/chat/completions"]
+
+
+NUMBERED = ("ALICEMARK memory {n}: 数据库连接池耗尽导致网关返回502错误; the gateway answered 502 while the"
+            " connection pool was empty, so raise the pool size and add a queue timeout before the next release.")
+
+
+@pytest.mark.parametrize("second, action", [
+    (NUMBERED.format(n=7), "KEEP_BOTH"),  # one number differs: another fact (a probe saw "117" folded into "7")
+    (NUMBERED.format(n=117).replace("empty", "drained"), "KEEP_BOTH"),  # one term differs
+    (NUMBERED.format(n=117).upper() + "!", "SKIP"),  # case and punctuation only
+])
+def test_rules_skip_only_the_same_terms_and_numbers(pool, fake_embedder, second, action) -> None:
+    """Without an LLM a near-identical text is folded only when its terms and numbers are the same: a SKIP makes
+    the new memory inactive, so any fact only it holds would be lost to search (and, before, to the export)."""
+    first = ingest(pool, fake_embedder, None, content=NUMBERED.format(n=117))
+    r = ingest(pool, fake_embedder, None, content=second)
+    assert r.similarity >= 0.98 and r.candidate_id == first.id  # near-identical by the vectors
+    assert r.action == action

@@ -3,7 +3,7 @@ per line in the write contract's fields (vocabulary.WRITE_CONTRACTS: `key`, `at`
 with a `source` column so each file imports on its own.
 
     tasks.jsonl learnings.jsonl capabilities.jsonl goals.jsonl events.jsonl    items (import reads them)
-    memories.jsonl                                                         active memories (import reads them)
+    memories.jsonl                                  memories, but copies folded into another (import reads them)
     memory_versions.jsonl    the replaced texts of each memory, oldest first (the record; import skips them)
     scoring_configs.json     every scoring config version (shared by all owners), the active one marked
     log/                     with `include_log`: builds, candidates, the daily roll-up, the builds' events
@@ -12,8 +12,11 @@ with a `source` column so each file imports on its own.
 An item without a caller's key is exported with its id as key (`id:<uuid>`), so importing the export twice
 changes nothing the second time. Memories come in the order they were written (a conversation's turns in turn
 order), so an import rebuilds each turn's context from the turn before it. A memory folded into another
-(duplicate_of / merged_into) is a copy of that one's content and is left out; so are the build log's own
-events (memory_retrieval), which go with the log. Rows are streamed: an owner of any size fits in memory.
+(duplicate_of / merged_into) whose text is that one's, now or in one of its versions, is a copy and is left out
+(counted in the manifest's `left_out`); one whose text differs (an arbiter found it adds nothing, by its words) is
+exported as it was written, after the memory it was folded into, and the import stores it and has it judged
+again: the rules fold it again, an LLM judges it anew (counted in `folded_memories_exported`). The build log's
+own events (memory_retrieval) go with the log. Rows are streamed: an owner of any size fits in memory.
 """
 
 from __future__ import annotations
@@ -99,11 +102,19 @@ def _items(conn: psycopg.Connection, owner: str, source: str) -> Iterator[dict[s
         yield row
 
 
+FOLDED_COPY = (
+    "EXISTS (SELECT 1 FROM memories t WHERE t.id = coalesce(m.metadata ->> 'duplicate_of',"
+    " m.metadata ->> 'merged_into') AND (t.content_hash = m.content_hash OR EXISTS (SELECT 1 FROM memory_versions v"
+    " WHERE v.memory_id = t.id AND v.content = m.content)))")
+"""SQL, over a memory `m`: it is folded into a memory whose text, now or in one of its versions, is its own."""
+
+
 def _memories(conn: psycopg.Connection, owner: str) -> Iterator[dict[str, Any]]:
     query = (
         "SELECT m.content, m.content_type, p.project_key, p.project_name, p.machine_name, p.project_path, m.ts,"
         " m.speaker, m.session FROM memories m JOIN projects p ON p.id = m.project_id"
-        " WHERE m.owner_id = %s AND m.is_active ORDER BY m.turn IS NOT NULL, m.turn, m.created_at, m.id")
+        f" WHERE m.owner_id = %s AND (m.is_active OR NOT {FOLDED_COPY})"
+        " ORDER BY m.turn IS NOT NULL, m.turn, m.created_at, m.id")
     names = ("content", "content_type", "project_key", "project_name", "machine_name", "project_path", "ts",
              "speaker", "session")
     for values in _stream(conn, "memories", query, (owner,)):
@@ -196,13 +207,16 @@ def export_owner(pool: ConnectionPool, owner: str, directory: str | Path, *, inc
         files["scoring_configs.json"] = len(configs)
         if include_log:
             files.update(_log(conn, owner, folder / "log"))
+        copies, folded = conn.execute(
+            f"SELECT count(*) FILTER (WHERE {FOLDED_COPY}), count(*) FILTER (WHERE NOT {FOLDED_COPY})"
+            " FROM memories m WHERE m.owner_id = %s AND NOT m.is_active", (owner,)).fetchone()
         left_out = {
-            "folded_memories": int(conn.execute(
-                "SELECT count(*) FROM memories WHERE owner_id = %s AND NOT is_active", (owner,)).fetchone()[0]),
+            "folded_memories": int(copies),
             "build_events": 0 if include_log else int(conn.execute(
                 "SELECT count(*) FROM events WHERE owner_id = %s AND type = %s", (owner, LOG_EVENT)).fetchone()[0]),
         }
     manifest = {"format": FORMAT_VERSION, "owner": owner, "exported_at": datetime.now(UTC).isoformat(),
-                "files": files, "left_out": left_out, "include_log": include_log}
+                "files": files, "left_out": left_out, "folded_memories_exported": int(folded),
+                "include_log": include_log}
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
     return manifest

@@ -5,12 +5,14 @@ surrogates are dropped, whitespace collapsed, the summary clipped to 200 charact
 40 characters each; the memory's own content may carry a prompt injection, so nothing the model says is
 trusted. A failed, malformed or (once cleaned) empty answer is asked for once more, then the deterministic
 fallback decides (an extractive summary and keyword tags; rules for arbitration). The fallback never loses
-data: it SKIPs only near-identical content and otherwise keeps both memories; it never REPLACEs.
+data: it SKIPs only near-identical content (the same terms and the same numbers, told apart by case, punctuation,
+spacing or word order at most) and otherwise keeps both memories; it never REPLACEs.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,7 +37,8 @@ LLM_ATTEMPTS = 2  # the first answer and one retry, then the fallback
 EXCERPT_CHARS = 600  # content shown to the arbiter per memory
 SUMMARY_INPUT_TOKENS = 6000  # content sent to the summariser
 NEAR_DUPLICATE_SIMILARITY = 0.98
-NEAR_DUPLICATE_JACCARD = 0.9
+NEAR_DUPLICATE_JACCARD = 1.0  # every term shared: a term only one text has is a fact a SKIP would lose
+_NUMBER = re.compile(r"\d+")
 
 T = TypeVar("T")
 
@@ -195,16 +198,22 @@ def normalised_text(text: str) -> str:
     return " ".join(unicodedata.normalize("NFKC", text).lower().split())
 
 
+def numbers(text: str) -> list[str]:
+    """The runs of digits of `text` (NFKC, so full-width digits count), in order."""
+    return _NUMBER.findall(unicodedata.normalize("NFKC", text))
+
+
 def rules_decision(new_content: str, candidates: Sequence[Neighbour], note: str = "") -> Decision:
-    """The fallback: SKIP a near-identical candidate, else KEEP_BOTH; never REPLACE."""
+    """The fallback: SKIP a near-identical candidate (similarity at least NEAR_DUPLICATE_SIMILARITY, the same
+    terms and the same numbers in the same order), else KEEP_BOTH; never REPLACE."""
     note = clean_text(note)
     prefix = f"{note}; " if note else ""
     norm = normalised_text(new_content)
     for c in candidates:
         if normalised_text(c.content) == norm:
             return Decision("SKIP", c, RULES_MODEL, prefix + "same text as an existing memory")
-        if c.similarity >= NEAR_DUPLICATE_SIMILARITY:
-            overlap = jaccard(new_content, c.content)
+        if c.similarity >= NEAR_DUPLICATE_SIMILARITY and numbers(c.content) == numbers(new_content):
+            overlap = jaccard(new_content, c.content)  # the terms skip one-digit numbers: hence numbers() too
             if overlap >= NEAR_DUPLICATE_JACCARD:
                 return Decision(
                     "SKIP",
