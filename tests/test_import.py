@@ -277,3 +277,35 @@ def test_memories_go_through_the_deferred_ingest_and_reimport_changes_nothing(ru
                         skip_invalid=True)
     assert again.counts == {"memory": {"created": 0, "updated": 0, "unchanged": 2}}
     assert _count(runtime.pool, "memories") == 2
+
+
+def test_reimport_counts_memories_the_arbitration_folded_as_unchanged(runtime, tmp_path):
+    """A memory the arbitration folded into another (inactive, `duplicate_of`) is stored: importing its file
+    again changes nothing. Before, each re-import stored it again and it was folded again (a probe: 12 created
+    every time, inactive rows and arbitration records growing). A forgotten memory is created again."""
+    from memory_pipelines.store.ingest import finish_deferred
+    from memory_pipelines.store.removal import forget
+
+    path = _jsonl(tmp_path / "memories.jsonl", [
+        {"content": "Readiness probes must not call the database.", "content_type": "insight", "project_key": "web",
+         "at": "2023-03-01T00:00:00Z"},
+        {"content": "READINESS probes must NOT call the database!", "content_type": "insight", "project_key": "web",
+         "at": "2023-03-01T00:00:01Z"},
+    ])
+
+    def again() -> dict:
+        report = import_file(runtime.pool, path, source="memory", owner="alice", embedder=runtime.embedder)
+        finish_deferred(runtime.pool, runtime.embedder, None, conflict_threshold=0.5)
+        return report.counts["memory"]
+
+    assert again() == {"created": 2, "updated": 0, "unchanged": 0}
+    with runtime.pool.connection() as conn:
+        folded = conn.execute("SELECT id FROM memories WHERE NOT is_active").fetchall()
+    assert len(folded) == 1  # the rules fold one of them: the same terms
+    stored = (_count(runtime.pool, "memories"), _count(runtime.pool, "memory_arbitrations"))
+    for _ in range(2):
+        assert again() == {"created": 0, "updated": 0, "unchanged": 2}
+        assert (_count(runtime.pool, "memories"), _count(runtime.pool, "memory_arbitrations")) == stored
+    forget(runtime.pool, "alice", "memory", folded[0][0])
+    assert again() == {"created": 1, "updated": 0, "unchanged": 1}
+    assert _count(runtime.pool, "memories") == 2

@@ -11,7 +11,8 @@ contract fields (vocabulary.WRITE_CONTRACTS; memories: MEMORY_FIELDS). Empty cel
 
 Idempotent. A row with a `key` upserts the owner's item of that key; a task, learning, goal or event without
 one gets a key derived from its content (`row:` + a digest, and `.2`, `.3` for repeats of the same content in
-the file), a capability is found by its name, a memory is recognised by its content in its project. So
+the file), a capability is found by its name, a memory is recognised by its content in its project (active, or folded
+into another by the arbitration; a forgotten one is written again). So
 importing the same file again changes nothing: every row comes back `unchanged`.
 
 Bad lines and bad files. A row that breaks the contract, a line that is not JSON, a CSV record with more or
@@ -168,11 +169,12 @@ def _write_item_rows(pool: ConnectionPool, owner: str, source: str, rows: list[I
 
 
 def _stored_memories(pool: ConnectionPool, owner: str, hashes: list[str]) -> set[tuple[str, str]]:
-    """(project_key, content hash) of the owner's active memories with one of these contents."""
+    """(project_key, content hash) of the owner's stored memories with one of these contents, active or folded
+    into another by the arbitration (a forgotten memory is deleted, so it is written again)."""
     with pool.connection() as conn:
-        rows = conn.execute(
+        rows = conn.execute(  # folded ones too: else each re-import stores them again and they fold again
             "SELECT p.project_key, m.content_hash FROM memories m JOIN projects p ON p.id = m.project_id"
-            " WHERE m.owner_id = %s AND m.is_active AND m.content_hash = ANY(%s)", (owner, hashes)
+            " WHERE m.owner_id = %s AND m.content_hash = ANY(%s)", (owner, hashes)
         ).fetchall()
     return {(k, h) for k, h in rows}
 
