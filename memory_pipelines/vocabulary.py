@@ -178,6 +178,9 @@ class Source:
 
 EVENT_TYPES: tuple[str, ...] = ("task_failed", "task_completed", "alert", "layer2_health", "escalation")
 """The event types a context build reads as recent events (the context-builder spec)."""
+LOG_EVENT_TYPE = "memory_retrieval"
+"""The build log's own event type (context/log.py writes one per build; the export puts them with the log):
+reserved, a caller's event may not take it."""
 EVENT_WINDOW_HOURS = {"default": 24, "debug": 72}
 EVENT_ACTIVE_SQL = "t.is_active AND t.type IN (" + ", ".join(f"'{t}'" for t in EVENT_TYPES) + ")"
 """The events that are indexed and ranked: active ones of EVENT_TYPES (not the build log's memory_retrieval)."""
@@ -371,6 +374,8 @@ class FieldSpec:
     default: object = None
     nullable: bool = False
     column: str | None = None
+    reserved: tuple[str, ...] = ()
+    """Text values no caller may write (the store writes them itself)."""
 
     @property
     def db_column(self) -> str:
@@ -430,7 +435,9 @@ WRITE_CONTRACTS: dict[str, tuple[FieldSpec, ...]] = {
     ),
     "event": (
         FieldSpec("type", "text", required=True, max_chars=MAX_LABEL, pattern=SNAKE_PATTERN,
-                  doc="lower_snake; a context build reads recent events of types " + ", ".join(EVENT_TYPES) + "."),
+                  reserved=(LOG_EVENT_TYPE,),
+                  doc="lower_snake; a context build reads recent events of types " + ", ".join(EVENT_TYPES)
+                      + f"; {LOG_EVENT_TYPE} is reserved for the build log."),
         FieldSpec("payload", "object", required=True, max_chars=MAX_OBJECT_CHARS,
                   doc="What happened, as a JSON object; its values are the event's indexed text."),
         *COMMON_FIELDS,

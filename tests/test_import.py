@@ -309,3 +309,13 @@ def test_reimport_counts_memories_the_arbitration_folded_as_unchanged(runtime, t
     forget(runtime.pool, "alice", "memory", folded[0][0])
     assert again() == {"created": 1, "updated": 0, "unchanged": 1}
     assert _count(runtime.pool, "memories") == 2
+
+
+def test_an_event_typed_as_the_build_log_is_rejected_naming_type(runtime, tmp_path):
+    """`memory_retrieval` is the build log's own event type: a caller's event of that type was stored, then left
+    out of the export as a build event. It is refused at its line, naming `type`."""
+    path = _jsonl(tmp_path / "events.jsonl", [{"type": "alert", "payload": {"disk": "full"}},
+                                              {"type": "memory_retrieval", "payload": {"note": "mine"}}])
+    report = import_file(runtime.pool, path, source="event", owner="alice")
+    assert [(r.line, r.field) for r in report.rejects] == [(2, "type")] and "reserved" in report.rejects[0].reason
+    assert not report.written and _count(runtime.pool, "events") == 0

@@ -169,6 +169,7 @@ BAD = [
     ("learning", {"title": "l", "failure_class": "timeout"}, "failure_class"),
     ("task", {"title": "t", "metadata": {"a": "x\x00y"}}, "metadata"),
     ("event", {"type": "alert", "payload": {"x\x00": 1}}, "payload"),
+    ("event", {"type": "memory_retrieval", "payload": {"note": "mine"}}, "type"),  # the build log's: export drops it
     ("task", {"title": "t", "metadata": {"a": ["ok", {"b": "\x00"}]}}, "metadata"),
     ("task", {"title": "t", "metadata": _nested(MAX_OBJECT_DEPTH + 1)}, "metadata"),  # read back it broke the encoder
 ]

@@ -33,7 +33,7 @@ from psycopg_pool import ConnectionPool
 
 from ..infra.errors import ValidationError
 from ..store.ingest import validate_owner
-from ..vocabulary import EXPORTED_ID_KEY
+from ..vocabulary import EXPORTED_ID_KEY, LOG_EVENT_TYPE
 
 FORMAT_VERSION = 1
 STREAM_ROWS = 2_000
@@ -52,7 +52,7 @@ ITEM_COLUMNS: dict[str, tuple[str, dict[str, str]]] = {
 """source -> (table, contract field -> column), as the write contract spells them."""
 FILES = {"task": "tasks.jsonl", "learning": "learnings.jsonl", "capability": "capabilities.jsonl",
          "goal": "goals.jsonl", "event": "events.jsonl", "memory": "memories.jsonl"}
-LOG_EVENT = "memory_retrieval"
+LOG_EVENT = LOG_EVENT_TYPE  # reserved in the write contract: no caller's event has it
 
 
 def _plain(value: Any) -> Any:

@@ -106,6 +106,13 @@ def _object(spec: FieldSpec, value: object) -> dict[str, Any]:
     return json.loads(text)
 
 
+def check_not_reserved(spec: FieldSpec, value: str) -> None:
+    """ValueError when `value` is one the store writes itself (an event typed as the build log's would be taken
+    for one: left out of the export's events, never ranked)."""
+    if value in spec.reserved:
+        raise ValueError(f"{value!r} is reserved for the store's own records; use another value")
+
+
 def _value(spec: FieldSpec, value: object, now: datetime | None) -> Any:
     """One field's value checked and normalised (texts stripped); ValueError saying what is wrong."""
     if spec.kind == "text":
@@ -122,6 +129,7 @@ def _value(spec: FieldSpec, value: object, now: datetime | None) -> Any:
             raise ValueError(exc.message) from None
         if spec.pattern and not re.fullmatch(spec.pattern, value):
             raise ValueError(f"must match {spec.pattern}, got {value[:60]!r}")
+        check_not_reserved(spec, value)
         return value
     if spec.kind == "enum":
         if value not in spec.choices:
