@@ -283,7 +283,7 @@ class Memory:
     def erase(self, owner: str, *, confirm: str | None = None, dry_run: bool = False,
               actor: str = "cli") -> dict[str, Any]:
         """Remove every row of the owner, her API keys included (`confirm` repeats the owner id); `dry_run`
-        counts what would go."""
+        counts what would go. An erase that finds nothing of hers records nothing (`audit_id` None)."""
         from .store.removal import erase_owner
 
         return erase_owner(self.pool, owner, confirm=confirm, dry_run=dry_run, actor=actor)

@@ -77,7 +77,8 @@ class Erased(_Out):
     counts: Counts = Field(description="Rows removed (or that would be) per table.")
     indexes: list[str] = Field(description="The owner's own vector graphs dropped (or that would be).")
     swept: Counts = Field(description="Keyword statistics a concurrent refresh wrote back, deleted after the erase.")
-    audit_id: int | None = Field(description="The audit row recording the erase; null for a dry run.")
+    audit_id: int | None = Field(description="The audit row recording the erase; null for a dry run and for an erase"
+                                           " that found nothing of the owner (nothing is recorded then).")
 
 
 class Removal(_Out):
