@@ -26,7 +26,6 @@ from pydantic import (
 )
 
 from ....face import Memory
-from ....store.item_contract import check_not_reserved
 from ....store.items import ItemConflict, ItemError
 from ....vocabulary import (
     ITEM_TIME_TEXT,
@@ -94,11 +93,6 @@ def _item_time(nullable: bool) -> Any:
     return Annotated[Any, BeforeValidator(check), WithJsonSchema(schema)]
 
 
-def _not_reserved(spec: FieldSpec, value: str) -> str:
-    check_not_reserved(spec, value)
-    return value
-
-
 def _annotation(spec: FieldSpec, partial: bool = False) -> Any:
     """The pydantic type of one contract field. Null is taken by nullable fields (but not as a change's time: a
     stored item always has one) and, in a whole item, by optional fields, where it means their default."""
@@ -113,9 +107,8 @@ def _annotation(spec: FieldSpec, partial: bool = False) -> Any:
         else:
             kind = Annotated[str, StringConstraints(max_length=spec.max_chars), AfterValidator(storable),
                              Documented(pattern=_NO_NUL)]
-        if spec.reserved:  # a 422 naming the field, before anything is written, as the library says
-            kind = Annotated[kind, AfterValidator(lambda v: _not_reserved(spec, v)),
-                             Documented(**{"not": {"enum": list(spec.reserved)}})]
+        if spec.reserved:  # documented only: the library refuses it (a 422 naming the field, nothing written)
+            kind = Annotated[kind, Documented(**{"not": {"enum": list(spec.reserved)}})]
     elif spec.kind == "enum":
         kind = Literal[spec.choices]  # type: ignore[valid-type]
     elif spec.kind == "int":
