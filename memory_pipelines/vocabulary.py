@@ -181,6 +181,8 @@ EVENT_TYPES: tuple[str, ...] = ("task_failed", "task_completed", "alert", "layer
 LOG_EVENT_TYPE = "memory_retrieval"
 """The build log's own event type (context/log.py writes one per build; the export puts them with the log):
 reserved, a caller's event may not take it."""
+FORGOTTEN_PREFIX = "forgotten:"
+"""A scrubbed log row's item id: this prefix and a random uuid (the build keeps its counts, not the item)."""
 EVENT_WINDOW_HOURS = {"default": 24, "debug": 72}
 EVENT_ACTIVE_SQL = "t.is_active AND t.type IN (" + ", ".join(f"'{t}'" for t in EVENT_TYPES) + ")"
 """The events that are indexed and ranked: active ones of EVENT_TYPES (not the build log's memory_retrieval)."""

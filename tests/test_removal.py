@@ -16,8 +16,7 @@ from memory_pipelines.retrieval.planning import PLANS
 from memory_pipelines.retrieval.search import search
 from memory_pipelines.store.removal import audit_trail, drop_project, erase_owner, forget
 from memory_pipelines.store.removal.erase import AUDIT_TABLE, GLOBAL_TABLES, owner_tables
-from memory_pipelines.store.removal.unindex import FORGOTTEN_PREFIX
-from memory_pipelines.vocabulary import INDEXED
+from memory_pipelines.vocabulary import FORGOTTEN_PREFIX, INDEXED
 from tests.factories import add_task
 from tests.removal_world import (
     builds_with_feedback,

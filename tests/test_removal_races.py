@@ -7,18 +7,22 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 import pytest
 
+from memory_pipelines.context.builder import build_memory_context
+from memory_pipelines.context.log import write_log
+from memory_pipelines.context.retrieve import Candidate
 from memory_pipelines.embeddings import FakeEmbedder
 from memory_pipelines.index.keywords import index_all, index_rows, refresh_stats
 from memory_pipelines.index.vectors import embed_source
 from memory_pipelines.infra.errors import NotFoundError
 from memory_pipelines.store.ingest import finish_deferred, ingest_memory
 from memory_pipelines.store.removal import erase_owner, forget
-from memory_pipelines.vocabulary import INDEXED
+from memory_pipelines.vocabulary import FORGOTTEN_PREFIX, INDEXED
 from tests.factories import add_task
 from tests.removal_world import keyword_state, rows_mentioning, stats_of_docs
 
@@ -313,3 +317,52 @@ def _wait_for_lock_wait(pool, statement: str) -> None:
                 return
         time.sleep(0.05)
     raise AssertionError(f"nobody waits on a lock in {statement}")
+
+
+def test_a_context_build_logged_after_its_memory_was_forgotten_keeps_no_line_of_it(pool, fake_embedder) -> None:
+    """A build that read a memory before its forget committed, and logged after, wrote the memory's id and block
+    line into the log the forget had just scrubbed: the forgotten words were back. The log now finds the row
+    gone and keeps a stand-in, as the forget would have."""
+    written = ingest_memory(pool, fake_embedder, None, "erin", content="Erin hides the zqrace10 keys in the blue vault",
+                            content_type="insight", project_name="home")
+    holder = pool.getconn()
+    try:
+        holder.execute("LOCK TABLE retrievals IN SHARE MODE")  # the build's log waits here, after its reads
+        with ThreadPoolExecutor(1) as ex:
+            building = ex.submit(build_memory_context, pool, fake_embedder, "erin", "where are the vault keys", "chat")
+            _wait_for_lock_wait(pool, "INSERT INTO retrievals")
+            forget(pool, "erin", "memory", written.id)
+            holder.rollback()
+            built = building.result(WAIT)
+    finally:
+        pool.putconn(holder)
+    assert [it.id for it in built.items] == [written.id]  # read before the forget: the agent saw it
+    assert rows_mentioning(pool, "zqrace10", skip=("removals",)) == {}
+    with pool.connection() as conn:
+        logged = conn.execute("SELECT item_id, line FROM retrieval_candidates WHERE retrieval_id = %s",
+                              (built.retrieval_id,)).fetchall()
+    assert len(logged) == 1 and logged[0][0].startswith(FORGOTTEN_PREFIX) and logged[0][1] is None
+
+
+def test_a_forget_waits_for_a_build_logging_its_memory_then_scrubs_that_log(pool, fake_embedder) -> None:
+    """The other order: the log holds the row (FOR KEY SHARE) until it commits, so a forget waits, then scrubs it."""
+    written = ingest_memory(pool, fake_embedder, None, "erin", content="Erin hides the zqrace11 keys in the red vault",
+                            content_type="insight", project_name="home")
+    conn = pool.getconn()
+    try:
+        built = build_memory_context(pool, fake_embedder, "erin", "where are the vault keys", "chat", log_build=False)
+        ranked = [Candidate(source=it.source, id=it.id, title=it.title, text=it.line, created_at=None,
+                            relevance=it.relevance) for it in built.items]
+        write_log(conn, owner="erin", query="where are the vault keys", mode="chat", budget=1000,
+                  tokens_used=10, config_version=1, degraded=None, as_of=datetime.now(UTC), ranked=ranked,
+                  injected={(c.source, c.id): (1, 10) for c in ranked}, injected_sources=["memory"],
+                  lines={(c.source, c.id): c.text for c in ranked})  # not committed yet
+        with ThreadPoolExecutor(1) as ex:
+            pending = ex.submit(forget, pool, "erin", "memory", written.id)
+            _wait_for_lock_wait(pool, "FROM memories")
+            assert not pending.done()  # the forget waits for the log ...
+            conn.commit()
+            assert pending.result(WAIT)["removed"]["retrieval_candidates"] == 1  # ... then scrubs it
+    finally:
+        pool.putconn(conn)
+    assert rows_mentioning(pool, "zqrace11", skip=("removals",)) == {}

@@ -4,6 +4,7 @@ what it produced; `implicit` decides which items it demonstrably used)."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,10 +17,32 @@ from ..embeddings import Embedder
 from ..embeddings.base import EmbeddingError, normalise, to_array
 from ..infra.errors import NotFoundError, ValidationError, check_storable
 from ..infra.ids import is_uuid
-from ..vocabulary import MAX_OUTPUT, SOURCES
+from ..vocabulary import FORGOTTEN_PREFIX, MAX_OUTPUT, SOURCES
 from . import implicit
 from .retrieve import Candidate
 from .scoring import PROFILE_SOURCES
+
+
+def _still_there(conn: psycopg.Connection, owner: str, ranked: Sequence[Candidate]) -> set[tuple[str, str]]:
+    """The (source, id) of `ranked` whose rows still exist, each locked FOR KEY SHARE until the log commits.
+
+    A forget or erase that commits after the build read an item scrubs only the log rows already committed; the
+    lock makes one that comes later wait for this log (then scrub it), and SKIP LOCKED treats a row a removal
+    holds as gone, so the build never waits on a removal nor deadlocks with one.
+    """
+    ids: dict[str, list[str]] = {}
+    for c in ranked:
+        ids.setdefault(c.source, []).append(c.id)
+    present: set[tuple[str, str]] = set()
+    for source, item_ids in ids.items():
+        spec = SOURCES[source]
+        rows = conn.execute(
+            f"SELECT id::text FROM {spec.table} WHERE owner_id = %s AND id = ANY(%s::{spec.id_type}[])"
+            " ORDER BY id FOR KEY SHARE SKIP LOCKED",
+            (owner, item_ids),
+        ).fetchall()
+        present.update((source, r[0]) for r in rows)
+    return present
 
 
 def write_log(
@@ -46,7 +69,8 @@ def write_log(
     the seed: candidates and injected items exclude the profile. `lines` maps (source, id) to the block line
     the agent was shown (what implicit feedback compares its output with). Each candidate's `features`
     (`features.candidate_features`: channel scores and ranks, neighbour gain, language pair, source, age) go
-    into the same COPY, for the tuner's learned ranker.
+    into the same COPY, for the tuner's learned ranker. An item removed since the build read it is logged as
+    a forget leaves it (`_still_there`): a stand-in id, no line.
 
     The caller's transaction commits without waiting for its WAL flush (`synchronous_commit` off, for this
     transaction only): the log is the build's own record, not a write anyone made, and the agent should not
@@ -78,6 +102,7 @@ def write_log(
         ),
     ).fetchone()
     retrieval_id = row[0]
+    present = _still_there(conn, owner, ranked)
     with (
         conn.cursor() as cur,
         cur.copy(
@@ -91,12 +116,13 @@ def write_log(
                 continue
             seen.add((c.source, c.id))
             mmr_rank, tokens = injected.get((c.source, c.id), (None, None))
+            kept = (c.source, c.id) in present
             copy.write_row(
                 (
                     retrieval_id,
                     owner,
                     c.source,
-                    c.id,
+                    c.id if kept else f"{FORGOTTEN_PREFIX}{uuid.uuid4()}",
                     c.relevance,
                     c.age_days,
                     mode,
@@ -107,7 +133,7 @@ def write_log(
                     mmr_rank,
                     tokens,
                     (c.source, c.id) in injected,
-                    lines.get((c.source, c.id)),
+                    lines.get((c.source, c.id)) if kept else None,
                     None if c.features is None else Jsonb(c.features),
                 )
             )

@@ -14,7 +14,8 @@ the turn before the forgotten one; its context fragment becomes pending for the 
 Races: a memory is forgotten under its project's advisory lock (what ingest and the deferred arbitration take),
 its rows locked before anything is deleted; the keyword indexer locks the rows it indexes (FOR KEY SHARE), so
 it either finishes first (and its postings are deleted here) or finds the row gone; the embedding backfill only
-updates rows, so a deleted row stays deleted.
+updates rows, so a deleted row stays deleted; a context build's log locks the items it logs (FOR KEY SHARE, skipping
+rows a removal holds), so it either commits first (and is scrubbed here) or logs the item as gone.
 """
 
 from __future__ import annotations

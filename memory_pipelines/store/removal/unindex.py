@@ -8,10 +8,7 @@ from collections.abc import Sequence
 import psycopg
 
 from ...index.keywords import STORED_DF_MIN
-from ...vocabulary import LOCK_KEYWORD_STATS
-
-FORGOTTEN_PREFIX = "forgotten:"
-"""A scrubbed log row's item id: this prefix and a random uuid (the build keeps its counts, not the item)."""
+from ...vocabulary import FORGOTTEN_PREFIX, LOCK_KEYWORD_STATS
 
 
 def unindex(conn: psycopg.Connection, source: str, owner: str, item_ids: Sequence[str]) -> int:
