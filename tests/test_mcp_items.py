@@ -3,6 +3,8 @@ mem.relevant_learnings), through real MCP client sessions over streamable HTTP w
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -138,3 +140,33 @@ def test_numbers_and_booleans_are_json_ones_and_a_null_clears_a_task_field(mcp_h
     anyio.run(main)
     assert _rows(runtime.pool, "SELECT title, task_type, status, key, is_active FROM tasks") == [
         ("Rotate the keys", None, "pending", None, True)]
+
+
+def _said_clearable(text: str, after: str) -> set[str]:
+    """The task fields `text` names in its sentence (or table cell) that starts at `after`."""
+    said = re.split(r"\.\s|\|", text.split(after, 1)[1])[0]
+    return {name for name in _fields("task") if re.search(rf"`?\b{name}\b`?", said)}
+
+
+def test_the_fields_update_task_says_a_null_clears_are_the_ones_it_clears(mcp_http, runtime):
+    """mem.update_task's description and docs/mcp.md named description, status and at as cleared by a null, which
+    the tool refuses; what they name must be what a null clears, and none that it refuses."""
+    _a, alice = create_key(runtime.pool, "alice")
+
+    async def main() -> tuple[str, set[str], set[str]]:
+        async with _client(mcp_http, alice) as a:
+            tools = {t.name: t for t in (await a.list_tools()).tools}
+            cleared, refused = set(), set()
+            for field in sorted(_fields("task") - {"title"}):
+                made = data(await a.call_tool("mem.record_task", {"title": f"Task {field}", "key": f"T-{field}"}))
+                result = await a.call_tool("mem.update_task", {"ref": made["id"], field: None})
+                (refused if result.is_error else cleared).add(field)
+            return tools["mem.update_task"].description, cleared, refused | {"title"}
+
+    description, cleared, refused = anyio.run(main)
+    assert cleared == {"key", "task_type", "project"}
+    assert _said_clearable(description, "A null clears") == cleared, description
+    page = (Path(__file__).resolve().parents[1] / "docs" / "mcp.md").read_text()
+    row = next(line for line in page.splitlines() if line.startswith("| `mem.update_task`"))
+    assert _said_clearable(row, "`null` clears") == cleared, row
+    assert not _said_clearable(description, "A null clears") & refused

@@ -33,6 +33,9 @@ ITEM_TOOLS_TEXT = (
 )
 
 
+CLEARABLE = tuple(s.name for s in WRITE_CONTRACTS["task"] if s.nullable and s.kind != "time")
+"""The task fields a null clears in mem.update_task: the nullable ones but the time (a stored item keeps one)."""
+
 GIVEN: ContextVar[frozenset[str]] = ContextVar("mcp_given_arguments", default=frozenset())
 """The argument names of the tool call at hand, as the client sent them (the server sets it)."""
 
@@ -130,7 +133,8 @@ def add_item_tools(server: MCPServer, memory: Memory, tool: Callable[..., Any], 
         "Change some fields of one of your tasks, found by id or key: most often its status (" + " | ".join(
             TASK_STATUSES) + "); active=false removes it from search and context. Only the fields you give "
         "change. A changed title or description is embedded again. Returns id, key and action (updated or "
-        "unchanged). A null clears a field (description, key, status, ...) as over HTTP."))(
+        "unchanged). A null clears " + ", ".join(CLEARABLE) + " (as over HTTP); a null for another field is "
+        "refused."))(
         _contract_tool(update_task, "update_task", "task", partial=True, first=(ref_param,)))
 
     def relevant_learnings(ctx: Context, **query: Any) -> dict[str, Any]:
