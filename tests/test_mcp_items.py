@@ -170,3 +170,30 @@ def test_the_fields_update_task_says_a_null_clears_are_the_ones_it_clears(mcp_ht
     row = next(line for line in page.splitlines() if line.startswith("| `mem.update_task`"))
     assert _said_clearable(row, "`null` clears") == cleared, row
     assert not _said_clearable(description, "A null clears") & refused
+
+
+def test_a_text_argument_holding_json_text_is_taken_as_the_text_sent(mcp_http, runtime):
+    """The SDK parsed a string argument holding JSON text before validation unless it was typed plain `str`: a
+    lesson's content '{"retries": 3}' was refused, a key "null" was dropped (each record made a new task with no
+    key) and a project filter "null" searched every project. A list sent as JSON text is still a list."""
+    _a, alice = create_key(runtime.pool, "alice")
+
+    async def main() -> None:
+        async with _client(mcp_http, alice) as a:
+            lesson = data(await a.call_tool("mem.record_learning", {"title": "Retry config", "content":
+                                                                    '{"retries": 3}', "key": "[1]"}))
+            assert lesson["key"] == "[1]"
+            first = data(await a.call_tool("mem.record_task", {"title": "Keyed null", "key": "null"}))
+            again = data(await a.call_tool("mem.record_task", {"title": "Keyed null", "key": "null"}))
+            assert (first["key"], again["id"], again["action"]) == ("null", first["id"], "unchanged")
+            data(await a.call_tool("mem.ingest_memory", {"content": "Deploys bake for five minutes",
+                                                         "content_type": "plan", "project_name": "web"}))
+            found = data(await a.call_tool("mem.search", {"query": "deploys bake", "project_name": "null"}))
+            assert found["results"] == []
+            hits = data(await a.call_tool("mem.search", {"query": "deploys bake"}))["results"]
+            got = data(await a.call_tool("mem.get", {"ids": f'["{hits[0]["id"]}"]'}))
+            assert [m["id"] for m in got["memories"]] == [hits[0]["id"]]
+
+    anyio.run(main)
+    assert _rows(runtime.pool, "SELECT content, key FROM learnings") == [('{"retries": 3}', "[1]")]
+    assert _rows(runtime.pool, "SELECT key FROM tasks") == [("null",)]

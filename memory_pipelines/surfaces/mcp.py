@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import inspect
 import logging
+import types
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import psycopg
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 from pydantic import Field
 
 from ..face import Memory
@@ -125,6 +127,28 @@ TimelineLimit = int_between(1, MAX_TIMELINE_LIMIT, "Page size.")
 TokenBudget = int_between(MIN_BUDGET, MAX_BUDGET, "Token budget of the block.")
 
 
+def _takes_text(annotation: Any) -> bool:
+    """Whether an argument of this type may be a string (text, a time, an enum of strings), optional or not."""
+    if get_origin(annotation) is Annotated:
+        return _takes_text(get_args(annotation)[0])
+    if get_origin(annotation) in (Union, types.UnionType):
+        return any(_takes_text(kind) for kind in get_args(annotation))
+    return annotation is str or (get_origin(annotation) is Literal and all(isinstance(c, str)
+                                                                           for c in get_args(annotation)))
+
+
+class _TextAsSent(FuncMetadata):
+    """The SDK's argument handling, but a string for an argument that takes text stays the string sent. The SDK
+    parses a string holding JSON text (for clients that send lists and objects as strings) unless the argument is
+    typed plain `str`: an optional text of "null" was dropped (a key "null" made a new task each time, a project
+    filter "null" searched every project) and a lesson's content '{"retries": 3}' was refused as not a string."""
+
+    def pre_parse_json(self, data: dict[str, Any]) -> dict[str, Any]:
+        parsed = super().pre_parse_json(data)
+        fields = self.arg_model.model_fields
+        return {k: data[k] if k in fields and _takes_text(fields[k].annotation) else v for k, v in parsed.items()}
+
+
 class _Server(MCPServer):
     """An MCPServer whose tools refuse arguments they do not take (the SDK would drop them silently)."""
 
@@ -135,6 +159,11 @@ class _Server(MCPServer):
 
     def add_parameters(self, name: str, fn: Callable[..., Any]) -> None:
         self.parameters[name] = frozenset(p for p in inspect.signature(fn).parameters if p != "ctx")
+
+    def keep_text_as_sent(self, name: str) -> None:
+        """Give the registered tool `name` text arguments as sent (`_TextAsSent`)."""
+        registered = self._tool_manager.get_tool(name)
+        registered.fn_metadata = _TextAsSent(**dict(registered.fn_metadata))
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None) -> Any:
         takes = self.parameters.get(name)
@@ -168,7 +197,9 @@ def build_server(memory: Memory, owner_resolver: OwnerResolver) -> MCPServer:
     def tool(*, name: str, description: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
             server.add_parameters(name, fn)
-            return server.tool(name=name, description=description)(fn)
+            registered = server.tool(name=name, description=description)(fn)
+            server.keep_text_as_sent(name)
+            return registered
 
         return register
 
