@@ -145,3 +145,21 @@ def test_write_update_and_relevant_learnings(cli_env, pool, tmp_path, capsys, mo
     with pool.connection() as conn:
         assert conn.execute("SELECT count(*) FROM goals").fetchone()[0] == 0
         assert conn.execute("SELECT count(*) FROM tasks").fetchone()[0] == 2
+
+
+def test_a_json_object_naming_a_member_twice_is_refused_naming_it(cli_env, pool, capsys):
+    """`write` kept the last of a repeated member (json.loads does), so '{"title": "a", "title": "b"}' wrote a task
+    titled "b" with rc 0, where HTTP refuses such a body (422 at the repeated member). Now it is refused, naming
+    the member, and nothing is written; `update` likewise."""
+    assert main(["write", "task", "--owner", "alice", "--json", '{"title": "Ship it", "title": "Ship the CLI"}']) == 2
+    assert "'title' twice" in capsys.readouterr().err
+    assert main(["write", "task", "--owner", "alice", "--json",
+                 '[{"title": "a"}, {"title": "b", "metadata": {"x": 1, "x": 2}}]']) == 2
+    assert "'x' twice" in capsys.readouterr().err
+    assert main(["write", "task", "--owner", "alice", "--json", '{"title": "Ship it", "key": "t1"}']) == 0
+    capsys.readouterr()
+    assert main(["update", "task", "t1", "--owner", "alice", "--json",
+                 '{"status": "completed", "status": "failed"}']) == 2
+    assert "'status' twice" in capsys.readouterr().err
+    with pool.connection() as conn:
+        assert conn.execute("SELECT title, status FROM tasks").fetchall() == [("Ship it", "pending")]
