@@ -163,3 +163,18 @@ def test_a_json_object_naming_a_member_twice_is_refused_naming_it(cli_env, pool,
     assert "'status' twice" in capsys.readouterr().err
     with pool.connection() as conn:
         assert conn.execute("SELECT title, status FROM tasks").fetchall() == [("Ship it", "pending")]
+
+
+def test_an_import_line_naming_a_member_twice_is_rejected_naming_it(cli_env, pool, tmp_path, capsys):
+    """A JSON Lines row naming a member twice was imported with the last value (json.loads keeps it silently):
+    '{"key": "a", "title": "Old", "title": "New"}' stored "New" with no word. Now the line is rejected naming
+    the member, like any bad row; the other rows go in with --skip-invalid."""
+    path = _file(tmp_path, ['{"key": "a", "title": "Keep retries idempotent", "title": "Keep retries safe"}',
+                            '{"key": "b", "title": "Alert on queue depth", "metadata": {"x": 1, "x": 2}}',
+                            {"key": "c", "title": "Alert on queue depth, not on CPU"}])
+    assert main(["import", str(path), "--source", "learning", "--owner", "alice"]) == 1
+    err = capsys.readouterr().err
+    assert "learnings.jsonl:1: title: is named twice" in err and "learnings.jsonl:2: x: is named twice" in err
+    assert _rows(pool, "learnings") == []
+    assert main(["import", str(path), "--source", "learning", "--owner", "alice", "--skip-invalid"]) == 0
+    assert _rows(pool, "learnings") == [("alice", "c", "Alert on queue depth, not on CPU")]

@@ -8,6 +8,7 @@ which line failed; Parquet through pyarrow, in record batches. A file that is no
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import math
 from collections import Counter
@@ -116,6 +117,16 @@ def _decoded(path: Path, lineno: int, raw: bytes) -> str:
                               "is it the format it claims?") from None
 
 
+def _noting_repeats(twice: list[str], pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """`object_pairs_hook`: the object, noting in `twice` a member it names twice (json.loads would keep the last
+    one silently; HTTP refuses such a body)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        names = [name for name, _value in pairs]
+        twice.append(next(name for i, name in enumerate(names) if name in names[:i]))
+    return obj
+
+
 def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any] | Reject]]:
     """(line number, object) per non-blank line; a line that is not a JSON object is a Reject, unless it is the
     first one: then the file is not JSON Lines (an ImportFileError)."""
@@ -127,8 +138,9 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any] | Reject]]:
                 text = text.removeprefix("\ufeff")
             if not text:
                 continue
+            twice: list[str] = []
             try:
-                value = json.loads(text)
+                value = json.loads(text, object_pairs_hook=functools.partial(_noting_repeats, twice))
                 problem = None if isinstance(value, dict) else f"must be a JSON object, got {type(value).__name__}"
             except json.JSONDecodeError as exc:
                 problem = f"is not valid JSON ({exc.msg} at column {exc.colno})"
@@ -136,7 +148,12 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any] | Reject]]:
                 raise ImportFileError(f"{path.name}: line {lineno} {problem}: not JSON Lines (one JSON object "
                                       "per line)")
             first = False
-            yield lineno, Reject(lineno, "line", problem) if problem else value
+            if problem:
+                yield lineno, Reject(lineno, "line", problem)
+            elif twice:
+                yield lineno, Reject(lineno, twice[0], "is named twice in the row; name each member once")
+            else:
+                yield lineno, value
 
 
 def read_csv(path: Path) -> Iterator[tuple[int, dict[str, str] | Reject]]:
