@@ -8,7 +8,6 @@ which line failed; Parquet through pyarrow, in record batches. A file that is no
 from __future__ import annotations
 
 import csv
-import functools
 import json
 import math
 from collections import Counter
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..infra.errors import UserError
+from ..infra.json_members import RepeatedMemberError, loads_unique
 from ..vocabulary import WRITE_CONTRACTS
 
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
@@ -117,16 +117,6 @@ def _decoded(path: Path, lineno: int, raw: bytes) -> str:
                               "is it the format it claims?") from None
 
 
-def _noting_repeats(twice: list[str], pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """`object_pairs_hook`: the object, noting in `twice` a member it names twice (json.loads would keep the last
-    one silently; HTTP refuses such a body)."""
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        names = [name for name, _value in pairs]
-        twice.append(next(name for i, name in enumerate(names) if name in names[:i]))
-    return obj
-
-
 def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any] | Reject]]:
     """(line number, object) per non-blank line; a line that is not a JSON object is a Reject, unless it is the
     first one: then the file is not JSON Lines (an ImportFileError)."""
@@ -138,10 +128,12 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any] | Reject]]:
                 text = text.removeprefix("\ufeff")
             if not text:
                 continue
-            twice: list[str] = []
+            twice = None
             try:
-                value = json.loads(text, object_pairs_hook=functools.partial(_noting_repeats, twice))
+                value = loads_unique(text)
                 problem = None if isinstance(value, dict) else f"must be a JSON object, got {type(value).__name__}"
+            except RepeatedMemberError as exc:
+                value, problem, twice = None, None, exc.member
             except json.JSONDecodeError as exc:
                 problem = f"is not valid JSON ({exc.msg} at column {exc.colno})"
             if problem and first:
@@ -150,8 +142,8 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any] | Reject]]:
             first = False
             if problem:
                 yield lineno, Reject(lineno, "line", problem)
-            elif twice:
-                yield lineno, Reject(lineno, twice[0], "is named twice in the row; name each member once")
+            elif twice is not None:
+                yield lineno, Reject(lineno, twice, "is named twice in the row; name each member once")
             else:
                 yield lineno, value
 

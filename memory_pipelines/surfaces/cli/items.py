@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ...infra.errors import ValidationError
+from ...infra.json_members import RepeatedMemberError, loads_unique
 from ...vocabulary import MAX_BATCH, MAX_SEARCH_LIMIT, TASK_TYPES, WRITABLE_SOURCES
 
 OWNER_HELP = "owner id (default MEMORY_PIPELINES_OWNER or 'default')"
@@ -36,17 +37,10 @@ def read_json_arg(args: argparse.Namespace, name: str = "--json") -> Any:
             text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise ValidationError("--file", f"cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
-    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        """An object, unless it names a member twice: json.loads would keep the last one silently (HTTP refuses)."""
-        obj = dict(pairs)
-        if len(obj) != len(pairs):
-            names = [name for name, _value in pairs]
-            twice = next(name for i, name in enumerate(names) if name in names[:i])
-            raise ValidationError(where, f"an object names the member {twice!r} twice; name each member once")
-        return obj
-
     try:
-        return json.loads(text, object_pairs_hook=unique)
+        return loads_unique(text)
+    except RepeatedMemberError as exc:
+        raise ValidationError(where, f"{exc}; name each member once") from None
     except json.JSONDecodeError as exc:
         raise ValidationError(where, f"is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
 

@@ -23,6 +23,7 @@ from starlette.routing import Match
 
 from ...infra.db import RETRY_AFTER_SECONDS
 from ...infra.errors import ConfigError, NotFoundError, UserError, ValidationError
+from ...infra.json_members import RepeatedMemberError, loads_unique
 from ...vocabulary import MAX_BODY_BYTES
 
 log = logging.getLogger(__name__)
@@ -224,22 +225,10 @@ class BodyLimit:
 
 # -- repeated members ------------------------------------------------------------------------------------------------
 
-class _Repeated(Exception):
-    """An object of the body names a member twice (raised while parsing, before where is known)."""
-
-
 class _Marked(dict):
     """An object that names `member` twice, as the second parse of a refused body returns it."""
 
     member: str
-
-
-def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """`object_pairs_hook`: the object, unless it names a member twice (json.loads keeps the last one silently)."""
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        raise _Repeated
-    return obj
 
 
 def _marked(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -282,8 +271,8 @@ class _StrictJsonRequest(Request):
         if not hasattr(self, "_json"):
             body = await self.body()
             try:
-                self._json = json.loads(body, object_pairs_hook=_unique)
-            except _Repeated:  # parsed a second time only when refused, to say where
+                self._json = loads_unique(body)
+            except RepeatedMemberError:  # parsed a second time only when refused, to say where
                 raise RepeatedMember(["body", *_repeated_at(json.loads(body, object_pairs_hook=_marked))]) from None
         return self._json
 
