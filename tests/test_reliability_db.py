@@ -523,6 +523,39 @@ def test_a_pid_file_whose_process_is_not_the_postmaster_is_cleared_before_a_star
         other.wait()
 
 
+# -- an import cut by the database's death ------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_an_import_cut_by_the_databases_death_reports_what_it_wrote_and_a_reimport_completes(home, procs, tmp_path):
+    """kill -9 of the postmaster in the middle of `import`: no traceback, but the report (the rows written,
+    stopped: the database failed) and exit 1; the next import writes the rest, every row counted before coming
+    back unchanged (a traceback and no count before)."""
+    pgdata, rows = home / "pgdata", 80_000
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("".join(json.dumps({"key": f"k{i}", "title": f"task {i}", "description": f"do thing {i}"}) + "\n"
+                            for i in range(rows)))
+    args = ["import", str(path), "--source", "task", "--owner", "importer"]
+    cut = Proc(home, args, stdout=subprocess.PIPE)
+    procs.append(cut)
+    deadline = time.monotonic() + 120
+    while not re.search(r"\b[1-9]\d*/80000", cut.stderr()):  # a first chunk is written
+        assert cut.popen.poll() is None and time.monotonic() < deadline, cut
+        time.sleep(0.05)
+    os.kill(postmaster_pid(pgdata), signal.SIGKILL)
+    out = cut.popen.stdout.read().decode()
+    assert cut.popen.wait(60) == 1, (out, cut)
+    assert "Traceback" not in cut.stderr(), cut
+    assert "stopped: the database failed" in out, out
+    written = int(re.search(r"task: (\d+) created", out).group(1))
+    assert 0 < written < rows, out
+
+    again = subprocess.run([*CLI, *args, "--json"], env=_env(home), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["counts"]["task"] == {"created": rows - written, "updated": 0,
+                                                          "unchanged": written}
+    _assert_stopped(pgdata)
+
+
 # -- a Dagster backfill cut by the database's death --------------------------------------------------------------
 
 @pytest.mark.slow

@@ -37,6 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import psycopg
 from psycopg_pool import ConnectionPool
 
 from ..infra.errors import UserError, ValidationError
@@ -48,8 +49,8 @@ from .items import ItemError, write_items
 from .memories import content_hash
 from .projects import project_key_from_name
 
-__all__ = ["FORMATS", "IMPORT_SOURCES", "ImportFileError", "ImportReport", "Reject", "file_format", "import_file",
-           "import_rows", "prepare_row", "read_rows"]
+__all__ = ["FORMATS", "IMPORT_SOURCES", "ImportFileError", "ImportInterrupted", "ImportReport", "Reject",
+           "file_format", "import_file", "import_rows", "prepare_row", "read_rows"]
 
 CHUNK_ROWS = 5_000
 """Items per `write_items` call: each is one transaction."""
@@ -124,12 +125,29 @@ def _chunks(rows: list[ImportRow], size: int, overlap: int) -> Iterator[tuple[li
         yield chunk, waits
 
 
+class ImportInterrupted(Exception):
+    """The database failed in the middle of an import's writes (a restart, a lost connection): `report` counts
+    the rows committed before it (each chunk is one transaction) and says so in `stopped`. The cause is the
+    database's error. Importing the file again writes the rest, the rows counted coming back unchanged."""
+
+    def __init__(self, report: ImportReport) -> None:
+        super().__init__(f"{report.path}: import stopped: {report.stopped}")
+        self.report = report
+
+
+def database_failed(exc: BaseException) -> str:
+    """`report.stopped` for an import the database's failure (a restart, a lost connection) cut short."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"the database failed ({type(exc).__name__}{': ' + first if first else ''})"
+
+
 def _write_item_rows(pool: ConnectionPool, owner: str, source: str, rows: list[ImportRow], report: ImportReport,
                      skip_invalid: bool, progress: Callable[[int], None]) -> bool:
     """Write one owner's rows of one source, IMPORT_WRITERS chunks at a time (a run that repeats a key after
     the ones before it are written); False when a row failed at write time (a conflict only the database sees)
     and the import stops there (chunks already under way are still written and counted)."""
     ok = True
+    failed: list[BaseException] = []
     with ThreadPoolExecutor(max_workers=IMPORT_WRITERS, thread_name_prefix="import-write") as writers:
         running: list[tuple[Future, list[ImportRow]]] = []
 
@@ -139,6 +157,11 @@ def _write_item_rows(pool: ConnectionPool, owner: str, source: str, rows: list[I
                 future, chunk = running.pop(0)
                 try:
                     result = future.result()
+                except psycopg.OperationalError as exc:  # the database went away: what committed stays
+                    report.stopped = report.stopped or database_failed(exc)
+                    failed.append(exc)
+                    ok = False
+                    continue
                 except ItemError as exc:
                     if exc.index is None:
                         raise
@@ -165,6 +188,8 @@ def _write_item_rows(pool: ConnectionPool, owner: str, source: str, rows: list[I
                 break
             running.append((writers.submit(write_items, pool, owner, source, [r.item for r in chunk]), chunk))
         settle(0)
+    if failed:
+        raise ImportInterrupted(report) from failed[0]
     return ok
 
 
@@ -259,14 +284,20 @@ def import_rows(
     groups: dict[tuple[str, str], list[ImportRow]] = {}
     for row in good:
         groups.setdefault((row.owner, row.source), []).append(row)
-    with _progress(bar, len(good), f"importing {Path(report.path).name}") as progress:
-        for (who, src), group in groups.items():
-            if src == "memory":
-                _write_memory_rows(pool, embedder, llm, who, group, report, progress)
-            elif not _write_item_rows(pool, who, src, group, report, skip_invalid, progress):
-                break
-    report.written = True
-    report.write_seconds = time.perf_counter() - started
+    report.written = True  # from the first chunk on: an interrupted import has written what it counts
+    try:
+        with _progress(bar, len(good), f"importing {Path(report.path).name}") as progress:
+            for (who, src), group in groups.items():
+                if src == "memory":
+                    try:
+                        _write_memory_rows(pool, embedder, llm, who, group, report, progress)
+                    except psycopg.OperationalError as exc:  # the memories counted are stored
+                        report.stopped = database_failed(exc)
+                        raise ImportInterrupted(report) from exc
+                elif not _write_item_rows(pool, who, src, group, report, skip_invalid, progress):
+                    break
+    finally:
+        report.write_seconds = time.perf_counter() - started
     return report
 
 

@@ -112,13 +112,13 @@ def print_report(report: Any, as_json: bool) -> None:
     print(f"written in {report.write_seconds:.1f} s{rate}; embeddings follow in the background "
           "(`serve`, the Dagster sensor) or with `memory-pipelines embed`")
     if report.stopped:
-        print(f"stopped at {report.stopped}: the rows before it are written; fix it and import again "
+        print(f"stopped: {report.stopped}: the rows counted above are written; fix it and import again "
               "(rows already written come back unchanged)")
 
 
 def cmd_import(args: argparse.Namespace) -> int:
     from ...infra.settings import get_settings
-    from ...store.imports import file_format, import_file
+    from ...store.imports import ImportInterrupted, file_format, import_file
     from .main import _bar
 
     file_format(Path(args.path), args.format)  # an unknown format fails before the database starts
@@ -127,9 +127,12 @@ def cmd_import(args: argparse.Namespace) -> int:
     if not args.dry_run:
         memory = _memory()
         pool, embedder, default_owner = memory.pool, memory.embedder, memory.settings.default_owner
-    report = import_file(pool, args.path, embedder=embedder, source=args.source, owner=args.owner,
-                         default_owner=default_owner, fmt=args.format, dry_run=args.dry_run,
-                         skip_invalid=args.skip_invalid, bar=None if args.json else _bar)
+    try:
+        report = import_file(pool, args.path, embedder=embedder, source=args.source, owner=args.owner,
+                             default_owner=default_owner, fmt=args.format, dry_run=args.dry_run,
+                             skip_invalid=args.skip_invalid, bar=None if args.json else _bar)
+    except ImportInterrupted as exc:  # the database failed: what it wrote, and that a re-import resumes
+        report = exc.report
     print_report(report, args.json)
     if report.stopped:
         return 1
