@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -178,3 +180,30 @@ def test_an_import_line_naming_a_member_twice_is_rejected_naming_it(cli_env, poo
     assert _rows(pool, "learnings") == []
     assert main(["import", str(path), "--source", "learning", "--owner", "alice", "--skip-invalid"]) == 0
     assert _rows(pool, "learnings") == [("alice", "c", "Alert on queue depth, not on CPU")]
+
+
+def test_a_command_whose_database_connection_dies_says_so_in_one_line(cli_env, pool, tmp_path, capsys):
+    """A database failing mid-command (a restart, a terminated backend) printed psycopg's traceback from every
+    command but import; now one line says the database failed and that acknowledged writes are kept, exit 1."""
+    assert main(["write", "task", "--json", '{"title": "Ship the export"}']) == 0
+    capsys.readouterr()
+    holder = pool.getconn()
+    try:
+        holder.execute("LOCK TABLE tasks IN ACCESS EXCLUSIVE MODE")  # the export's read waits here ...
+        with ThreadPoolExecutor(1) as ex:
+            exporting = ex.submit(main, ["export", "--owner", "carol", str(tmp_path / "out")])
+            deadline = time.monotonic() + 30
+            killed = 0
+            while not killed and time.monotonic() < deadline:
+                with pool.connection() as conn:  # ... and its backend is terminated
+                    killed = conn.execute(
+                        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                        " AND query LIKE '%%FROM tasks%%' AND pid <> pg_backend_pid()").fetchone()[0]
+                time.sleep(0.05)
+            assert killed
+            holder.rollback()
+            assert exporting.result(30) == 1
+    finally:
+        pool.putconn(holder)
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "error: the database failed" in err, err

@@ -12,6 +12,8 @@ import sys
 import warnings
 from collections.abc import Callable
 
+import psycopg
+
 from ...embeddings.base import EmbeddingError
 from ...infra.errors import UserError, ValidationError, check_printable
 from ...infra.redact import install_redaction, redact
@@ -356,6 +358,12 @@ def main(argv: list[str] | None = None) -> int:
     except (UserError, EmbeddingError) as exc:
         print(f"error: {redact(str(exc))}", file=sys.stderr)
         return 2
+    except psycopg.OperationalError as exc:  # a restart or a lost connection mid-command: not the caller's input
+        from ...store.imports import database_failed
+
+        print(f"error: {redact(database_failed(exc))}; what was written before it is kept: run the command again",
+              file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted; committed work is kept and the next run resumes", file=sys.stderr)
         return 130
