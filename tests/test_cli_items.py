@@ -207,3 +207,9 @@ def test_a_command_whose_database_connection_dies_says_so_in_one_line(cli_env, p
         pool.putconn(holder)
     err = capsys.readouterr().err
     assert "Traceback" not in err and "error: the database failed" in err, err
+
+
+def test_an_empty_batch_is_refused_naming_items(cli_env, pool, capsys):
+    """`write task --json '[]'` exited 0 having written nothing, where HTTP answers an empty batch with a 422."""
+    assert main(["write", "task", "--json", "[]"]) == 2
+    assert "items: must hold 1 to" in capsys.readouterr().err

@@ -54,6 +54,8 @@ def cmd_write(args: argparse.Namespace) -> int:
     memory = _memory()
     owner = _owner(args, memory)
     if isinstance(value, list):
+        if not value:  # as HTTP answers an empty batch: a 0 exit would read as "written"
+            raise ValidationError("items", f"must hold 1 to {MAX_BATCH} items, got an empty list")
         if len(value) > MAX_BATCH:
             raise ValidationError("items", f"at most {MAX_BATCH} items per write; import a file for more "
                                            "(`memory-pipelines import`)")
