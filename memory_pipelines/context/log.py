@@ -33,16 +33,16 @@ def _still_there(conn: psycopg.Connection, owner: str, ranked: Sequence[Candidat
     ids: dict[str, list[str]] = {}
     for c in ranked:
         ids.setdefault(c.source, []).append(c.id)
-    present: set[tuple[str, str]] = set()
-    for source, item_ids in ids.items():
-        spec = SOURCES[source]
-        rows = conn.execute(
-            f"SELECT id::text FROM {spec.table} WHERE owner_id = %s AND id = ANY(%s::{spec.id_type}[])"
-            " ORDER BY id FOR KEY SHARE SKIP LOCKED",
-            (owner, item_ids),
-        ).fetchall()
-        present.update((source, r[0]) for r in rows)
-    return present
+    if not ids:
+        return set()
+    names = sorted(ids)  # one round trip: a locking CTE per source
+    ctes = ", ".join(
+        f"s{i} AS (SELECT %s AS source, id::text AS id FROM {SOURCES[n].table} WHERE owner_id = %s"
+        f" AND id = ANY(%s::{SOURCES[n].id_type}[]) ORDER BY id FOR KEY SHARE SKIP LOCKED)"
+        for i, n in enumerate(names))
+    union = " UNION ALL ".join(f"SELECT source, id FROM s{i}" for i in range(len(names)))
+    params = [p for n in names for p in (n, owner, ids[n])]
+    return {(r[0], r[1]) for r in conn.execute(f"WITH {ctes} {union}", params).fetchall()}
 
 
 def write_log(
