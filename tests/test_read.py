@@ -98,6 +98,10 @@ def test_search_filters_scope_and_project(pool, fake_embedder, corpus) -> None:
     assert set(ids(project_name="agent mem")) <= {corpus["pg"], corpus["login"], corpus["tests"]}
     assert ids(project_key="no-such-project") == [] and ids(project_name="Nope") == []
     assert ids(limit=1) and len(ids(limit=1)) == 1
+    assert set(ids(project_key="agent-mem", project_name="agent mem")) == set(ids(project_key="agent-mem"))
+    with pytest.raises(ValidationError) as refused:  # two projects named: the key's was searched, silently
+        ids(project_key="agent-mem", project_name="Billing")
+    assert refused.value.field == "project_name"
 
 
 @pytest.mark.parametrize(

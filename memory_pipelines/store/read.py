@@ -51,7 +51,9 @@ def _content_type(field: str, value: object, allow_all: bool) -> str | None:
 def resolve_project(
     conn: psycopg.Connection, owner: str, project_key: str | None, project_name: str | None
 ) -> str | None:
-    """The owner's project key for a key or a name (exact, or the key derived from it); None if unknown."""
+    """The owner's project key for a key or a name (exact, or the key derived from it); None if unknown. Given
+    both, they must name the same project (a ValidationError naming `project_name` otherwise: the caller meant
+    one of two projects, and a search of the other would answer for it)."""
     if project_key is not None:
         if not isinstance(project_key, str) or not project_key.strip():
             raise ValidationError("project_key", "must be a non-empty string when given")
@@ -59,6 +61,9 @@ def resolve_project(
             "SELECT project_key FROM projects WHERE owner_id = %s AND project_key = %s",
             (owner, project_key.strip()),
         ).fetchone()
+        if project_name is not None and resolve_project(conn, owner, None, project_name) != (row and row[0]):
+            raise ValidationError("project_name", f"does not name the project of project_key {project_key.strip()!r};"
+                                  " give one of the two")
         return row[0] if row else None
     if not isinstance(project_name, str) or not project_name.strip():
         raise ValidationError("project_name", "must be a non-empty string when given")
