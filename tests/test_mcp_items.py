@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 
 from memory_pipelines import Memory
@@ -197,3 +198,27 @@ def test_a_text_argument_holding_json_text_is_taken_as_the_text_sent(mcp_http, r
     anyio.run(main)
     assert _rows(runtime.pool, "SELECT content, key FROM learnings") == [('{"retries": 3}', "[1]")]
     assert _rows(runtime.pool, "SELECT key FROM tasks") == [("null",)]
+
+
+def test_a_tool_call_naming_an_argument_twice_is_refused_over_http(mcp_http, runtime):
+    """A JSON-RPC body naming an argument twice ({"title": "Old", "title": "New"}) was parsed by the SDK keeping
+    the last value: the task was stored titled "New", answered "created". It is a 400 naming the member now, and
+    nothing is written (the HTTP API refuses the same body with a 422)."""
+    _kid, key = create_key(runtime.pool, "alice")
+    headers = {"Authorization": f"Bearer {key}", "Accept": "application/json, text/event-stream",
+               "Content-Type": "application/json"}
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}
+    with httpx.Client(timeout=60) as http:
+        opened = http.post(mcp_http, json=init, headers=headers)
+        assert opened.status_code == 200, opened.text
+        session = {**headers, "mcp-session-id": opened.headers["mcp-session-id"],
+                   "mcp-protocol-version": "2025-06-18"}
+        http.post(mcp_http, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+        raw = ('{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "mem.record_task",'
+               ' "arguments": {"title": "Old", "title": "New", "key": "RAW1"}}}')
+        refused = http.post(mcp_http, content=raw, headers=session)
+        assert refused.status_code == 400 and "'title' twice" in refused.json()["error"]["message"], refused.text
+        fine = raw.replace('"title": "Old", ', "")
+        assert http.post(mcp_http, content=fine, headers=session).status_code == 200  # the session goes on
+    assert _rows(runtime.pool, "SELECT title FROM tasks WHERE owner_id = 'alice'") == [("New",)]
