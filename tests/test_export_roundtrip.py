@@ -3,6 +3,7 @@ imported into a fresh one gives the same search results (every channel), the sam
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 
@@ -135,3 +136,32 @@ def test_the_exported_active_scoring_config_is_restored_by_the_cli(pool, fresh_u
     assert again.returncode == 0 and "already stored" in again.stdout, again.stdout
     assert active_config(target).version == restored.version
     assert len(list_configs(target)) == 2  # the migration's seed and the restored one
+
+
+@pytest.mark.parametrize(("params", "field"), [
+    ({"weight_bounds": "ab"}, "params.weight_bounds"),
+    ({"weight_bounds": [1, 2, 3]}, "params.weight_bounds"),
+    ({"weight_bounds": [1.25, 0.8]}, "params.weight_bounds"),
+    ({"source_weights": {"task": "x"}}, "params.source_weights.task"),
+    ({"source_weights": {"nope": 1.0}}, "params.source_weights.nope"),
+    ({"relevance_floors": {"semantic": "abc"}}, "params.relevance_floors.semantic"),
+    ({"decay_floor": -3}, "params.decay_floor"),
+    ({"decay_floor": 1.5}, "params.decay_floor"),
+])
+def test_a_restore_whose_params_cannot_score_is_refused_and_builds_go_on(pool, tmp_path, db_url, params,
+                                                                           field) -> None:
+    """An export's active config with malformed params (weight_bounds "ab", a source weight "x") was added and
+    activated, and every context build of every owner then failed with a traceback (TypeError in the weight
+    clamp). The params are checked like the half-lives: refused naming the field, nothing stored or activated."""
+    entry = {"version": 5, "is_active": True, "half_lives": {"task": 7}, "mode_weights": {"task": {"plan": 1.1}},
+             "params": params}
+    path = tmp_path / "scoring_configs.json"
+    path.write_text(json.dumps([entry]))
+    before = list_configs(pool)
+    env = {"DATABASE_URL": db_url, "MEMORY_PIPELINES_EMBEDDER": "fake"}
+    refused = run_cli(["scoring", "restore", str(path)], env)
+    assert refused.returncode == 2 and field in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert list_configs(pool) == before
+    built = run_cli(["context", "login cookie", "--owner", "alice"], env)
+    assert built.returncode == 0, built.stderr

@@ -75,11 +75,43 @@ def list_configs(pool: ConnectionPool) -> list[dict[str, Any]]:
     return [dict(zip(keys, r, strict=True)) for r in rows]
 
 
-def _number(field: str, value: Any, *, nullable: bool = False) -> None:
+def _number(field: str, value: Any, *, nullable: bool = False, lo: float = 0.0, hi: float = math.inf,
+            zero: bool = False) -> None:
+    """`value` a finite number in (lo, hi] (in [lo, hi] with `zero`), or null when `nullable`."""
     if value is None and nullable:
         return
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise ValidationError(field, f"must be a positive number{' or null' if nullable else ''}, not {value!r}")
+    if (isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
+            or not (lo <= value if zero else lo < value) or value > hi):
+        what = "a positive number" if lo == 0 and not zero and hi == math.inf else f"a number from {lo} to {hi}"
+        raise ValidationError(field, f"must be {what}{' or null' if nullable else ''}, not {value!r}")
+
+
+def _check_params(params: dict[str, Any]) -> None:
+    """The fields of an exported config's `params` that scoring reads: relevance floors per channel (0 to 1), the
+    decay floor (0 to 1), the weight bounds ([lo, hi], 0 <= lo <= hi) and a weight per source (positive);
+    a bad one would make every context build fail once the config is active."""
+    floors = params.get("relevance_floors") or {}
+    if not isinstance(floors, dict):
+        raise ValidationError("params.relevance_floors", "must be a JSON object of channel floors")
+    for channel, floor in floors.items():
+        _number(f"params.relevance_floors.{channel}", floor, hi=1.0, zero=True)
+    if "decay_floor" in params:
+        _number("params.decay_floor", params["decay_floor"], hi=1.0, zero=True)
+    bounds = params.get("weight_bounds")
+    if bounds is not None:
+        if not isinstance(bounds, list) or len(bounds) != 2:
+            raise ValidationError("params.weight_bounds", f"must be [low, high], not {bounds!r}")
+        for k, bound in enumerate(bounds):
+            _number(f"params.weight_bounds[{k}]", bound, zero=True)
+        if bounds[0] > bounds[1]:
+            raise ValidationError("params.weight_bounds", f"must be [low, high] with low <= high, not {bounds!r}")
+    weights = params.get("source_weights") or {}
+    if not isinstance(weights, dict):
+        raise ValidationError("params.source_weights", "must be a JSON object of a weight per source")
+    for source, weight in weights.items():
+        if source not in SOURCES:
+            raise ValidationError(f"params.source_weights.{source}", "is not a source")
+        _number(f"params.source_weights.{source}", weight)
 
 
 def exported_active(path: Path) -> dict[str, Any]:
@@ -110,6 +142,7 @@ def exported_active(path: Path) -> dict[str, Any]:
             _number(f"mode_weights.{source}.{mode}", weight)
     if not isinstance(entry.get("params") or {}, dict):
         raise ValidationError("params", "must be a JSON object")
+    _check_params(entry.get("params") or {})
     return entry
 
 
