@@ -31,7 +31,7 @@ from memory_pipelines.surfaces.http import create_app
 from memory_pipelines.surfaces.mcp import build_server, config_owner
 from memory_pipelines.text.keywords import terms
 from memory_pipelines.vocabulary import MAX_OUTPUT
-from tests.factories import add_learning, add_task
+from tests.factories import add_goal, add_learning, add_task
 from tests.test_api import LiveServer
 
 warnings.filterwarnings("ignore", category=dg.BetaWarning)
@@ -224,6 +224,30 @@ def test_http_endpoint_marks_and_refuses_bad_input(built, runtime):
         build = alice.get(f"/api/brain/memory/builds/{rid}").json()
         assert [i["used_by"] for i in build["items"] if i["used"]] == ["implicit"]
     assert used_ids(runtime.pool, rid) == {ids["stripe"]}
+
+
+def test_the_answer_lists_the_builds_injected_items_not_its_profile_goals(runtime):
+    """The implicit answer's items listed the profile's goals too (a plan build with two goals and six items
+    answered eight items, two of source okr with evidence null; the CLI said "1 used of 8 injected") where the
+    context answer, the build's injected_count and the hit rates count six: the goals are never marked. Now the
+    items are the context answer's, in block order."""
+    with runtime.pool.connection() as conn:
+        add_goal(conn, "alice", "Cut memory retrieval latency below 100 ms", priority=0)
+        add_goal(conn, "alice", "Ship the billing dashboard")
+        add_learning(conn, "alice", *STRIPE, failure_class="AUTH")
+        add_learning(conn, "alice", *POOL)
+    embed_all(runtime.pool, runtime.embedder)
+    index_all(runtime.pool)
+    key = create_key(runtime.pool, "alice", name="test")[1]
+    with LiveServer(create_app(Memory(runtime, llm=None))) as srv:
+        alice = httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {key}"}, timeout=60)
+        ctx = alice.post("/api/brain/memory/context", json={"query": QUERY, "mode": "plan"}).json()
+        assert ctx["block"].startswith("## 当前 OKR") and ctx["items"], ctx["block"]
+        body = alice.post("/api/brain/memory/feedback/implicit",
+                          json={"retrieval_id": ctx["retrieval_id"], "output": USES_STRIPE}).json()
+        build = alice.get(f"/api/brain/memory/builds/{ctx['retrieval_id']}").json()
+    assert [(i["source"], i["id"]) for i in body["items"]] == [(i["source"], i["id"]) for i in ctx["items"]]
+    assert len(body["items"]) == build["injected_count"] and all(i["evidence"] for i in body["items"])
 
 
 def test_mcp_tool_marks_and_refuses_bad_input(built, runtime):

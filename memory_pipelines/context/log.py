@@ -305,10 +305,10 @@ def record_implicit_feedback(
                 " implicit_at = coalesce(implicit_at, now()) WHERE id = %s",
                 (retrieval_id,),
             )
-        used = conn.execute(
+        used = conn.execute(  # the profile's goals are never marked nor counted as injected
             "SELECT source, item_id, used, used_by FROM retrieval_candidates"
-            " WHERE retrieval_id = %s AND injected ORDER BY mmr_rank",
-            (retrieval_id,),
+            " WHERE retrieval_id = %s AND injected AND source <> ALL(%s) ORDER BY mmr_rank",
+            (retrieval_id, list(PROFILE_SOURCES)),
         ).fetchall()
     by_key = {(s, i): ev for (s, i, _l), ev in zip(rows, found, strict=True)}
     return {
