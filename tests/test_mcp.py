@@ -288,3 +288,20 @@ def test_context_event_and_goal_ids_open_in_detail_for_their_owner_over_http_and
                 assert theirs.replace(item_id, "X") == unknown.replace(missing, "X") and "no item" in theirs
 
     anyio.run(main)
+
+
+def test_feedback_on_a_build_not_found_points_to_mem_context(mcp_http, runtime):
+    """mem.feedback and mem.implicit_feedback on another owner's (or an unknown) retrieval_id answered
+    "retrieval … not found. Use ids returned by mem.search": mem.search hands out no retrieval ids, so an agent
+    following the hint could never find the build. The hint now names mem.context's retrieval_id."""
+    alice_key, bob_key = create_key(runtime.pool, "alice")[1], create_key(runtime.pool, "bob")[1]
+
+    async def main() -> None:
+        async with _client(mcp_http, alice_key) as a:
+            rid = data(await a.call_tool("mem.context", {"query": "login auth token expired"}))["retrieval_id"]
+        async with _client(mcp_http, bob_key) as b:
+            for tool, args in (("mem.feedback", {"used_ids": []}), ("mem.implicit_feedback", {"output": "done"})):
+                text = error_text(await b.call_tool(tool, {"retrieval_id": rid, **args}))
+                assert "not found" in text and "mem.context" in text and "mem.search" not in text, text
+
+    anyio.run(main)

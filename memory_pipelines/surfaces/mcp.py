@@ -112,7 +112,9 @@ def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
         msg = f"invalid `{exc.field}`: {exc.message}. Change `{exc.field}` and call again."
         raise ToolError(msg) from None
     except NotFoundError as exc:
-        raise ToolError(f"{exc}. Use ids returned by mem.search (for your own memories).") from None
+        hint = ("Use the retrieval_id mem.context returned (for your own builds)." if str(exc).startswith("retrieval ")
+                else "Use ids returned by mem.search (for your own memories).")
+        raise ToolError(f"{exc}. {hint}") from None
     except UserError as exc:
         raise ToolError(str(exc)) from None
     except psycopg.OperationalError:  # down or restarting; psycopg_pool's PoolTimeout is one too
