@@ -294,6 +294,29 @@ def test_context_then_feedback(live, keys, runtime):
     assert none.json()["marked"] == 0  # "nothing was used" is feedback too
 
 
+def test_feedback_naming_an_item_forgotten_since_the_build_says_so_and_marks_nothing(live, keys, runtime):
+    """A build, a forget of one of its injected items, then feedback naming it answered "'<id>' is not an item
+    this build injected": it was, and the agent would look for a typo. The 422 (naming used_ids, nothing marked)
+    now says it may have been forgotten since and to leave it out; the other ids are accepted alone."""
+    c = client(live, keys["alice"])
+    with runtime.pool.connection() as conn:
+        gone = add_learning(conn, "alice", "login cookie: SameSite", "set SameSite=None with Secure on the cookie")
+        kept = add_task(conn, "alice", "fix the login cookie bug", "the session cookie expired after 30 days")
+    embed_all(runtime.pool, runtime.embedder)
+    index_all(runtime.pool)
+    ctx = c.post("/api/brain/memory/context", json={"query": "login cookie SameSite session"}).json()
+    assert {gone, kept} <= {i["id"] for i in ctx["items"]}, ctx["items"]
+    assert c.delete(f"/api/learnings/{gone}").status_code == 200
+    bad = c.post("/api/brain/memory/feedback", json={"retrieval_id": ctx["retrieval_id"], "used_ids": [gone, kept]})
+    assert bad.status_code == 422 and bad.json()["field"] == "used_ids", bad.text
+    assert "forgotten since (1 of its items was)" in bad.text, bad.text
+    with runtime.pool.connection() as conn:
+        assert conn.execute("SELECT feedback_at FROM retrievals WHERE id = %s",
+                            (ctx["retrieval_id"],)).fetchone() == (None,)
+    ok = c.post("/api/brain/memory/feedback", json={"retrieval_id": ctx["retrieval_id"], "used_ids": [kept]})
+    assert ok.status_code == 200 and ok.json()["marked"] == 1, ok.text
+
+
 # -- owner isolation -------------------------------------------------------------------------------
 
 def test_two_owners_cannot_reach_each_other_through_any_endpoint(live, keys, runtime):

@@ -183,8 +183,11 @@ def record_feedback(pool: ConnectionPool, owner: str, retrieval_id: str, used_id
         )}
         unknown = [i for i in used_ids if i not in shown]
         if unknown:
+            gone = sum(1 for i in shown if i.startswith(FORGOTTEN_PREFIX))  # a forget scrubs the id from the log
             raise ValidationError("used_ids", f"{unknown[0][:80]!r} is not an item this build injected"
-                                              + (f" ({len(unknown)} such ids)" if len(unknown) > 1 else ""))
+                                              + (f" ({len(unknown)} such ids)" if len(unknown) > 1 else "")
+                                              + (f", or it was forgotten since ({gone} of its items"
+                                                 f" {'was' if gone == 1 else 'were'}): leave it out" if gone else ""))
         conn.execute(
             "UPDATE retrieval_candidates SET used = (item_id = ANY(%s)), used_by = 'explicit'"
             " WHERE retrieval_id = %s AND owner_id = %s AND injected AND source <> ALL(%s)",
