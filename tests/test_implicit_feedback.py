@@ -9,12 +9,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
 import warnings
 
 import anyio
 import dagster as dg
 import httpx
 import numpy as np
+import psycopg
 import pytest
 from mcp import Client
 
@@ -248,6 +251,46 @@ def test_the_answer_lists_the_builds_injected_items_not_its_profile_goals(runtim
         build = alice.get(f"/api/brain/memory/builds/{ctx['retrieval_id']}").json()
     assert [(i["source"], i["id"]) for i in body["items"]] == [(i["source"], i["id"]) for i in ctx["items"]]
     assert len(body["items"]) == build["injected_count"] and all(i["evidence"] for i in body["items"])
+
+
+def test_explicit_and_implicit_feedback_at_once_never_deadlock_and_explicit_wins(built, runtime, db_url):
+    """Implicit feedback locks the build, then its candidates; explicit feedback updated the candidates first and
+    the build last. Posted together (the implicit post waiting for the build's lock, the explicit one arriving
+    meanwhile), each waited for the other: PostgreSQL broke the deadlock by failing one, and its feedback was
+    lost. Explicit feedback now locks the build first too: both answer 200 and the explicit marks stand."""
+    memory, result, ids = built
+    rid = result.retrieval_id
+    key = create_key(runtime.pool, "alice", name="test")[1]
+    answers: dict[str, httpx.Response] = {}
+
+    def waiting(n: int) -> None:
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            for _ in range(500):
+                if conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                                " AND wait_event_type = 'Lock'").fetchone()[0] >= n:
+                    return
+                time.sleep(0.02)
+        raise AssertionError(f"{n} requests never waited for the build's lock")
+
+    with LiveServer(create_app(memory)) as srv, psycopg.connect(db_url) as holder:
+        alice = httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {key}"}, timeout=60)
+        holder.execute("SELECT 1 FROM retrievals WHERE id = %s FOR UPDATE", (rid,))
+        posts = {"implicit": ("/api/brain/memory/feedback/implicit", {"retrieval_id": rid, "output": USES_STRIPE}),
+                 "explicit": ("/api/brain/memory/feedback", {"retrieval_id": rid, "used_ids": [ids["other"]]})}
+        threads = []
+        for n, (name, (url, body)) in enumerate(posts.items(), start=1):
+            def post(name=name, url=url, body=body) -> None:
+                answers[name] = alice.post(url, json=body)
+            threads.append(threading.Thread(target=post))
+            threads[-1].start()
+            waiting(n)
+        holder.commit()
+        for t in threads:
+            t.join(60)
+    assert {n: r.status_code for n, r in answers.items()} == {"implicit": 200, "explicit": 200}, \
+        {n: r.text[:200] for n, r in answers.items()}
+    assert used_ids(runtime.pool, rid) == {ids["other"]}
+    assert {by for _u, by, _e in marks(runtime.pool, rid)["items"].values()} == {"explicit"}
 
 
 def test_mcp_tool_marks_and_refuses_bad_input(built, runtime):

@@ -172,8 +172,8 @@ def record_feedback(pool: ConnectionPool, owner: str, retrieval_id: str, used_id
     if not is_uuid(retrieval_id):
         raise NotFoundError(f"retrieval {retrieval_id} not found")
     with pool.connection() as conn, conn.transaction():
-        found = conn.execute(
-            "SELECT 1 FROM retrievals WHERE id = %s AND owner_id = %s", (retrieval_id, owner)
+        found = conn.execute(  # the build first, then its candidates, as implicit feedback locks them
+            "SELECT 1 FROM retrievals WHERE id = %s AND owner_id = %s FOR UPDATE", (retrieval_id, owner)
         ).fetchone()
         if not found:
             raise NotFoundError(f"retrieval {retrieval_id} not found")
