@@ -344,6 +344,23 @@ def test_cli_command_marks_and_refuses_bad_input(built, runtime, db_url, tmp_pat
     assert used_ids(runtime.pool, rid) == {ids["stripe"]}
 
 
+def test_cli_feedback_can_say_nothing_was_used(built, runtime, db_url):
+    """`used_ids: []` ("nothing was used", a negative label for every injected item) is feedback over HTTP and MCP,
+    but the CLI's explicit feedback took only --used ID (repeated): no way to say none, and `--used ''` was
+    refused as not injected. `--none` now marks every injected item unused (used_by explicit), as [] does."""
+    _memory, result, ids = built
+    rid = result.retrieval_id
+    proc = _cli(["feedback", rid, "--owner", "alice", "--output", USES_STRIPE], db_url)
+    assert proc.returncode == 0 and used_ids(runtime.pool, rid) == {ids["stripe"]}, proc.stderr
+    proc = _cli(["feedback", rid, "--owner", "alice", "--none"], db_url)
+    assert proc.returncode == 0 and "0 item(s) marked used" in proc.stdout, proc.stderr
+    state = marks(runtime.pool, rid)
+    assert used_ids(runtime.pool, rid) == set() and state["state"][0] is not None
+    assert {by for _u, by, _e in state["items"].values()} == {"explicit"}
+    both = _cli(["feedback", rid, "--owner", "alice", "--none", "--used", ids["stripe"]], db_url)
+    assert both.returncode == 2 and "--none" in both.stderr, both.stderr
+
+
 def test_output_limit_is_one_value_for_every_surface():
     from memory_pipelines.surfaces.http.models import ImplicitFeedbackRequest
 

@@ -1,6 +1,6 @@
-"""CLI command `feedback`: explicit (`--used ID`) or implicit (`--output TEXT` / `--output-file FILE|-`) feedback
-on one context build, as HTTP's POST /api/brain/memory/feedback[/implicit] and MCP's mem.feedback /
-mem.implicit_feedback do."""
+"""CLI command `feedback`: explicit (`--used ID`, or `--none`) or implicit (`--output TEXT` /
+`--output-file FILE|-`) feedback on one context build, as HTTP's POST /api/brain/memory/feedback[/implicit] and
+MCP's mem.feedback / mem.implicit_feedback do."""
 
 from __future__ import annotations
 
@@ -33,12 +33,13 @@ def read_output(args: argparse.Namespace) -> str:
 def cmd_feedback(args: argparse.Namespace) -> int:
     from ...face import Memory
 
-    output = None if args.used is not None else read_output(args)
+    explicit = args.used is not None or args.none
+    output = None if explicit else read_output(args)
     memory = Memory.open(llm=None)
     owner = args.owner or memory.settings.default_owner
-    if args.used is not None:
+    if explicit:
         result = {"retrieval_id": args.retrieval_id,
-                  "marked": memory.feedback(owner, args.retrieval_id, list(args.used))}
+                  "marked": memory.feedback(owner, args.retrieval_id, [] if args.none else list(args.used))}
         print(json.dumps(result) if args.json else f"{result['marked']} item(s) marked used (explicit)")
         return 0
     result = memory.implicit_feedback(owner, args.retrieval_id, output)
@@ -70,6 +71,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--owner", help="owner id (default MEMORY_PIPELINES_OWNER or 'default')")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--used", action="append", metavar="ID", help="an item the agent used (repeat); explicit")
+    what.add_argument("--none", action="store_true",
+                      help="the agent used none of the injected items (explicit: every one marked unused)")
     what.add_argument("--output", help=f"the agent's final output as text (at most {MAX_OUTPUT:,} characters)")
     what.add_argument("--output-file", metavar="FILE", help="read the output from FILE ('-': stdin)")
     p.add_argument("--json", action="store_true", help="print the marks and evidence as JSON")
