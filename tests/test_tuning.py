@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
+import sys
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -485,3 +488,29 @@ def test_an_empty_log_reports_too_little_data(pool, tmp_path):
     assert any(r.startswith("enough_data") for r in result["decision"]["reasons"])
     assert "no usable data" in " ".join(result["fit"]["notes"])
     assert "NOT published" in format_result(result)
+
+
+def test_two_activations_at_once_leave_one_active_and_both_answer(pool, db_url):
+    """`scoring activate` deactivated the versions active in its snapshot, then activated its own: two at once (both
+    waiting behind a lock on the active row) each missed the version the other had just activated, and the second
+    failed on the one-active unique index with a psycopg UniqueViolation traceback (exit 1). Activations now take
+    turns on the table's rows: both exit 0 and the last one is the active version."""
+    two, three = (add_config(pool, ScoringConfig(), note=f"v{n}") for n in (2, 3))
+    env = {"DATABASE_URL": db_url, "MEMORY_PIPELINES_EMBEDDER": "fake"}
+    cmd = [sys.executable, "-m", "memory_pipelines.surfaces.cli", "scoring", "activate"]
+    with pool.connection() as holder:
+        holder.execute("SELECT 1 FROM scoring_configs WHERE is_active FOR UPDATE")
+        procs = []
+        for n, version in enumerate((two, three), start=1):
+            procs.append(subprocess.Popen([*cmd, str(version)], env={**os.environ, **env}, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True))
+            for _ in range(500):
+                waiting = holder.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                                         " AND wait_event_type = 'Lock'").fetchone()[0]
+                if waiting >= n:
+                    break
+                time.sleep(0.02)
+        holder.commit()
+    results = [p.communicate(timeout=60) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err for _out, err in results]
+    assert [r["version"] for r in list_configs(pool) if r["is_active"]] == [three]

@@ -52,8 +52,12 @@ def add_config(
 
 
 def activate(pool: ConnectionPool, version: int) -> None:
-    """Make `version` the active config (the next build uses it); also how a rollback is done."""
+    """Make `version` the active config (the next build uses it); also how a rollback is done.
+
+    Activations take turns (a lock that conflicts with itself, not with the builds' reads): each then sees the
+    version the one before it activated, so two at once never both stay active."""
     with pool.connection() as conn, conn.transaction():
+        conn.execute("LOCK TABLE scoring_configs IN SHARE ROW EXCLUSIVE MODE")
         if conn.execute("SELECT 1 FROM scoring_configs WHERE version = %s", (version,)).fetchone() is None:
             raise NotFoundError(f"scoring config version {version} does not exist")
         conn.execute(
