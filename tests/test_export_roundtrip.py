@@ -11,12 +11,13 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from memory_pipelines.context.config import activate, active_config, add_config, list_configs
+from memory_pipelines.context.config import activate, active_config, add_config, list_configs, restore_active
 from memory_pipelines.context.scoring import ScoringConfig
 from memory_pipelines.demo.corpus import load_demo, read_demo
 from memory_pipelines.index.keywords import index_all
 from memory_pipelines.index.vectors import embed_all
 from memory_pipelines.infra.db import get_pool
+from memory_pipelines.infra.errors import ValidationError
 from memory_pipelines.operations.export import FILES, export_owner
 from memory_pipelines.retrieval.search import search
 from memory_pipelines.store.imports import import_file
@@ -138,7 +139,7 @@ def test_the_exported_active_scoring_config_is_restored_by_the_cli(pool, fresh_u
     assert len(list_configs(target)) == 2  # the migration's seed and the restored one
 
 
-@pytest.mark.parametrize(("params", "field"), [
+BAD_PARAMS = [
     ({"weight_bounds": "ab"}, "params.weight_bounds"),
     ({"weight_bounds": [1, 2, 3]}, "params.weight_bounds"),
     ({"weight_bounds": [1.25, 0.8]}, "params.weight_bounds"),
@@ -147,21 +148,28 @@ def test_the_exported_active_scoring_config_is_restored_by_the_cli(pool, fresh_u
     ({"relevance_floors": {"semantic": "abc"}}, "params.relevance_floors.semantic"),
     ({"decay_floor": -3}, "params.decay_floor"),
     ({"decay_floor": 1.5}, "params.decay_floor"),
-])
-def test_a_restore_whose_params_cannot_score_is_refused_and_builds_go_on(pool, tmp_path, db_url, params,
-                                                                           field) -> None:
+]
+
+
+def test_a_restore_whose_params_cannot_score_is_refused_and_builds_go_on(pool, tmp_path, db_url) -> None:
     """An export's active config with malformed params (weight_bounds "ab", a source weight "x") was added and
     activated, and every context build of every owner then failed with a traceback (TypeError in the weight
     clamp). The params are checked like the half-lives: refused naming the field, nothing stored or activated."""
-    entry = {"version": 5, "is_active": True, "half_lives": {"task": 7}, "mode_weights": {"task": {"plan": 1.1}},
-             "params": params}
-    path = tmp_path / "scoring_configs.json"
-    path.write_text(json.dumps([entry]))
     before = list_configs(pool)
     env = {"DATABASE_URL": db_url, "MEMORY_PIPELINES_EMBEDDER": "fake"}
-    refused = run_cli(["scoring", "restore", str(path)], env)
-    assert refused.returncode == 2 and field in refused.stderr, refused.stderr
-    assert "Traceback" not in refused.stderr
-    assert list_configs(pool) == before
+    for k, (params, field) in enumerate(BAD_PARAMS):
+        entry = {"version": 5, "is_active": True, "half_lives": {"task": 7},
+                 "mode_weights": {"task": {"plan": 1.1}}, "params": params}
+        path = tmp_path / f"scoring_configs_{k}.json"
+        path.write_text(json.dumps([entry]))
+        if k == 0:  # the command line once, the library for the rest
+            refused = run_cli(["scoring", "restore", str(path)], env)
+            assert refused.returncode == 2 and field in refused.stderr, refused.stderr
+            assert "Traceback" not in refused.stderr
+        else:
+            with pytest.raises(ValidationError) as err:
+                restore_active(pool, path)
+            assert err.value.field == field, (params, err.value.field)
+        assert list_configs(pool) == before, params
     built = run_cli(["context", "login cookie", "--owner", "alice"], env)
     assert built.returncode == 0, built.stderr
