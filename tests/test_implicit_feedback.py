@@ -361,6 +361,17 @@ def test_cli_feedback_can_say_nothing_was_used(built, runtime, db_url):
     assert both.returncode == 2 and "--none" in both.stderr, both.stderr
 
 
+def test_cli_feedback_with_an_empty_output_names_the_option(built, runtime, db_url, tmp_path):
+    """An empty --output-file was refused as "output: must not be empty", the library's field, not the option."""
+    _memory, result, _ids = built
+    empty = tmp_path / "empty.txt"
+    empty.write_text("  \n", encoding="utf-8")
+    for option, value in (("--output-file", str(empty)), ("--output", " ")):
+        proc = _cli(["feedback", result.retrieval_id, "--owner", "alice", option, value], db_url)
+        assert proc.returncode == 2 and f"{option}: must not be empty" in proc.stderr, proc.stderr
+    assert used_ids(runtime.pool, result.retrieval_id) == set()
+
+
 def test_output_limit_is_one_value_for_every_surface():
     from memory_pipelines.surfaces.http.models import ImplicitFeedbackRequest
 

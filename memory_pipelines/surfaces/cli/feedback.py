@@ -16,12 +16,21 @@ from ...vocabulary import MAX_OUTPUT
 def read_output(args: argparse.Namespace) -> str:
     """The output given inline, or read from a file or stdin ('-'), at most MAX_OUTPUT characters."""
     if args.output is not None:
-        return args.output
-    if args.output_file == "-":
+        text, where = args.output, "--output"
+    else:
+        text, where = _read_output_file(args.output_file), "--output-file"
+    if not text.strip():  # the library would name its own field, `output`, not the option given
+        raise ValidationError(where, "must not be empty: give what the agent produced")
+    return text
+
+
+def _read_output_file(name: str) -> str:
+    """The output in file `name` ('-': stdin), at most MAX_OUTPUT characters."""
+    if name == "-":
         text = sys.stdin.read(MAX_OUTPUT + 1)
     else:
         try:
-            with Path(args.output_file).open(encoding="utf-8", errors="surrogateescape") as f:
+            with Path(name).open(encoding="utf-8", errors="surrogateescape") as f:
                 text = f.read(MAX_OUTPUT + 1)
         except OSError as exc:
             raise ValidationError("--output-file", f"cannot be read ({exc.strerror or exc})") from None
