@@ -34,12 +34,13 @@ def print_search(rt, owner: str, query: str, limit: int = 8) -> None:
 
 
 def print_contexts(rt, owner: str, query: str = CONTEXT_QUERY) -> None:
-    """Print the context block of one query in every mode."""
+    """Print the context block of one query in every mode. The builds are shown, not logged: a re-run adds no
+    row to the retrieval log the tuning reads (`memory-pipelines context` logs its build)."""
     for mode in CONTEXT_MODES:
-        result = build_memory_context(rt.pool, rt.embedder, owner, query, mode=mode)
+        result = build_memory_context(rt.pool, rt.embedder, owner, query, mode=mode, log_build=False)
         print(
             f"\n=== context [{owner}] mode={mode}: {result.token_used}/{result.token_budget} tokens, "
-            f"{len(result.items)} of {result.candidates_count} candidates, retrieval {result.retrieval_id}"
+            f"{len(result.items)} of {result.candidates_count} candidates (a sample, not logged)"
         )
         print(result.block)
 
