@@ -159,6 +159,31 @@ def test_a_file_whose_name_no_partition_can_hold_goes_to_rejected_with_the_reaso
     assert [r.partition_key for r in _tick(instance, resource, result.cursor).run_requests] == []
 
 
+
+def test_a_file_of_a_format_no_import_reads_goes_to_rejected_with_the_reason(resource, tmp_path):
+    """`tasks.json` (a JSON array) or `notes.txt` waited in the inbox forever: no run, no warning, the sensor said
+    'no new file'. Such a settled file goes to rejected/ with the formats the import reads; partial, hidden and
+    still-copying files are left to wait."""
+    instance = dg.DagsterInstance.ephemeral()
+    inbox = tmp_path / "inbox"
+    for name in ("tasks.json", "hank/notes.txt", "README"):
+        _drop(inbox, name, [{"title": "a file the import cannot read"}])
+    for name in ("tasks.jsonl.part", "hank/learnings.csv.tmp", ".hidden.json", "hank/~lock.json"):
+        _drop(inbox, name, ["partial"])
+    fresh = _drop(inbox, "fresh.json", [{"title": "still being copied"}])
+    os.utime(fresh)
+
+    result = _tick(instance, resource)
+    assert result.run_requests == []
+    rejected = inbox / "rejected"
+    for name in ("tasks.json", "hank/notes.txt", "README"):
+        assert (rejected / name).is_file() and not (inbox / name).exists(), name
+        reason = (rejected / f"{name}.rejects.txt").read_text()
+        assert "not a format the import reads" in reason and ".jsonl" in reason and ".parquet" in reason, reason
+    for name in ("tasks.jsonl.part", "hank/learnings.csv.tmp", ".hidden.json", "hank/~lock.json", "fresh.json"):
+        assert (inbox / name).is_file(), name
+
+
 @pytest.fixture
 def team_db(empty_db_url) -> str:
     """A team's own database (a second one on the test server) with a table of lessons."""

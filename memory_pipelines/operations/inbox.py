@@ -22,6 +22,8 @@ DONE, REJECTED = "done", "rejected"
 SETTLE_SECONDS = 5.0
 """A file changed more recently than this may still be being copied in: it waits for the next tick."""
 _PARTITION_UNSAFE = re.compile(r"[\x00-\x1f,\[\]]")  # what a Dagster partition key may not hold
+PARTIAL = (".part", ".tmp")
+"""Suffixes of a file still being copied in: left to wait, never refused."""
 
 
 @dataclass(frozen=True)
@@ -44,9 +46,9 @@ def inbox_dir(home: Path) -> Path:
     return home / "inbox"
 
 
-def _importable(inbox: Path) -> list[tuple[str, Path]]:
-    """(path relative to the inbox, path) of each file with an importable suffix, at the top or in an owner's
-    folder, not hidden, not partial (.part, .tmp), not in done/ or rejected/."""
+def _dropped(inbox: Path) -> list[tuple[str, Path]]:
+    """(path relative to the inbox, path) of each file at the top or in an owner's folder, not hidden, not partial
+    (.part, .tmp), not in done/ or rejected/, whatever its suffix."""
     found: list[tuple[str, Path]] = []
     if not inbox.is_dir():
         return found
@@ -57,10 +59,15 @@ def _importable(inbox: Path) -> list[tuple[str, Path]]:
                 continue
             candidates = sorted(entry.iterdir())
         for path in candidates:
-            if not path.is_file() or path.name.startswith((".", "~")) or path.suffix.lower() not in FORMATS:
+            if not path.is_file() or path.name.startswith((".", "~")) or path.suffix.lower() in PARTIAL:
                 continue
             found.append((path.relative_to(inbox).as_posix(), path))
     return found
+
+
+def _importable(inbox: Path) -> list[tuple[str, Path]]:
+    """The dropped files (`_dropped`) with an importable suffix."""
+    return [(relpath, path) for relpath, path in _dropped(inbox) if path.suffix.lower() in FORMATS]
 
 
 def _settled(path: Path, settle_seconds: float, now: float) -> bool:
@@ -92,14 +99,25 @@ def unusable_name_reason(relpath: str) -> str | None:
             "them and drop it in again")
 
 
+def unreadable_format_reason(relpath: str) -> str | None:
+    """Why no import reads a file of this name (its suffix is none of FORMATS), or None when one does."""
+    suffix = Path(relpath).suffix.lower()
+    if suffix in FORMATS:
+        return None
+    return (f"{relpath}: not a format the import reads ({f'suffix {suffix}' if suffix else 'no suffix'}): the inbox "
+            f"imports {', '.join(FORMATS)} files (a JSON array: one object a line as .jsonl); convert it and drop it "
+            "in again")
+
+
 def reject_unusable_names(inbox: Path, *, settle_seconds: float = SETTLE_SECONDS,
                           now: float | None = None) -> list[Path]:
-    """Move each settled file whose name a partition key cannot hold to `rejected/`, with a `.rejects.txt` that
-    says why; where they went. Without this such a file would wait in the inbox forever, unnoticed."""
+    """Move each settled file whose name a partition key cannot hold, or whose format no import reads, to
+    `rejected/`, with a `.rejects.txt` that says why; where they went. Without this such a file would wait in the
+    inbox forever, unnoticed."""
     now = time.time() if now is None else now
     moved: list[Path] = []
-    for relpath, path in _importable(inbox):
-        reason = unusable_name_reason(relpath)
+    for relpath, path in _dropped(inbox):
+        reason = unreadable_format_reason(relpath) or unusable_name_reason(relpath)
         if reason is None or not _settled(path, settle_seconds, now):
             continue
         target = move(inbox, relpath, REJECTED)
