@@ -331,3 +331,22 @@ def test_swagger_ui_and_redoc_render_offline_and_try_it_out_works(served, page_o
     assert redoc.foreign() == [], redoc.foreign()
     assert f"{url}/static/docs/redoc.standalone.js" in redoc.requests
 
+
+
+def test_a_refused_search_names_the_field_in_words_and_drops_the_previous_results(served, page_of):
+    """A blank or over-long query showed the API's 422 body as raw JSON (`422: [{"loc":["body","query"],...}]`)
+    under the matches of the query before it."""
+    url, data = served
+    p = page_of(url)
+    _login(p, data["key"])
+    p.page.fill("#q", "cookie auth subdomains")
+    p.page.click("#search-form button[type=submit]")
+    p.page.wait_for_selector("#results li.match")
+
+    for query, said in (("   ", "422: query: must not be blank"),
+                        ("x" * 2001, "422: query: String should have at most 2000 characters")):
+        p.page.fill("#q", query)
+        p.page.click("#search-form button[type=submit]")
+        expect(p.page.locator("#error")).to_have_text(said)
+        assert p.page.locator("#results li").count() == 0 and p.page.inner_text("#search-note") == ""
+    assert p.errors == []

@@ -38,11 +38,19 @@ async function api(path, body) {
   const response = await fetch(new URL(path, API), init);
   if (response.status === 401) throw new Unauthorized("the key was not accepted (unknown or revoked)");
   const data = await response.json().catch(() => ({}));
-  if (!response.ok) {
-    const detail = typeof data.detail === "string" ? data.detail : JSON.stringify(data.detail);
-    throw new Error(`${response.status}: ${detail || response.statusText}`);
-  }
+  if (!response.ok) throw new Error(`${response.status}: ${said(data.detail) || response.statusText}`);
   return data;
+}
+
+// A refusal in words: a 422's list of problems as `field: message` (the field without `body`/`query`).
+function said(detail) {
+  if (typeof detail === "string" || detail === undefined) return detail;
+  if (!Array.isArray(detail)) return JSON.stringify(detail);
+  return detail.map((d) => {
+    const field = (d.loc || []).slice(1).join(".");
+    const message = String(d.msg || "").replace(/^Value error, /, "");
+    return field ? `${field}: ${message}` : message;
+  }).join("; ");
 }
 
 function fail(error) {
@@ -230,6 +238,8 @@ async function search(event) {
     $("detail").replaceChildren(el("p", { class: "hint" }, "Pick a match."));
     $("related").replaceChildren();
   } catch (error) {
+    $("search-note").textContent = ""; // the matches shown were another query's
+    $("results").replaceChildren();
     fail(error);
   }
 }
