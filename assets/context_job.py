@@ -22,9 +22,10 @@ from enum import Enum
 from typing import Any
 
 import dagster as dg
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from memory_pipelines.context.builder import build_memory_context
+from memory_pipelines.surfaces.schema import not_blank
 from memory_pipelines.vocabulary import (
     CONTEXT_MODES,
     DEFAULT_BUDGET,
@@ -57,13 +58,20 @@ class ContextConfig(dg.Config):
     budget: int = Field(default=DEFAULT_BUDGET, ge=MIN_BUDGET, le=MAX_BUDGET,
                         description=f"Token budget of the block ({MIN_BUDGET} to {MAX_BUDGET}).")
 
+    @field_validator("query", "owner")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        """Whitespace alone is refused at launch, as HTTP, MCP and the CLI refuse it."""
+        return not_blank(value)
+
 
 def validated(values: dict[str, Any]) -> ContextConfig:
     """The launchpad's values as a ContextConfig, or a config error naming each bad field."""
     try:
         return ContextConfig(**values)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}"
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'config'}: "
+                             f"{e['msg'].removeprefix('Value error, ')}"
                              for e in exc.errors())
         raise dg.DagsterInvalidConfigError(f"Invalid memory_context config: {problems}", [], values) from exc
 

@@ -359,6 +359,8 @@ def test_context_job_from_run_config(db_url, pool):
     ("budget", MIN_BUDGET - 1, f"budget: Input should be greater than or equal to {MIN_BUDGET}"),
     ("budget", MAX_BUDGET + 1, f"budget: Input should be less than or equal to {MAX_BUDGET}"),
     ("query", "", "query: String should have at least 1 character"),
+    ("query", "   ", "query: must not be blank"),  # a run was made, then its op failed with a traceback
+    ("owner", " \t ", "owner: must not be blank"),  # a run built an empty context for the owner '   '
 ])
 def test_context_job_config_is_refused_before_any_run(field, value, message):
     """The launchpad's config is checked when the run config is resolved: no run, no op, no database."""
