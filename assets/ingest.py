@@ -3,8 +3,8 @@
 - `inbox_import` (one dynamic partition per file dropped into `$MEMORY_PIPELINES_HOME/inbox/`): imports the file
   (memory_pipelines/store/imports.py), then moves it to `inbox/done/`, or to `inbox/rejected/` with the reasons
   beside it (memory_pipelines/operations/inbox.py). A file whose name holds '[', ']', ',' or a control
-  character (which a partition key cannot), or of a format no import reads (`.json`, `.txt`), goes to
-  `inbox/rejected/` at once, its reason beside it.
+  character (which a partition key cannot), of a format no import reads (`.json`, `.txt`), or in a folder
+  inside an owner's folder goes to `inbox/rejected/` at once, its reason beside it.
   `inbox_sensor` adds the partition and requests its run once per file: run_key = path + size + mtime + ctime
   (a file moved back in is new), and its cursor remembers the files it requested while they wait. A run that
   fails for another reason (the database down) leaves the file where it
@@ -127,7 +127,8 @@ def inbox_sensor(context: dg.SensorEvaluationContext, memory: MemoryResource):
     inbox.mkdir(parents=True, exist_ok=True)  # so the folder is there to drop files into
     for moved in reject_unusable_names(inbox):  # else such a file would wait there forever
         context.log.warning(f"inbox: {moved.name} cannot be imported (a name with '[', ']', ',' or a control "
-                            f"character, or not a format the import reads): moved to {moved}, the reason beside it")
+                            "character, not a format the import reads, or in a folder inside an owner's folder): "
+                            f"moved to {moved}, the reason beside it")
     files = waiting_files(inbox)
     requested = set(json.loads(context.cursor)) if context.cursor else set()
     new = [f for f in files if f.run_key not in requested]

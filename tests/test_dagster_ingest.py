@@ -184,6 +184,25 @@ def test_a_file_of_a_format_no_import_reads_goes_to_rejected_with_the_reason(res
         assert (inbox / name).is_file(), name
 
 
+
+def test_a_file_in_a_folder_inside_an_owner_folder_goes_to_rejected_with_the_reason(resource, tmp_path):
+    """inbox/hank/2024/tasks.jsonl waited forever: no run, no warning (only the top and an owner's folder are
+    read). It goes to rejected/ saying where to put it; a hidden folder's files still wait."""
+    instance = dg.DagsterInstance.ephemeral()
+    inbox = tmp_path / "inbox"
+    _drop(inbox, "hank/2024/tasks.jsonl", [{"title": "one folder too deep"}])
+    _drop(inbox, "hank/.sync/tasks.jsonl", [{"title": "a tool's own folder"}])
+    _drop(inbox, "hank/tasks.jsonl", [{"title": "in place"}])
+
+    result = _tick(instance, resource)
+    assert [r.partition_key for r in result.run_requests] == ["hank/tasks.jsonl"]
+    rejected = inbox / "rejected" / "hank/2024/tasks.jsonl"
+    assert rejected.is_file() and not (inbox / "hank/2024/tasks.jsonl").exists()
+    reason = (rejected.parent / "tasks.jsonl.rejects.txt").read_text()
+    assert "in a folder inside an owner's folder" in reason and "inbox/hank/" in reason, reason
+    assert (inbox / "hank/.sync/tasks.jsonl").is_file()
+
+
 @pytest.fixture
 def team_db(empty_db_url) -> str:
     """A team's own database (a second one on the test server) with a table of lessons."""

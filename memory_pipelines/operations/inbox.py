@@ -47,8 +47,8 @@ def inbox_dir(home: Path) -> Path:
 
 
 def _dropped(inbox: Path) -> list[tuple[str, Path]]:
-    """(path relative to the inbox, path) of each file at the top or in an owner's folder, not hidden, not partial
-    (.part, .tmp), not in done/ or rejected/, whatever its suffix."""
+    """(path relative to the inbox, path) of each file at the top or in an owner's folder (or deeper: refused),
+    not hidden nor in a hidden folder, not partial (.part, .tmp), not in done/ or rejected/, whatever its suffix."""
     found: list[tuple[str, Path]] = []
     if not inbox.is_dir():
         return found
@@ -57,7 +57,8 @@ def _dropped(inbox: Path) -> list[tuple[str, Path]]:
         if entry.is_dir():
             if entry.name in (DONE, REJECTED) or entry.name.startswith("."):
                 continue
-            candidates = sorted(entry.iterdir())
+            candidates = sorted(p for p in entry.rglob("*")
+                                if not any(part.startswith(".") for part in p.relative_to(entry).parts[:-1]))
         for path in candidates:
             if not path.is_file() or path.name.startswith((".", "~")) or path.suffix.lower() in PARTIAL:
                 continue
@@ -66,8 +67,9 @@ def _dropped(inbox: Path) -> list[tuple[str, Path]]:
 
 
 def _importable(inbox: Path) -> list[tuple[str, Path]]:
-    """The dropped files (`_dropped`) with an importable suffix."""
-    return [(relpath, path) for relpath, path in _dropped(inbox) if path.suffix.lower() in FORMATS]
+    """The dropped files (`_dropped`) with an importable suffix, at the top or in an owner's folder."""
+    return [(relpath, path) for relpath, path in _dropped(inbox)
+            if path.suffix.lower() in FORMATS and relpath.count("/") <= 1]
 
 
 def _settled(path: Path, settle_seconds: float, now: float) -> bool:
@@ -109,15 +111,24 @@ def unreadable_format_reason(relpath: str) -> str | None:
             "in again")
 
 
+def misplaced_reason(relpath: str) -> str | None:
+    """Why a file is out of the inbox's reach (in a folder inside an owner's folder), or None."""
+    if relpath.count("/") <= 1:
+        return None
+    owner = relpath.split("/", 1)[0]
+    return (f"{relpath}: in a folder inside an owner's folder, where the inbox imports nothing: it reads its top "
+            f"and owners' folders only; move it to inbox/{owner}/ (for {owner}'s rows) and drop it in again")
+
+
 def reject_unusable_names(inbox: Path, *, settle_seconds: float = SETTLE_SECONDS,
                           now: float | None = None) -> list[Path]:
-    """Move each settled file whose name a partition key cannot hold, or whose format no import reads, to
-    `rejected/`, with a `.rejects.txt` that says why; where they went. Without this such a file would wait in the
-    inbox forever, unnoticed."""
+    """Move each settled file whose name a partition key cannot hold, whose format no import reads, or that lies
+    in a folder inside an owner's folder, to `rejected/`, with a `.rejects.txt` that says why; where they went.
+    Without this such a file would wait in the inbox forever, unnoticed."""
     now = time.time() if now is None else now
     moved: list[Path] = []
     for relpath, path in _dropped(inbox):
-        reason = unreadable_format_reason(relpath) or unusable_name_reason(relpath)
+        reason = misplaced_reason(relpath) or unreadable_format_reason(relpath) or unusable_name_reason(relpath)
         if reason is None or not _settled(path, settle_seconds, now):
             continue
         target = move(inbox, relpath, REJECTED)
