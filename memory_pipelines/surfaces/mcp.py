@@ -26,7 +26,6 @@ from pydantic import Field
 from ..face import Memory
 from ..infra.db import RETRY_AFTER_SECONDS
 from ..infra.errors import NotFoundError, UserError, ValidationError
-from ..infra.json_members import RepeatedMemberError, loads_unique
 from ..store.ingest.inputs import FIELDS as MEMORY_FIELDS
 from ..vocabulary import (
     CONTENT_TYPES_TEXT,
@@ -47,6 +46,7 @@ from ..vocabulary import (
     Scope,
 )
 from .encode import jsonable
+from .json_body import refusing_repeated_members
 from .mcp_items import GIVEN, add_item_tools
 from .schema import Instant, Output, Text, Ts, int_between
 
@@ -445,43 +445,10 @@ class BearerKeyMiddleware:
             await response(scope, receive, send)
             return
         if scope.get("method") == "POST":
-            receive = await self._refusing_repeated_members(scope, receive, send)
+            receive = await refusing_repeated_members(scope, receive, send)
             if receive is None:
                 return
         await self.app(scope, receive, send)
-
-    @staticmethod
-    async def _refusing_repeated_members(scope: Any, receive: Any, send: Any) -> Any:
-        """The request's `receive`, replaying its body, or None once a 400 went out for a body whose JSON names a
-        member twice: the SDK's json.loads would keep the last value silently (the HTTP API refuses the same)."""
-        from starlette.responses import JSONResponse
-
-        chunks, message = [], {"more_body": True}
-        while message.get("more_body"):
-            message = await receive()
-            if message["type"] != "http.request":
-                break
-            chunks.append(message.get("body", b""))
-        body = b"".join(chunks)
-        try:
-            loads_unique(body)
-        except RepeatedMemberError as exc:
-            error = {"code": -32602, "message": f"invalid params: {exc}; name each member once"}
-            await JSONResponse({"jsonrpc": "2.0", "id": None, "error": error}, status_code=400)(scope, receive, send)
-            return None
-        except ValueError:
-            pass  # not JSON: the SDK answers its own parse error
-        replayed = False
-
-        async def replay() -> Any:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        return replay
-
 
 def build_http_app(memory: Memory, host: str = "127.0.0.1", path: str = "/mcp") -> Any:
     """The streamable-HTTP ASGI app (MCP endpoint at `path`), behind bearer-key authentication."""

@@ -1,0 +1,40 @@
+"""A JSON request body read once over ASGI and refused when an object names a member twice (the MCP transport's
+SDK parses bodies itself, keeping the last value)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..infra.json_members import RepeatedMemberError, loads_unique
+
+
+async def refusing_repeated_members(scope: Any, receive: Any, send: Any) -> Any:
+    """The request's `receive`, replaying its body, or None once a 400 went out for a body whose JSON names a
+    member twice: the SDK's json.loads would keep the last value silently (the HTTP API refuses the same)."""
+    from starlette.responses import JSONResponse
+
+    chunks, message = [], {"more_body": True}
+    while message.get("more_body"):
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+    body = b"".join(chunks)
+    try:
+        loads_unique(body)
+    except RepeatedMemberError as exc:
+        error = {"code": -32602, "message": f"invalid params: {exc}; name each member once"}
+        await JSONResponse({"jsonrpc": "2.0", "id": None, "error": error}, status_code=400)(scope, receive, send)
+        return None
+    except ValueError:
+        pass  # not JSON: the SDK answers its own parse error
+    replayed = False
+
+    async def replay() -> Any:
+        nonlocal replayed
+        if replayed:
+            return await receive()
+        replayed = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
