@@ -41,3 +41,10 @@ def check_storable(field: str, value: str) -> str:
     except UnicodeEncodeError:
         raise ValidationError(field, "must be valid Unicode text (no lone surrogates)") from None
     return value
+
+
+def database_failed(exc: BaseException) -> str:
+    """The words for a database failure (a restart, a lost connection) that cut a command short: its kind and the
+    first line of its message."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"the database failed ({type(exc).__name__}{': ' + first if first else ''})"

@@ -40,7 +40,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from ..infra.errors import UserError, ValidationError
+from ..infra.errors import UserError, ValidationError, database_failed
 from ..infra.llm import ChatLLM
 from .import_checks import IMPORT_SOURCES, ImportRow, derive_keys, prepare_row
 from .import_files import FORMATS, ImportFileError, Reject, file_format, read_rows
@@ -135,31 +135,25 @@ class ImportInterrupted(Exception):
         self.report = report
 
 
-def database_failed(exc: BaseException) -> str:
-    """`report.stopped` for an import the database's failure (a restart, a lost connection) cut short."""
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"the database failed ({type(exc).__name__}{': ' + first if first else ''})"
-
-
 def _write_item_rows(pool: ConnectionPool, owner: str, source: str, rows: list[ImportRow], report: ImportReport,
                      skip_invalid: bool, progress: Callable[[int], None]) -> bool:
     """Write one owner's rows of one source, IMPORT_WRITERS chunks at a time (a run that repeats a key after
     the ones before it are written); False when a row failed at write time (a conflict only the database sees)
     and the import stops there (chunks already under way are still written and counted)."""
     ok = True
-    failed: list[BaseException] = []
+    failed: psycopg.OperationalError | None = None
     with ThreadPoolExecutor(max_workers=IMPORT_WRITERS, thread_name_prefix="import-write") as writers:
         running: list[tuple[Future, list[ImportRow]]] = []
 
         def settle(until: int) -> None:
-            nonlocal ok
+            nonlocal ok, failed
             while len(running) > until:
                 future, chunk = running.pop(0)
                 try:
                     result = future.result()
                 except psycopg.OperationalError as exc:  # the database went away: what committed stays
                     report.stopped = report.stopped or database_failed(exc)
-                    failed.append(exc)
+                    failed = failed or exc
                     ok = False
                     continue
                 except ItemError as exc:
@@ -188,8 +182,8 @@ def _write_item_rows(pool: ConnectionPool, owner: str, source: str, rows: list[I
                 break
             running.append((writers.submit(write_items, pool, owner, source, [r.item for r in chunk]), chunk))
         settle(0)
-    if failed:
-        raise ImportInterrupted(report) from failed[0]
+    if failed is not None:
+        raise ImportInterrupted(report) from failed
     return ok
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import psycopg
 
 from ...embeddings.base import EmbeddingError
-from ...infra.errors import UserError, ValidationError, check_printable
+from ...infra.errors import UserError, ValidationError, check_printable, database_failed
 from ...infra.redact import install_redaction, redact
 from ...vocabulary import CONTEXT_MODES, DEFAULT_BUDGET, MAX_BUDGET, MIN_BUDGET, SEARCH_MODES, SEARCH_SOURCES
 from ..schema import Name, Query, check
@@ -359,8 +359,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {redact(str(exc))}", file=sys.stderr)
         return 2
     except psycopg.OperationalError as exc:  # a restart or a lost connection mid-command: not the caller's input
-        from ...store.imports import database_failed
-
         print(f"error: {redact(database_failed(exc))}; what was written before it is kept: run the command again",
               file=sys.stderr)
         return 1
