@@ -505,11 +505,14 @@ def test_two_activations_at_once_leave_one_active_and_both_answer(pool, db_url):
             procs.append(subprocess.Popen([*cmd, str(version)], env={**os.environ, **env}, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, text=True))
             for _ in range(500):
+                holder.execute("SELECT pg_stat_clear_snapshot()")  # else the transaction reads its first snapshot
                 waiting = holder.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
                                          " AND wait_event_type = 'Lock'").fetchone()[0]
                 if waiting >= n:
                     break
                 time.sleep(0.02)
+            else:
+                raise AssertionError(f"activation {n} never waited behind the lock")
         holder.commit()
     results = [p.communicate(timeout=60) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [err for _out, err in results]
