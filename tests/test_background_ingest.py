@@ -12,7 +12,9 @@ from fastapi import FastAPI
 
 from memory_pipelines import Memory
 from memory_pipelines.infra.auth import create_key
+from memory_pipelines.infra.errors import ConfigError
 from memory_pipelines.infra.priority import BACKGROUND_NICE
+from memory_pipelines.infra.settings import Settings
 from memory_pipelines.surfaces.http import create_app
 from tests.test_api import EN, ZH, LiveServer, client, ingest
 
@@ -162,3 +164,13 @@ def _embedded_learnings(pool) -> int:
     with pool.connection() as conn:
         return conn.execute("SELECT count(*) FROM learnings WHERE owner_id = 'alice' AND embedding IS NOT NULL"
                             ).fetchone()[0]
+
+
+def test_the_exit_wait_for_the_worker_is_a_setting_checked_at_start():
+    """`MEMORY_PIPELINES_STOP_WAIT`: 20 s unset (the database's stop then fits a 30 s kill grace); a value that is
+    not 0-600 seconds is refused naming the variable (tests/test_reliability_db.py runs serve with 3 s)."""
+    assert Settings.from_env({}).stop_wait == 20.0
+    assert Settings.from_env({"MEMORY_PIPELINES_STOP_WAIT": " 3.5 "}).stop_wait == 3.5
+    for bad in ("-1", "soon", "601"):
+        with pytest.raises(ConfigError, match="MEMORY_PIPELINES_STOP_WAIT"):
+            Settings.from_env({"MEMORY_PIPELINES_STOP_WAIT": bad})

@@ -354,11 +354,13 @@ def test_a_signal_while_the_database_starts_still_stops_it(home, procs, sig, cod
 @pytest.mark.slow
 def test_sigterm_while_the_embedding_provider_hangs_still_leaves_the_database(home, procs, fake_openai):
     """The exit joins the worker's threads first, and one stuck on the provider kept PostgreSQL registered and
-    running for as long as it waited (9 minutes in the probe): serve now leaves once the worker's 30 s are up."""
+    running for as long as it waited (9 minutes in the probe): serve now leaves once the worker's stop wait
+    (MEMORY_PIPELINES_STOP_WAIT, 3 s here) is up."""
     pgdata = home / "pgdata"
     assert postmaster_pid(pgdata) is None
     provider = {"MEMORY_PIPELINES_EMBEDDER": "openai", "OPENAI_API_KEY": "test", "OPENAI_BASE_URL":
-                fake_openai.base_url, "OPENAI_EMBED_DIMENSIONS": "384", "OPENAI_TIMEOUT": "300"}
+                fake_openai.base_url, "OPENAI_EMBED_DIMENSIONS": "384", "OPENAI_TIMEOUT": "300",
+                "MEMORY_PIPELINES_STOP_WAIT": "3"}
     serve, base = _serve(home, provider)
     procs.append(serve)
     pid = postmaster_pid(pgdata)
@@ -374,7 +376,7 @@ def test_sigterm_while_the_embedding_provider_hangs_still_leaves_the_database(ho
         assert time.monotonic() < deadline, serve
         time.sleep(0.1)
     serve.popen.send_signal(signal.SIGTERM)
-    _assert_stopped(pgdata, pid, within=60)
+    _assert_stopped(pgdata, pid, within=15)  # the 3 s stop wait, not the default 20 s, then the stop
     assert registrants(pgdata) == []
     assert "leaving the embedded PostgreSQL before exit" in serve.stderr()
 

@@ -12,6 +12,10 @@ HOME_ENV = "MEMORY_PIPELINES_HOME"
 """The folder of the embedded server's data, logs and the Dagster instance (default ./.memory_pipelines)."""
 EXPLORE_RATE_ENV = "MEMORY_PIPELINES_EXPLORE_RATE"
 MAX_EXPLORE_RATE = 0.5
+STOP_WAIT_ENV = "MEMORY_PIPELINES_STOP_WAIT"
+DEFAULT_STOP_WAIT = 20.0
+"""Seconds an exit waits for the embedding worker's pass: under a 30 s kill grace (Kubernetes' default) with the
+database's own stop after it."""
 
 
 def parse_explore_rate(raw: str) -> float:
@@ -31,6 +35,21 @@ def parse_explore_rate(raw: str) -> float:
     return rate
 
 
+def parse_stop_wait(raw: str) -> float:
+    """Seconds an exiting server waits for the embedding worker (empty: the default); a ConfigError unless 0-600."""
+    raw = raw.strip()
+    if not raw:
+        return DEFAULT_STOP_WAIT
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not 0.0 <= seconds <= 600.0:
+        raise ConfigError(f"{STOP_WAIT_ENV}={raw!r} is not a number of seconds from 0 to 600. "
+                          f"Fix: set it to e.g. 20, or unset it for {DEFAULT_STOP_WAIT:g}.")
+    return seconds
+
+
 @dataclass(frozen=True)
 class Settings:
     """What the library needs to run. Built from environment variables by `from_env`."""
@@ -48,6 +67,7 @@ class Settings:
     fake_dimension: int = 384
     default_owner: str = "default"
     explore_rate: float = 0.0  # share of context builds injected in random order (context/exploration.py)
+    stop_wait: float = DEFAULT_STOP_WAIT  # seconds an exit waits for the embedding worker's running pass
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -70,6 +90,7 @@ class Settings:
             fake_dimension=int(env.get("MEMORY_PIPELINES_FAKE_DIM") or 384),
             default_owner=env.get("MEMORY_PIPELINES_OWNER") or "default",
             explore_rate=parse_explore_rate(env.get(EXPLORE_RATE_ENV, "")),
+            stop_wait=parse_stop_wait(env.get(STOP_WAIT_ENV, "")),
         )
 
 

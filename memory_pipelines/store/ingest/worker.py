@@ -33,7 +33,7 @@ class EmbedWorker:
 
     def __init__(self, memory: Any, *, nice: int = BACKGROUND_NICE, retry_seconds: float = RETRY_SECONDS,
                  sweep_seconds: float = SWEEP_SECONDS) -> None:
-        """`memory`: a `Memory` (or anything with its `pool`, `embedder` and `llm`), read at each pass."""
+        """`memory`: a `Memory` (or anything with its `pool`, `embedder`, `llm` and `settings`), read at each pass."""
         self.memory = memory
         self.nice = nice
         self.retry_seconds = retry_seconds
@@ -66,11 +66,14 @@ class EmbedWorker:
         with self._idle:
             return self._idle.wait_for(lambda: not self._busy, timeout)
 
-    def stop(self, timeout: float = 30.0) -> bool:
+    def stop(self, timeout: float | None = None) -> bool:
         """Finish the running pass (if any) and end the thread; False when the pass still runs after `timeout`
-        (a provider that hangs: the caller leaves the database without it, see `embedded.leave_early`)."""
+        seconds (default: the settings' `stop_wait`; a provider that hangs: the caller leaves the database
+        without it, see `embedded.leave_early`)."""
         self._stopping = True
         self._wake.set()
+        if timeout is None:
+            timeout = self.memory.settings.stop_wait
         if self._thread is not None:
             self._thread.join(timeout)
             return not self._thread.is_alive()
