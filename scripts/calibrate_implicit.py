@@ -59,7 +59,7 @@ def collect(pool, corpus: dict[str, Any], limit: int | None) -> list[dict[str, A
             found = conn.execute(
                 "SELECT c.source, c.item_id, c.evidence FROM retrievals r JOIN retrieval_candidates c"
                 " ON c.retrieval_id = r.id WHERE r.owner_id = %s AND r.query = %s AND r.as_of = %s AND c.injected"
-                " AND c.evidence IS NOT NULL",
+                " AND jsonb_typeof(c.evidence->'semantic') = 'number'",  # null: not measured (the embedder failed)
                 (s["owner"], s["query"], as_of),
             ).fetchall()
             out_lang = implicit.language(s["output"])

@@ -229,6 +229,27 @@ def test_http_endpoint_marks_and_refuses_bad_input(built, runtime):
     assert used_ids(runtime.pool, rid) == {ids["stripe"]}
 
 
+def test_with_the_embedder_down_the_semantic_measures_are_null_not_zero(built, runtime):
+    """With the embedding provider down, implicit feedback stored semantic 0.0 and cosine 0.0 on every item: a
+    measured "no overlap at all", which the calibration read as such. They are now null (not measured), in the
+    answer and the log; lexical overlap still decides."""
+    memory, result, ids = built
+    rid = result.retrieval_id
+    runtime.embedder.fail_after = runtime.embedder.texts_embedded  # the provider is down from now on
+    key = create_key(runtime.pool, "alice", name="test")[1]
+    with LiveServer(create_app(memory)) as srv:
+        alice = httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {key}"}, timeout=60)
+        ok = alice.post("/api/brain/memory/feedback/implicit", json={"retrieval_id": rid, "output": USES_STRIPE})
+    assert ok.status_code == 200, ok.text
+    body = ok.json()
+    assert body["degraded"] and body["marked"] == 1, body
+    evs = [i["evidence"] for i in body["items"]]
+    assert evs and all(e["semantic"] is None and e["cosine"] is None for e in evs), evs
+    logged = [ev for _u, _by, ev in marks(runtime.pool, rid)["items"].values() if ev is not None]
+    assert logged and all(ev["semantic"] is None and ev["cosine"] is None for ev in logged), logged
+    assert used_ids(runtime.pool, rid) == {ids["stripe"]}  # lexical overlap alone decided
+
+
 def test_the_answer_lists_the_builds_injected_items_not_its_profile_goals(runtime):
     """The implicit answer's items listed the profile's goals too (a plan build with two goals and six items
     answered eight items, two of source okr with evidence null; the CLI said "1 used of 8 injected") where the

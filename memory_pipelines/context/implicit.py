@@ -89,8 +89,8 @@ def semantic_overlap(item_vec: np.ndarray, chunk_vecs: np.ndarray, floors: list[
 class Evidence:
     """Why an item was (or was not) marked used."""
 
-    semantic: float
-    cosine: float
+    semantic: float | None  # None: not measured (the embedding provider failed), unlike a measured 0
+    cosine: float | None
     lexical: float
     matched_terms: list[str]
     distinctive_terms: int
@@ -98,7 +98,7 @@ class Evidence:
 
     @property
     def score(self) -> float:
-        return max(self.semantic, self.lexical)
+        return max(self.semantic or 0.0, self.lexical)
 
     @property
     def used(self) -> bool:
@@ -106,8 +106,8 @@ class Evidence:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "semantic": round(self.semantic, 4),
-            "cosine": round(self.cosine, 4),
+            "semantic": _rounded(self.semantic),
+            "cosine": _rounded(self.cosine),
             "lexical": round(self.lexical, 4),
             "matched_terms": self.matched_terms[:MAX_MATCHED_TERMS],
             "distinctive_terms": self.distinctive_terms,
@@ -117,23 +117,30 @@ class Evidence:
         }
 
 
-def decide(semantic: float, lexical: float, threshold: float = IMPLICIT_THRESHOLD) -> bool:
-    """The decision: the stronger of the two channels reaches the threshold."""
-    return max(semantic, lexical) >= threshold
+def _rounded(value: float | None) -> float | None:
+    """A measure as stored: 4 decimals, None (not measured) kept."""
+    return None if value is None else round(value, 4)
+
+
+def decide(semantic: float | None, lexical: float, threshold: float = IMPLICIT_THRESHOLD) -> bool:
+    """The decision: the stronger of the two channels reaches the threshold (an unmeasured one does not)."""
+    return max(semantic or 0.0, lexical) >= threshold
 
 
 def evidence(
     text: str,
     query: str,
     out_terms: frozenset[str],
-    item_vec: np.ndarray,
-    chunk_vecs: np.ndarray,
+    item_vec: np.ndarray | None,
+    chunk_vecs: np.ndarray | None,
     floors: list[float],
     threshold: float = IMPLICIT_THRESHOLD,
 ) -> Evidence:
-    """Both measures for one item (its words `text`) against one output (its terms, chunk vectors, floors)."""
+    """Both measures for one item (its words `text`) against one output (its terms, chunk vectors, floors);
+    without vectors (the embedder failed) the semantic measures are None, not 0."""
     distinct = distinctive_terms(text, query)
     lex, matched = lexical_overlap(distinct, out_terms)
-    sem, cos = semantic_overlap(item_vec, chunk_vecs, floors)
+    measured = item_vec is not None and chunk_vecs is not None
+    sem, cos = semantic_overlap(item_vec, chunk_vecs, floors) if measured else (None, None)
     return Evidence(semantic=sem, cosine=cos, lexical=lex, matched_terms=matched,
                     distinctive_terms=len(distinct), threshold=threshold)

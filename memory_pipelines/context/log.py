@@ -237,9 +237,10 @@ def _implicit_evidence(
     embedder: Embedder, query: str, output: str, lines: list[str], vectors: list[np.ndarray | None]
 ) -> tuple[list[implicit.Evidence], str | None]:
     """Evidence for each injected line against the output. Items are compared by their stored embedding (the
-    line is embedded for those without one); semantic scores are 0 when the embedder fails."""
+    line is embedded for those without one); semantic scores are None (not measured) when the embedder fails."""
     texts = [implicit.item_text(line) for line in lines]
     chunks = implicit.output_chunks(output)
+    out_terms = implicit.output_terms(output)
     missing = [k for k, v in enumerate(vectors) if v is None or len(v) != embedder.dimension]
     item_vecs = [v if v is not None and len(v) == embedder.dimension else None for v in vectors]
     degraded = None
@@ -250,9 +251,7 @@ def _implicit_evidence(
                 item_vecs[k] = vec
     except EmbeddingError as exc:
         degraded = f"semantic overlap skipped, the embedding provider failed ({exc}); lexical overlap only"
-        chunk_vecs = np.zeros((0, embedder.dimension), dtype=np.float32)
-        item_vecs = [np.zeros(embedder.dimension, dtype=np.float32)] * len(texts)
-    out_terms = implicit.output_terms(output)
+        return [implicit.evidence(text, query, out_terms, None, None, []) for text in texts], degraded
     chunk_langs = [implicit.language(c) for c in chunks]
     found = []
     for text, vec in zip(texts, item_vecs, strict=True):

@@ -39,6 +39,11 @@ def _read_output_file(name: str) -> str:
     return text
 
 
+def _measure(value: float | None) -> str:
+    """A measure of the evidence, or '-' when it was not measured (the embedder failed)."""
+    return "   -" if value is None else f"{value:.2f}"
+
+
 def cmd_feedback(args: argparse.Namespace) -> int:
     from ...face import Memory
 
@@ -59,7 +64,7 @@ def cmd_feedback(args: argparse.Namespace) -> int:
         ev = item["evidence"] or {}
         mark = "used" if item["used"] else "-"
         print(f"{mark:<5} {item['used_by'] or '':<9} {item['source']:<10} {item['id']}  semantic "
-              f"{ev.get('semantic', 0):.2f}  lexical {ev.get('lexical', 0):.2f}  "
+              f"{_measure(ev.get('semantic'))}  lexical {ev.get('lexical', 0):.2f}  "
               f"{', '.join(ev.get('matched_terms', [])[:6])}")
     note = " (explicit feedback already given: nothing changed)" if result["explicit_feedback"] else ""
     print(f"{result['marked']} newly marked, {result['used']} used of {len(result['items'])} injected, "

@@ -156,9 +156,10 @@ class Feedback(_Out):
 
 
 class ImplicitEvidence(_Out):
-    semantic: float = Field(description="Cosine of the item and the best output chunk, calibrated to [0, 1] "
-                                        "above the model's floor for the two languages.")
-    cosine: float = Field(description="The raw cosine of that chunk.")
+    semantic: float | None = Field(description="Cosine of the item and the best output chunk, calibrated to [0, 1] "
+                                               "above the model's floor for the two languages; null when not "
+                                               "measured (the embedding provider failed: see degraded).")
+    cosine: float | None = Field(description="The raw cosine of that chunk (null when not measured).")
     lexical: float = Field(description="Share of the item's distinctive terms (not in the query) in the output.")
     matched_terms: list[str]
     distinctive_terms: int
