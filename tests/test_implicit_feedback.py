@@ -250,6 +250,24 @@ def test_with_the_embedder_down_the_semantic_measures_are_null_not_zero(built, r
     assert used_ids(runtime.pool, rid) == {ids["stripe"]}  # lexical overlap alone decided
 
 
+def test_an_upper_case_retrieval_id_is_answered_as_logged(built, runtime):
+    """A retrieval id sent in upper case (PostgreSQL reads it fine) was echoed upper case by both feedback
+    answers, so the caller held an id that matched no build it listed. Both now answer the id as logged."""
+    memory, result, ids = built
+    rid = result.retrieval_id
+    key = create_key(runtime.pool, "alice", name="test")[1]
+    with LiveServer(create_app(memory)) as srv:
+        alice = httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {key}"}, timeout=60)
+        implicit_answer = alice.post("/api/brain/memory/feedback/implicit",
+                                     json={"retrieval_id": rid.upper(), "output": USES_STRIPE})
+        explicit_answer = alice.post("/api/brain/memory/feedback",
+                                     json={"retrieval_id": rid.upper(), "used_ids": [ids["stripe"]]})
+    assert implicit_answer.status_code == explicit_answer.status_code == 200, (implicit_answer.text,
+                                                                               explicit_answer.text)
+    assert implicit_answer.json()["retrieval_id"] == explicit_answer.json()["retrieval_id"] == rid
+    assert rid == rid.lower() and used_ids(runtime.pool, rid) == {ids["stripe"]}
+
+
 def test_the_answer_lists_the_builds_injected_items_not_its_profile_goals(runtime):
     """The implicit answer's items listed the profile's goals too (a plan build with two goals and six items
     answered eight items, two of source okr with evidence null; the CLI said "1 used of 8 injected") where the
@@ -331,8 +349,8 @@ def test_mcp_tool_marks_and_refuses_bad_input(built, runtime):
             assert used_ids(runtime.pool, rid) == set()
             ok = await client.call_tool("mem.implicit_feedback", {"retrieval_id": rid, "output": USES_STRIPE})
             assert not ok.is_error and ok.structured_content["marked"] == 1
-            explicit = await client.call_tool("mem.feedback", {"retrieval_id": rid, "used_ids": [ids["other"]]})
-            assert not explicit.is_error and explicit.structured_content["marked"] == 1
+            explicit = await client.call_tool("mem.feedback", {"retrieval_id": rid.upper(), "used_ids": [ids["other"]]})
+            assert not explicit.is_error and explicit.structured_content == {"retrieval_id": rid, "marked": 1}
 
         async with Client(build_server(memory, config_owner("bob"))) as client:
             other = await client.call_tool("mem.implicit_feedback", {"retrieval_id": rid, "output": USES_STRIPE})

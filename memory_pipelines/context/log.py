@@ -16,7 +16,7 @@ from psycopg_pool import ConnectionPool
 from ..embeddings import Embedder
 from ..embeddings.base import EmbeddingError, normalise, to_array
 from ..infra.errors import NotFoundError, ValidationError, check_storable
-from ..infra.ids import is_uuid
+from ..infra.ids import canonical_uuid, is_uuid
 from ..vocabulary import FORGOTTEN_PREFIX, MAX_OUTPUT, SOURCES
 from . import implicit
 from .retrieve import Candidate
@@ -188,6 +188,7 @@ def record_feedback(pool: ConnectionPool, owner: str, retrieval_id: str, used_id
         raise ValidationError("used_ids", "must be a list of item ids (strings)")
     if not is_uuid(retrieval_id):
         raise NotFoundError(f"retrieval {retrieval_id} not found")
+    retrieval_id = canonical_uuid(retrieval_id)  # the id as logged, whatever case the caller wrote it in
     with pool.connection() as conn, conn.transaction():
         found = conn.execute(  # the build first, then its candidates, as implicit feedback locks them
             "SELECT 1 FROM retrievals WHERE id = %s AND owner_id = %s FOR UPDATE", (retrieval_id, owner)
@@ -283,6 +284,7 @@ def record_implicit_feedback(
     output = check_output(output)
     if not isinstance(retrieval_id, str) or not is_uuid(retrieval_id):
         raise NotFoundError(f"retrieval {retrieval_id} not found")
+    retrieval_id = canonical_uuid(retrieval_id)  # answered as logged, whatever case the caller wrote it in
     with pool.connection() as conn:
         build = conn.execute(
             "SELECT query FROM retrievals WHERE id = %s AND owner_id = %s", (retrieval_id, owner)

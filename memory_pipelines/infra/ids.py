@@ -16,3 +16,8 @@ def is_uuid(value: object) -> bool:
     except ValueError:
         return False
     return True
+
+
+def canonical_uuid(value: str) -> str:
+    """A UUID as stored and printed by PostgreSQL (lower case, hyphenated); any other string unchanged."""
+    return str(uuid.UUID(value)) if is_uuid(value) else value

@@ -26,6 +26,7 @@ from pydantic import Field
 from ..face import Memory
 from ..infra.db import RETRY_AFTER_SECONDS
 from ..infra.errors import NotFoundError, UserError, ValidationError
+from ..infra.ids import canonical_uuid
 from ..store.ingest.inputs import FIELDS as MEMORY_FIELDS
 from ..vocabulary import (
     CONTENT_TYPES_TEXT,
@@ -369,7 +370,7 @@ def build_server(memory: Memory, owner_resolver: OwnerResolver) -> MCPServer:
                             Field(max_length=500, description="Ids of the items you used.")],
     ) -> dict[str, Any]:
         owner = owner_of(ctx)
-        return _call(lambda: {"retrieval_id": retrieval_id,
+        return _call(lambda: {"retrieval_id": canonical_uuid(retrieval_id),
                               "marked": memory.feedback(owner, retrieval_id, used_ids)})
 
     @tool(

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from ...infra.errors import ValidationError
+from ...infra.ids import canonical_uuid
 from ...vocabulary import MAX_OUTPUT
 
 
@@ -52,7 +53,7 @@ def cmd_feedback(args: argparse.Namespace) -> int:
     memory = Memory.open(llm=None)
     owner = args.owner or memory.settings.default_owner
     if explicit:
-        result = {"retrieval_id": args.retrieval_id,
+        result = {"retrieval_id": canonical_uuid(args.retrieval_id),
                   "marked": memory.feedback(owner, args.retrieval_id, [] if args.none else list(args.used))}
         print(json.dumps(result) if args.json else f"{result['marked']} item(s) marked used (explicit)")
         return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
+from ....infra.ids import canonical_uuid
 from ...encode import to_json
 from .. import models as m
 from .. import responses as r
@@ -24,7 +25,7 @@ def memory_feedback(body: m.FeedbackRequest, owner: Owner, memory: MemoryDep) ->
     from a context answer (an unknown one is a 404)."""
     same_owner(body.owner_id, owner)
     marked = memory.feedback(owner, body.retrieval_id, list(body.used_ids))
-    return to_json({"retrieval_id": body.retrieval_id, "marked": marked})
+    return to_json({"retrieval_id": canonical_uuid(body.retrieval_id), "marked": marked})
 
 
 @router.post("/api/brain/memory/feedback/implicit",
