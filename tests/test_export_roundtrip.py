@@ -139,6 +139,28 @@ def test_the_exported_active_scoring_config_is_restored_by_the_cli(pool, fresh_u
     assert len(list_configs(target)) == 2  # the migration's seed and the restored one
 
 
+def test_a_restore_that_leaves_sources_out_is_refused_naming_them(pool, tmp_path, db_url) -> None:
+    """An export's active config naming only some sources (half-lives and mode weights for task alone) was added
+    and activated: every other source silently scored with no decay and weight 1. It is refused naming the field
+    and the sources left out; nothing is stored or activated."""
+    before = list_configs(pool)
+    env = {"DATABASE_URL": db_url, "MEMORY_PIPELINES_EMBEDDER": "fake"}
+    full = ScoringConfig()
+    partial = [
+        ({"task": 7}, full.mode_weights, "half_lives: names no half-life (null: no decay) for learning, capability"),
+        (full.half_lives, {"task": full.mode_weights["task"]}, "mode_weights: names no mode weights for learning"),
+        (full.half_lives, {**full.mode_weights, "event": {"plan": 1.1}}, "mode_weights.event: names no weight for"
+                                                                        " execute, debug, chat"),
+    ]
+    for k, (half_lives, weights, said) in enumerate(partial):
+        path = tmp_path / f"scoring_configs_{k}.json"
+        path.write_text(json.dumps([{"version": 5, "is_active": True, "half_lives": half_lives,
+                                     "mode_weights": weights, "params": full.params()}]))
+        refused = run_cli(["scoring", "restore", str(path)], env)
+        assert refused.returncode == 2 and said in refused.stderr, refused.stderr
+        assert "Traceback" not in refused.stderr and list_configs(pool) == before
+
+
 BAD_PARAMS = [
     ({"weight_bounds": "ab"}, "params.weight_bounds"),
     ({"weight_bounds": [1, 2, 3]}, "params.weight_bounds"),

@@ -118,6 +118,21 @@ def _check_params(params: dict[str, Any]) -> None:
         _number(f"params.source_weights.{source}", weight)
 
 
+def _missing(field: str, named: dict[str, Any], wanted: tuple[str, ...], what: str) -> None:
+    """Refuse `named` (ValidationError on `field`) when it leaves out some of `wanted`, listing them."""
+    if missing := [w for w in wanted if w not in named]:
+        raise ValidationError(field, f"names no {what} for {', '.join(missing)}: the config must give every one")
+
+
+def _check_every_source(half_lives: dict[str, Any], weights: dict[str, Any]) -> None:
+    """Every source has a half-life (null: no decay) and a weight per mode: scoring would silently give one left
+    out no decay and weight 1, not what the exporting store used (every stored config names them all)."""
+    _missing("half_lives", half_lives, tuple(SOURCES), "half-life (null: no decay)")
+    _missing("mode_weights", weights, tuple(SOURCES), "mode weights")
+    for source, modes in weights.items():
+        _missing(f"mode_weights.{source}", modes, CONTEXT_MODES, "weight")
+
+
 def exported_active(path: Path) -> dict[str, Any]:
     """The active entry of an export's `scoring_configs.json`, its fields checked (ValidationError names one)."""
     try:
@@ -147,6 +162,7 @@ def exported_active(path: Path) -> dict[str, Any]:
     if not isinstance(entry.get("params") or {}, dict):
         raise ValidationError("params", "must be a JSON object")
     _check_params(entry.get("params") or {})
+    _check_every_source(half_lives, weights)
     return entry
 
 
