@@ -11,7 +11,8 @@ demo corpus answers, for its owner `team-alpha`); change any field:
 The job's config is this flat `ContextConfig` (a job-level config mapping onto the `build_context` op), so
 it is checked before any run exists: `mode` is an enum of the schema (the launchpad marks a typo as you
 type), and the whole config is validated by pydantic (`budget` within MIN_BUDGET..MAX_BUDGET, a non-empty
-query and owner) when the run config is resolved, so a bad value is refused at launch, not by the op.
+query and owner, no whitespace around the owner) when the run config is resolved, so a bad value is refused
+at launch, not by the op.
 The `memory` resource follows the environment, as in every other job.
 
 The op's output is the block and its items (the same dict the HTTP API returns); the block and a table
@@ -25,7 +26,7 @@ import dagster as dg
 from pydantic import Field, ValidationError, field_validator
 
 from memory_pipelines.context.builder import build_memory_context
-from memory_pipelines.surfaces.schema import not_blank
+from memory_pipelines.surfaces.schema import not_blank, owner_id
 from memory_pipelines.vocabulary import (
     CONTEXT_MODES,
     DEFAULT_BUDGET,
@@ -58,11 +59,17 @@ class ContextConfig(dg.Config):
     budget: int = Field(default=DEFAULT_BUDGET, ge=MIN_BUDGET, le=MAX_BUDGET,
                         description=f"Token budget of the block ({MIN_BUDGET} to {MAX_BUDGET}).")
 
-    @field_validator("query", "owner")
+    @field_validator("query")
     @classmethod
     def _not_blank(cls, value: str) -> str:
         """Whitespace alone is refused at launch, as HTTP, MCP and the CLI refuse it."""
         return not_blank(value)
+
+    @field_validator("owner")
+    @classmethod
+    def _owner(cls, value: str) -> str:
+        """A blank or padded owner (which would read nobody's rows) is refused at launch, as by the CLI."""
+        return owner_id(value)
 
 
 def validated(values: dict[str, Any]) -> ContextConfig:

@@ -361,6 +361,8 @@ def test_context_job_from_run_config(db_url, pool):
     ("query", "", "query: String should have at least 1 character"),
     ("query", "   ", "query: must not be blank"),  # a run was made, then its op failed with a traceback
     ("owner", " \t ", "owner: must not be blank"),  # a run built an empty context for the owner '   '
+    ("owner", " team-alpha ", "owner: must not start or end with whitespace"),  # read nobody's rows, no error
+    ("owner", "team-alpha\t", "owner: must not start or end with whitespace"),
 ])
 def test_context_job_config_is_refused_before_any_run(field, value, message):
     """The launchpad's config is checked when the run config is resolved: no run, no op, no database."""

@@ -323,6 +323,9 @@ def test_cli_validates_owner_and_query_with_the_shared_limits(db_url, tmp_path):
         (["search", "a\x01b\ud800".encode("utf-8", "surrogatepass")], "query"),
         (["keys", "create", "--owner", b"\xff"], "--owner"),
         (["write", "task", "--owner", "a\x01b", "--json", '{"title": "t"}'], "--owner"),  # a control character
+        (["search", "pgvector", "--owner", " alice "], "--owner"),  # padded: read nobody's rows, answered empty
+        (["context", "pgvector", "--owner", "alice\t"], "--owner"),
+        (["export", "--owner", " alice", "out"], "--owner"),
         (["context", "pgvector", "--budget", "-5"], "--budget"),
     ]
     for args, field in cases:

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BeforeValidator, Field, StringConstraints, TypeAdapter, WithJsonSchema
 from pydantic import ValidationError as PydanticError
 
-from ..infra.errors import ValidationError, check_storable
+from ..infra.errors import ValidationError, check_printable, check_storable
 from ..vocabulary import MAX_CONTENT, MAX_ID, MAX_NAME, MAX_OUTPUT, MAX_PATH, MAX_QUERY, MAX_TS, MIN_TS
 
 
@@ -35,6 +35,17 @@ def not_blank(value: str | None) -> str | None:
     if value is not None and not value.strip():
         raise ValueError("must not be blank")
     return value
+
+
+def owner_id(value: str) -> str:
+    """An owner as reads match it, exactly: not blank, no whitespace around it, no control character."""
+    value = not_blank(value) or ""
+    if value != value.strip():  # ' alice ' would read nobody's rows and answer empty
+        raise ValueError("must not start or end with whitespace (owners are matched exactly)")
+    try:
+        return check_printable("owner", value)
+    except ValidationError as exc:
+        raise ValueError(exc.message) from None
 
 
 # What `not_blank` accepts, for the JSON schema (documentation: the validator decides, with a clearer message):
@@ -58,6 +69,7 @@ _TextSchema = Documented(pattern=TEXT_PATTERN)
 Query = Annotated[str, StringConstraints(min_length=1, max_length=MAX_QUERY), Text, _TextSchema]
 ItemId = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID), Text, _TextSchema]
 Name = Annotated[str, StringConstraints(min_length=1, max_length=MAX_NAME), Text, _TextSchema]
+Owner = Annotated[str, StringConstraints(min_length=1, max_length=MAX_NAME), AfterValidator(owner_id), _TextSchema]
 PathText = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PATH), Text, _TextSchema]
 Content = Annotated[str, StringConstraints(min_length=1, max_length=MAX_CONTENT), Text, _TextSchema]
 Output = Annotated[str, StringConstraints(min_length=1, max_length=MAX_OUTPUT), Text, _TextSchema]

@@ -15,10 +15,10 @@ from collections.abc import Callable
 import psycopg
 
 from ...embeddings.base import EmbeddingError
-from ...infra.errors import UserError, ValidationError, check_printable, database_failed
+from ...infra.errors import UserError, ValidationError, database_failed
 from ...infra.redact import install_redaction, redact
 from ...vocabulary import CONTEXT_MODES, DEFAULT_BUDGET, MAX_BUDGET, MIN_BUDGET, SEARCH_MODES, SEARCH_SOURCES
-from ..schema import Name, Query, check
+from ..schema import Name, Owner, Query, check
 
 # Modules that add their own commands: each has `register(sub)` adding sub-parsers with
 # `set_defaults(func=...)`. Add a module here to add its commands.
@@ -301,13 +301,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Text arguments, checked wherever a command has them as HTTP and MCP check theirs (schema.py, limits from
 # vocabulary): attribute -> (the name the user typed, its type).
-_CHECKED = {"owner": ("--owner", Name), "name": ("--name", Name), "query": ("query", Query),
+_CHECKED = {"owner": ("--owner", Owner), "name": ("--name", Name), "query": ("query", Query),
             "key": ("KEY_ID_OR_PREFIX", Name)}
 
 
 def check_args(args: argparse.Namespace) -> None:
     """ValidationError naming the argument (`--owner`, `query`) when a value breaks the shared limits: empty,
-    too long, a NUL, or bytes that are not UTF-8 (the shell passes them through as lone surrogates)."""
+    too long, a NUL, bytes that are not UTF-8 (the shell passes them through as lone surrogates), or an owner
+    padded with whitespace."""
     for field, (name, kind) in _CHECKED.items():
         value = getattr(args, field, None)
         if not isinstance(value, str):
@@ -316,8 +317,6 @@ def check_args(args: argparse.Namespace) -> None:
             raise ValidationError(name, "must not be empty")  # some commands take no default owner
         try:
             check(name, kind, value)
-            if field == "owner":
-                check_printable(name, value)
         except ValidationError as exc:
             message = exc.message.replace("(no lone surrogates)", "(bytes that are not UTF-8)")
             raise ValidationError(name, message) from None
