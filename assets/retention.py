@@ -5,7 +5,8 @@ Every context build logs a row and about 30 candidate rows; nothing else ever re
 materialisation is one prune (`operations.retention.prune`), its metadata the rows removed per table and the
 seconds it took; its check warns when the log still holds rows older than the ages (a run left them: locks met
 too often, or the schedule is off). The ages come from the run config, else MEMORY_PIPELINES_RETAIN_* (defaults:
-candidates 30 days, builds 90, events 90). Not part of `main_job`: pruning is for a store in service.
+candidates 30 days, builds 90, events 90); the check judges by those of the latest materialisation (its `age_days`),
+the environment's only before the first. Not part of `main_job`: pruning is for a store in service.
 """
 
 import time
@@ -19,6 +20,8 @@ from .embeddings import DB_WRITE_POOL
 from .resources import RESOURCES, MemoryResource
 
 RETENTION_GROUP = "retention"
+PARTS = {"candidates": "retrieval_candidates", "builds": "retrievals", "events": "events"}
+"""Each retention age and the table it applies to."""
 
 
 class RetentionConfig(dg.Config):
@@ -62,28 +65,41 @@ def log_retention(context: dg.AssetExecutionContext, config: RetentionConfig,
         "candidate_rows_kept": kept["retrieval_candidates"]["rows"],
         "oldest_candidates_kept": kept["retrieval_candidates"]["oldest"] or "-",
         "days_rolled_up": kept["rolled_up"]["days"],
-        "ages": dg.MetadataValue.json({"candidates": str(policy.candidates), "builds": str(policy.builds),
-                                       "events": str(policy.events)}),
+        "age_days": dg.MetadataValue.json(age_days(policy)),
     })
+
+
+def age_days(policy: RetentionPolicy) -> dict[str, float]:
+    """The policy's ages in days, as the materialisation records them."""
+    return {part: getattr(policy, part) / timedelta(days=1) for part in PARTS}
+
+
+def pruned_with(instance: dg.DagsterInstance) -> RetentionPolicy:
+    """The ages the latest materialisation pruned with; the environment's before the first one."""
+    event = instance.get_latest_materialization_event(log_retention.key)
+    recorded = event.asset_materialization.metadata.get("age_days") if event and event.asset_materialization else None
+    if recorded is None:  # never materialised (or before the ages were recorded): what a scheduled run would use
+        return RetentionPolicy.from_env()
+    return RetentionPolicy(**{part: timedelta(days=days) for part, days in recorded.value.items()})
 
 
 @dg.asset_check(asset=log_retention, name="log_within_retention",
                 description="No build, candidate or event is older than its retention age (plus a day).")
-def log_within_retention(memory: MemoryResource) -> dg.AssetCheckResult:
-    policy = RetentionPolicy.from_env()
+def log_within_retention(context: dg.AssetCheckExecutionContext, memory: MemoryResource) -> dg.AssetCheckResult:
+    policy = pruned_with(context.instance)
     with memory.pool().connection() as conn:
         kept = log_status(conn)
     now = datetime.now(UTC)
     late = {}
-    for table, age in (("retrieval_candidates", policy.candidates), ("retrievals", policy.builds),
-                       ("events", policy.events)):
+    for part, table in PARTS.items():
         oldest = kept[table]["oldest"]
-        if oldest and now - datetime.fromisoformat(oldest) > age + timedelta(days=1):
+        if oldest and now - datetime.fromisoformat(oldest) > getattr(policy, part) + timedelta(days=1):
             late[table] = oldest
     return dg.AssetCheckResult(
         passed=not late, severity=dg.AssetCheckSeverity.WARN,
         description=None if not late else f"rows past their age remain: {late}",
-        metadata={f"oldest_{t}": kept[t]["oldest"] or "-" for t in ("retrieval_candidates", "retrievals", "events")},
+        metadata={**{f"oldest_{t}": kept[t]["oldest"] or "-" for t in PARTS.values()},
+                  **{f"{part}_age_days": days for part, days in age_days(policy).items()}},
     )
 
 

@@ -16,9 +16,10 @@ from tests.removal_world import aged_log
 QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 
 
-def _run(db_url: str, **ages: str) -> dg.ExecuteInProcessResult:
+def _run(db_url: str, *checks: dg.AssetChecksDefinition, **ages: str) -> dg.ExecuteInProcessResult:
     return dg.materialize(
-        [retention.log_retention], resources={"memory": MemoryResource(database_url=db_url, embedder="fake")},
+        [retention.log_retention, *checks],
+        resources={"memory": MemoryResource(database_url=db_url, embedder="fake")},
         run_config={**QUIET, "ops": {"log_retention": {"config": ages}}}, raise_on_error=False)
 
 
@@ -63,10 +64,24 @@ def test_the_check_warns_when_rows_past_their_age_remain(db_url, pool):
     with pool.connection() as conn:
         add_event(conn, "alice", "alert", {"disk": "full"}, hours=24 * 200)
     res = MemoryResource(database_url=db_url, embedder="fake")
-    stale = retention.log_within_retention(res)
+    stale = retention.log_within_retention(dg.build_asset_check_context(), res)  # never materialised: env ages
     assert not stale.passed and stale.severity == dg.AssetCheckSeverity.WARN
-    assert _run(db_url).success  # the default ages
-    assert retention.log_within_retention(res).passed
+    result = _run(db_url, retention.log_within_retention)  # the default ages
+    assert result.success and result.get_asset_check_evaluations()[0].passed
+
+
+def test_the_check_judges_by_the_ages_the_run_pruned_with(db_url, pool, monkeypatch):
+    """A run keeping events 365 days was warned about a 200-day-old event: the check read the environment's ages."""
+    monkeypatch.delenv("MEMORY_PIPELINES_RETAIN_EVENTS", raising=False)  # the environment's default: 90 days
+    with pool.connection() as conn:
+        add_event(conn, "alice", "alert", {"disk": "full"}, hours=24 * 200)
+    result = _run(db_url, retention.log_within_retention, events="365d")
+    assert result.success
+    [check] = result.get_asset_check_evaluations()
+    assert check.passed, check.description
+    assert check.metadata["events_age_days"].value == 365
+    with pool.connection() as conn:
+        assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 1
 
 
 def test_daily_schedule_and_kept_out_of_the_main_job():
