@@ -294,6 +294,20 @@ def test_context_then_feedback(live, keys, runtime):
     assert none.json()["marked"] == 0  # "nothing was used" is feedback too
 
 
+def test_a_degraded_context_with_nothing_over_the_floor_does_not_claim_a_keyword_answer(live, keys, runtime):
+    """Provider down, 50 near-identical tasks: every keyword match was under the relevance floor and the block was
+    empty, yet `degraded` said "answered from keywords"."""
+    with runtime.pool.connection() as conn:
+        for i in range(50):
+            add_task(conn, "alice", "deploy the billing service", f"rollout step {i} of the billing deploy")
+    index_all(runtime.pool)
+    runtime.embedder.fail_after = 0  # the provider is down from here
+    ctx = client(live, keys["alice"]).post("/api/brain/memory/context", json={"query": "billing deploy"}).json()
+    assert ctx["items"] == [] and ctx["degraded"]
+    assert "answered from keywords" not in ctx["degraded"], ctx["degraded"]
+    assert "no keyword match cleared the relevance floor" in ctx["degraded"]
+
+
 def test_feedback_naming_an_item_forgotten_since_the_build_says_so_and_marks_nothing(live, keys, runtime):
     """A build, a forget of one of its injected items, then feedback naming it answered "'<id>' is not an item
     this build injected": it was, and the agent would look for a typo. The 422 (naming used_ids, nothing marked)

@@ -16,7 +16,7 @@ from psycopg_pool import ConnectionPool
 from ..embeddings import Embedder
 from ..infra.errors import ValidationError
 from ..retrieval.learnings import task_query
-from ..retrieval.query import Query, embed_query
+from ..retrieval.query import Query, embed_query, no_keyword_match
 from ..vocabulary import CONTEXT_MODES, DEFAULT_BUDGET, MAX_BUDGET, MIN_BUDGET
 from .budget import fit_to_budget
 from .config import active_config
@@ -130,7 +130,8 @@ def build_memory_context(
 ) -> ContextResult:
     """The context block for `query` within `token_budget` tokens, for one owner.
 
-    Never raises on a provider outage: it answers from keywords and says so in `degraded` and the log.
+    Never raises on a provider outage: it answers from keywords and says so in `degraded` and the log (or, when no
+    keyword match cleared the relevance floor, says that).
     `as_of` evaluates as of a past moment (only rows created by then; decay measured from then).
     `exploration` is the share of builds injected in random order (default MEMORY_PIPELINES_EXPLORE_RATE,
     off when unset); such builds are logged as randomized for unbiased offline evaluation.
@@ -167,6 +168,8 @@ def build_memory_context(
     if floored:
         log.info("context build (%s): the relevance floor removed %d of %d candidates",
                  mode, floored, floored + len(candidates))
+    if degraded and not candidates:  # keywords alone reached nothing: the note must not claim they answered
+        degraded = no_keyword_match(degraded)
 
     score_all(candidates, config, mode, now)
     boost_task_learnings(candidates, task_matched)

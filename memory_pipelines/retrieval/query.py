@@ -38,6 +38,15 @@ class Query:
         return cls(text, language(text))
 
 
+FROM_KEYWORDS = "answered from keywords"
+NO_KEYWORD_MATCH = "no keyword match cleared the relevance floor"
+
+
+def no_keyword_match(note: str) -> str:
+    """An outage note (from `embed_query`) for an answer keywords left empty: it must not claim an answer."""
+    return note.removesuffix(FROM_KEYWORDS) + NO_KEYWORD_MATCH
+
+
 def embed_query(embedder: Embedder, query: str, owner: str) -> tuple[np.ndarray | None, str | None]:
     """The query vector for `owner`, or (None, reason) when the provider fails. A long query (a dialogue, a long
     prompt) is embedded by its focused text: its last turns within text.focus.EMBED_BUDGET tokens."""
@@ -45,10 +54,10 @@ def embed_query(embedder: Embedder, query: str, owner: str) -> tuple[np.ndarray 
         return embedder.embed_query(focus(query).embed_text, owner), None
     except EmbeddingError as exc:
         log.warning("query embedding failed, degrading to keyword search: %s", exc)
-        return None, f"embedding provider unavailable ({exc}); answered from keywords"
+        return None, f"embedding provider unavailable ({exc}); {FROM_KEYWORDS}"
     except Exception as exc:  # a provider must never break search
         log.exception("query embedding crashed")
-        return None, f"embedding provider error ({type(exc).__name__}); answered from keywords"
+        return None, f"embedding provider error ({type(exc).__name__}); {FROM_KEYWORDS}"
 
 
 def query_terms(query: str) -> dict[str, float]:
