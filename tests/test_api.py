@@ -23,7 +23,7 @@ from memory_pipelines.index.vectors import embed_all
 from memory_pipelines.infra.auth import create_key, resolve_key, revoke_key
 from memory_pipelines.infra.llm import ChatLLM
 from memory_pipelines.surfaces.http import create_app
-from tests.factories import add_goal, add_learning, add_task
+from tests.factories import add_learning, add_task
 
 TABLES = ("projects", "memories", "fragments", "memory_versions", "memory_arbitrations", "tasks", "learnings",
           "retrievals", "retrieval_candidates", "api_keys", "keyword_docs")
@@ -329,28 +329,6 @@ def test_feedback_naming_an_item_forgotten_since_the_build_says_so_and_marks_not
                             (ctx["retrieval_id"],)).fetchone() == (None,)
     ok = c.post("/api/brain/memory/feedback", json={"retrieval_id": ctx["retrieval_id"], "used_ids": [kept]})
     assert ok.status_code == 200 and ok.json()["marked"] == 1, ok.text
-
-
-def test_feedback_naming_a_profile_goal_says_it_is_a_goal_and_changes_nothing(live, keys, runtime):
-    """A plan build shows the owner's goals in its profile; explicit feedback naming a goal's id answered
-    "marked 0" without a word (goals are never marked). It is now a 422 naming used_ids that says the id is a
-    profile goal, not an item the build injected; nothing is marked and the build keeps no feedback."""
-    c = client(live, keys["alice"])
-    with runtime.pool.connection() as conn:
-        goal = add_goal(conn, "alice", "Ship the login cookie fix this week")
-        kept = add_task(conn, "alice", "fix the login cookie bug", "the session cookie expired after 30 days")
-    embed_all(runtime.pool, runtime.embedder)
-    index_all(runtime.pool)
-    ctx = c.post("/api/brain/memory/context", json={"query": "login cookie session", "mode": "plan"}).json()
-    assert "Ship the login cookie fix" in ctx["block"] and kept in {i["id"] for i in ctx["items"]}, ctx["block"]
-    bad = c.post("/api/brain/memory/feedback", json={"retrieval_id": ctx["retrieval_id"], "used_ids": [kept, goal]})
-    assert bad.status_code == 422 and bad.json()["field"] == "used_ids", bad.text
-    assert f"'{goal}' is a profile goal, not an item this build injected" in bad.text, bad.text
-    with runtime.pool.connection() as conn:
-        assert conn.execute("SELECT feedback_at FROM retrievals WHERE id = %s",
-                            (ctx["retrieval_id"],)).fetchone() == (None,)
-        assert conn.execute("SELECT count(*) FROM retrieval_candidates WHERE retrieval_id = %s AND used_by IS NOT"
-                            " NULL", (ctx["retrieval_id"],)).fetchone() == (0,)
 
 
 # -- owner isolation -------------------------------------------------------------------------------

@@ -159,30 +159,13 @@ def write_log(
     return retrieval_id
 
 
-def _check_used_ids(used_ids: Sequence[str], shown: dict[str, str]) -> None:
-    """Refuse (ValidationError on `used_ids`) an id that is not one of the build's injected items: `shown` maps
-    each injected item id to its source, the profile's goals included (logged as injected, never marked)."""
-    goals = [i for i in used_ids if shown.get(i) in PROFILE_SOURCES]
-    if goals:  # a goal was shown, so "not injected" would send the agent looking for a typo
-        raise ValidationError("used_ids", f"{goals[0][:80]!r} is a profile goal, not an item this build injected;"
-                                          " goals are never marked: leave it out")
-    unknown = [i for i in used_ids if i not in shown]
-    if unknown:
-        gone = sum(1 for i in shown if i.startswith(FORGOTTEN_PREFIX))  # a forget scrubs the id from the log
-        raise ValidationError("used_ids", f"{unknown[0][:80]!r} is not an item this build injected"
-                                          + (f" ({len(unknown)} such ids)" if len(unknown) > 1 else "")
-                                          + (f", or it was forgotten since ({gone} of its items"
-                                             f" {'was' if gone == 1 else 'were'}): leave it out" if gone else ""))
-
-
 def record_feedback(pool: ConnectionPool, owner: str, retrieval_id: str, used_ids: Sequence[str]) -> int:
     """Mark which injected items of one build were used; returns how many were marked.
 
     The build must belong to `owner` (another owner's build is reported as not found), and every id must be
     one of its injected items (else a ValidationError naming `used_ids`: a typo must not label the build as
-    "nothing used"; a profile goal's id is refused too, naming it). Explicit feedback wins over implicit: it
-    replaces every injected item's mark, and says so (`used_by = 'explicit'`); a repeat gives the same marks. The
-    profile's goals are never marked.
+    "nothing used"). Explicit feedback wins over implicit: it replaces every injected item's mark, and says so
+    (`used_by = 'explicit'`); a repeat gives the same marks. The profile's goals are never marked.
     """
     if not isinstance(used_ids, list | tuple) or not all(isinstance(i, str) for i in used_ids):
         raise ValidationError("used_ids", "must be a list of item ids (strings)")
@@ -195,11 +178,17 @@ def record_feedback(pool: ConnectionPool, owner: str, retrieval_id: str, used_id
         ).fetchone()
         if not found:
             raise NotFoundError(f"retrieval {retrieval_id} not found")
-        shown = dict(conn.execute(
-            "SELECT item_id, source FROM retrieval_candidates WHERE retrieval_id = %s AND owner_id = %s AND injected",
+        shown = {r[0] for r in conn.execute(
+            "SELECT item_id FROM retrieval_candidates WHERE retrieval_id = %s AND owner_id = %s AND injected",
             (retrieval_id, owner),
-        ).fetchall())
-        _check_used_ids(used_ids, shown)
+        )}
+        unknown = [i for i in used_ids if i not in shown]
+        if unknown:
+            gone = sum(1 for i in shown if i.startswith(FORGOTTEN_PREFIX))  # a forget scrubs the id from the log
+            raise ValidationError("used_ids", f"{unknown[0][:80]!r} is not an item this build injected"
+                                              + (f" ({len(unknown)} such ids)" if len(unknown) > 1 else "")
+                                              + (f", or it was forgotten since ({gone} of its items"
+                                                 f" {'was' if gone == 1 else 'were'}): leave it out" if gone else ""))
         conn.execute(
             "UPDATE retrieval_candidates SET used = (item_id = ANY(%s)), used_by = 'explicit'"
             " WHERE retrieval_id = %s AND owner_id = %s AND injected AND source <> ALL(%s)",
