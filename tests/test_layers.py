@@ -13,6 +13,7 @@ tuning), and neither does the online server (the HTTP and MCP surfaces); those t
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -45,15 +46,15 @@ SERVERS = ("memory_pipelines.surfaces.http", "memory_pipelines.surfaces.mcp")
 CODE_LOCATION = {"assets", "memory_pipelines_dagster"}
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+def _module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports(path: Path) -> set[str]:
+def _imports(path: Path, root: Path = ROOT) -> set[str]:
     """Every module `path` imports (absolute names), top-level or inside functions."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    module = _module_name(path)
+    module = _module_name(path, root)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: set[str] = set()
     for node in ast.walk(tree):
@@ -78,11 +79,12 @@ def _area(name: str) -> str | None:
     return parts[1] if parts[1] in LAYERS else None
 
 
-def _edges() -> list[tuple[str, str]]:
+def _edges(root: Path = ROOT) -> list[tuple[str, str]]:
+    """(importer, imported) for every import of the package under `root` (the checkout's, or a copy)."""
     edges = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        source = _module_name(path)
-        edges.extend((source, target) for target in sorted(_imports(path)))
+    for path in sorted((root / PACKAGE.name).rglob("*.py")):
+        source = _module_name(path, root)
+        edges.extend((source, target) for target in sorted(_imports(path, root)))
     return edges
 
 
@@ -139,16 +141,14 @@ def test_the_library_never_imports_the_code_location():
 
 def test_the_checker_sees_a_wrong_way_import(tmp_path):
     """The checks above would catch a violation: a store module importing tuning, an HTTP route importing the
-    operations, are reported."""
-    bad = PACKAGE / "store" / "_layer_probe.py"
-    bad.write_text("from ..tuning import fit\nfrom assets import definitions\n", encoding="utf-8")
-    server = PACKAGE / "surfaces" / "http" / "_layer_probe.py"
-    server.write_text("def f():\n    from ...operations.status import collect_status\n", encoding="utf-8")
-    try:
-        edges = _edges()
-    finally:
-        bad.unlink()
-        server.unlink()
+    operations, are reported. On a copy of the package: the suite's other workers read the checkout meanwhile."""
+    copy = tmp_path / PACKAGE.name
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "store" / "_layer_probe.py").write_text("from ..tuning import fit\nfrom assets import definitions\n",
+                                                     encoding="utf-8")
+    (copy / "surfaces" / "http" / "_layer_probe.py").write_text(
+        "def f():\n    from ...operations.status import collect_status\n", encoding="utf-8")
+    edges = _edges(tmp_path)
     assert ("memory_pipelines.store._layer_probe", "memory_pipelines.tuning.fit") in edges
     assert ("memory_pipelines.store._layer_probe", "assets") in edges
     assert _server_imports_offline(edges) == [
