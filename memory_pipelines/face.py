@@ -35,6 +35,14 @@ if TYPE_CHECKING:
 _UNSET: Any = object()
 
 
+def _owner(owner: object) -> str:
+    """The owner as writes store it (stripped; ValidationError('owner') when blank or unprintable): ' alice '
+    reads alice's rows, as it writes them."""
+    from .store.ingest import validate_owner
+
+    return validate_owner(owner)
+
+
 class Memory:
     """One database, its embedder and chat model; the operations every surface offers."""
 
@@ -90,6 +98,7 @@ class Memory:
         """Semantic, keyword or hybrid search over the owner's tasks, learnings, capabilities and memories."""
         from .retrieval.search import SearchFilters, search
 
+        owner = _owner(owner)
         filters = SearchFilters(sources=tuple(sources)) if sources else SearchFilters()
         return search(self.pool, self.embedder, owner, query, mode=mode, filters=filters, limit=limit)
 
@@ -97,18 +106,21 @@ class Memory:
         """Progressive disclosure, first layer: id, level, title, similarity, preview per match."""
         from .retrieval.disclosure import summary_search
 
+        owner = _owner(owner)
         return summary_search(self.pool, self.embedder, owner, query, top_k=top_k, mode=mode)
 
     def detail(self, owner: str, item_id: str) -> dict[str, Any]:
         """Progressive disclosure, second layer: the full record of one item."""
         from .retrieval.disclosure import detail
 
+        owner = _owner(owner)
         return detail(self.pool, owner, item_id)
 
     def related(self, owner: str, base_id: str, *, top_k: int = 5, exclude_self: bool = True) -> dict[str, Any]:
         """Progressive disclosure, third layer: the neighbours of one item."""
         from .retrieval.disclosure import related
 
+        owner = _owner(owner)
         return related(self.pool, self.embedder, owner, base_id, top_k=top_k, exclude_self=exclude_self)
 
     def context(self, owner: str, query: str, *, mode: str = "execute",
@@ -117,6 +129,7 @@ class Memory:
         failure_class, event_type} of the work at hand; learnings matching it rank higher (the learnings spec)."""
         from .context.builder import build_memory_context
 
+        owner = _owner(owner)
         return build_memory_context(self.pool, self.embedder, owner, query, mode=mode, token_budget=token_budget,
                                     exploration=self.settings.explore_rate, task=task)
 
@@ -124,6 +137,7 @@ class Memory:
         """Mark which injected items of one of the owner's builds were used; returns how many were marked."""
         from .context.log import record_feedback
 
+        owner = _owner(owner)
         return record_feedback(self.pool, owner, retrieval_id, used_ids)
 
     def implicit_feedback(self, owner: str, retrieval_id: str, output: str) -> dict[str, Any]:
@@ -131,24 +145,28 @@ class Memory:
         diff or tool calls as text) demonstrably used; explicit feedback wins. Returns the marks and evidence."""
         from .context.log import record_implicit_feedback
 
+        owner = _owner(owner)
         return record_implicit_feedback(self.pool, self.embedder, owner, retrieval_id, output)
 
     def builds(self, owner: str, *, limit: int = 20, cursor: str | None = None) -> dict[str, Any]:
         """The owner's recent context builds, newest first, with their injected items, scores and used marks."""
         from .context.history import recent_builds
 
+        owner = _owner(owner)
         return recent_builds(self.pool, owner, limit=limit, cursor=cursor)
 
     def build(self, owner: str, retrieval_id: str) -> dict[str, Any]:
         """One of the owner's context builds with every scored candidate, injected or not."""
         from .context.history import build_detail
 
+        owner = _owner(owner)
         return build_detail(self.pool, owner, retrieval_id)
 
     def hit_rates(self, owner: str, *, days: int = 30) -> dict[str, Any]:
         """Per day of the last `days`: builds, feedback, injected and used items, hit rate used / injected."""
         from .context.history import hit_rates
 
+        owner = _owner(owner)
         return hit_rates(self.pool, owner, days=days)
 
     def ingest(self, owner: str, *, wait: bool = True, **fields: Any) -> IngestResult:
@@ -166,6 +184,7 @@ class Memory:
         """Memory centre, stage 1: snippets (≤ 200 characters) and ids of matching memories."""
         from .store.read import search_memories
 
+        owner = _owner(owner)
         return search_memories(self.pool, self.embedder, owner, query, project_key=project_key,
                                project_name=project_name, scope=scope, limit=limit)
 
@@ -173,6 +192,7 @@ class Memory:
         """Memory centre, stage 2: the full content of memories by id (unknown ids reported as not found)."""
         from .store.read import get_memories
 
+        owner = _owner(owner)
         return get_memories(self.pool, owner, ids)
 
     def timeline(self, owner: str, *, project_key: str | None = None, project_name: str | None = None,
@@ -181,6 +201,7 @@ class Memory:
         """Memories in time order, a page at a time."""
         from .store.read import timeline
 
+        owner = _owner(owner)
         return timeline(self.pool, owner, project_key=project_key, project_name=project_name, since=since,
                         until=until, content_type=content_type, limit=limit, cursor=cursor)
 
@@ -188,12 +209,14 @@ class Memory:
         """The replaced versions of one memory."""
         from .store.read import memory_versions
 
+        owner = _owner(owner)
         return memory_versions(self.pool, owner, memory_id)
 
     def projects(self, owner: str) -> list[dict[str, Any]]:
         """The owner's projects with their memory counts."""
         from .store.read import list_projects
 
+        owner = _owner(owner)
         return list_projects(self.pool, owner)
 
     # -- keys --------------------------------------------------------------------------------------------------
@@ -263,6 +286,7 @@ class Memory:
         patterns first, then freshness), best first, each with the parts of its score."""
         from .store.items import relevant_learnings
 
+        owner = _owner(owner)
         return relevant_learnings(self.pool, owner, task_type=task_type, failure_class=failure_class,
                                   event_type=event_type, limit=limit)
     # -- ways out ----------------------------------------------------------------------------------------------
@@ -272,12 +296,14 @@ class Memory:
         everything of it: no read returns it after. `actor` (an API key's id, or 'cli') goes to the audit trail."""
         from .store.removal import forget
 
+        owner = _owner(owner)
         return forget(self.pool, owner, source, item_id, actor=actor)
 
     def drop_project(self, owner: str, project_key: str, *, actor: str = "cli") -> dict[str, Any]:
         """Drop one of the owner's projects with all its memories."""
         from .store.removal import drop_project
 
+        owner = _owner(owner)
         return drop_project(self.pool, owner, project_key, actor=actor)
 
     def erase(self, owner: str, *, confirm: str | None = None, dry_run: bool = False,
@@ -292,6 +318,7 @@ class Memory:
         """The owner's audit trail of removals, newest first (no removed content)."""
         from .store.removal import audit_trail
 
+        owner = _owner(owner)
         return audit_trail(self.pool, owner, limit=limit, cursor=cursor)
 
     def key_id(self, key: str | None) -> str | None:

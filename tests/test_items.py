@@ -377,6 +377,21 @@ def memory(runtime):
     mem.embed_worker.stop()
 
 
+def test_the_library_reads_a_padded_owner_as_it_writes_it(memory):
+    """`Memory.write(" alice ", ...)` stores alice's item (the owner is stripped), but every read took " alice "
+    as another owner and answered empty. Reads now take the owner as writes do; a blank one is refused."""
+    written = memory.write(" alice ", "task", {"title": "Rotate the marmalade keys", "key": "T-9"})
+    assert memory.search(" alice ", "marmalade", mode="keyword").hits[0].id == written["id"]
+    assert [h.id for h in memory.search("alice", "marmalade", mode="keyword").hits] == [written["id"]]
+    assert memory.detail("\talice ", written["id"])["id"] == written["id"]
+    assert written["id"] in [i.id for i in memory.context(" alice ", "marmalade keys", mode="debug").items]
+    assert memory.forget(" alice ", "task", "T-9")["removed"]
+    for blank in ("", "   "):
+        with pytest.raises(ValidationError) as caught:
+            memory.search(blank, "marmalade")
+        assert caught.value.field == "owner"
+
+
 def test_memory_writes_are_embedded_by_the_worker_and_found_by_a_context_build(memory, pool):
     ids = {}
     for source, item in ONE.items():
