@@ -266,3 +266,16 @@ def test_a_method_a_path_does_not_take_is_a_405_naming_every_method_it_takes(ali
         assert r.status_code == 405, (path, r.text)
         assert {m.strip() for m in r.headers["allow"].split(",")} == allowed, (path, r.headers["allow"])
         assert "detail" in r.json()
+
+
+def test_a_keyless_capability_rewriting_a_keyed_one_by_name_says_updated_and_is_reindexed(alice, runtime):
+    """A keyless write found the keyed row of that name and changed it, but answered `unchanged` and skipped the
+    keyword index: the new words were not keyword-searchable."""
+    made = alice.post("/api/capabilities", json={"key": "h1", "name": "helm", "description": "charts"}).json()
+    r = alice.post("/api/capabilities", json={"name": "helm", "description": "charts quokka"})
+    assert r.status_code == 201 and r.json()["id"] == made["id"], r.text
+    assert r.json()["action"] == "updated", r.text
+    assert made["id"] in _found(alice, "quokka", "keyword")
+    again = alice.post("/api/capabilities", json={"name": "helm", "description": "charts quokka"}).json()
+    assert again["action"] == "unchanged"
+    assert [(row["key"], row["description"]) for row in _rows(runtime.pool, "capability")] == [("h1", "charts quokka")]

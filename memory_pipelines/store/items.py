@@ -144,7 +144,8 @@ def _results(
     (or name)."""
     table = WRITE_TABLES[source]
     by_key = {k: (i, c) for i, k, _n, c in written if k is not None}
-    by_name = {n: (i, c) for i, k, n, c in written if k is None and n is not None}
+    # by name whatever the row's key: a keyless write may update the keyed row holding that name
+    by_name = {n: (i, c) for i, _k, n, c in written if n is not None}
     by_id = {i: (i, c) for i, _k, _n, c in written}
     missing_keys = [it["key"] for it in items if it["key"] is not None and it["key"] not in by_key]
     unchanged_keys = dict(conn.execute(
