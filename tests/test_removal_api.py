@@ -165,6 +165,24 @@ def test_mcp_forget_is_scoped_to_the_key_and_audited(mcp_http, runtime):
     assert [(r["action"], r["actor"]) for r in trail] == [("forget", a_id)]
 
 
+def test_mcp_forget_of_an_unknown_learning_points_to_where_item_ids_come_from(mcp_http, runtime):
+    """The hint said 'Use ids returned by mem.search (for your own memories)' for a task or learning too, a tool
+    that never returns their ids: an agent following it could not find the item."""
+    _k, alice = create_key(runtime.pool, "alice")
+
+    async def main() -> None:
+        async with mcp_client(mcp_http, alice) as a:
+            data(await a.call_tool("mem.record_learning", {"title": "Retry 429s with jitter", "key": "l-1"}))
+            assert data(await a.call_tool("mem.forget", {"source": "learning", "id": "l-1"}))["removed"]
+            gone = error_text(await a.call_tool("mem.forget", {"source": "learning", "id": "l-1"}))
+            assert "no learning 'l-1'" in gone and "mem.search" not in gone, gone
+            assert "mem.context" in gone and "key" in gone, gone
+            memory = error_text(await a.call_tool("mem.forget", {"source": "memory", "id": "mem_" + "0" * 20}))
+            assert "mem.search" in memory, memory
+
+    anyio.run(main)
+
+
 def test_an_item_written_with_a_key_is_forgotten_by_its_key(live, runtime):
     _k, key = create_key(runtime.pool, "alice")
     _b, bob_key = create_key(runtime.pool, "bob")

@@ -42,6 +42,7 @@ from ..vocabulary import (
     MAX_SEARCH_LIMIT,
     MAX_TIMELINE_LIMIT,
     MIN_BUDGET,
+    WRITABLE_SOURCES,
     ContentType,
     ContextMode,
     Scope,
@@ -113,8 +114,12 @@ def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
         msg = f"invalid `{exc.field}`: {exc.message}. Change `{exc.field}` and call again."
         raise ToolError(msg) from None
     except NotFoundError as exc:
-        hint = ("Use the retrieval_id mem.context returned (for your own builds)." if str(exc).startswith("retrieval ")
-                else "Use ids returned by mem.search (for your own memories).")
+        if str(exc).startswith("retrieval "):
+            hint = "Use the retrieval_id mem.context returned (for your own builds)."
+        elif str(exc).startswith(tuple(f"no {s} " for s in WRITABLE_SOURCES)):  # mem.search returns memories only
+            hint = "Use the id or key its mem.record_* call returned, or an id from mem.context (for your own items)."
+        else:
+            hint = "Use ids returned by mem.search (for your own memories)."
         raise ToolError(f"{exc}. {hint}") from None
     except UserError as exc:
         raise ToolError(str(exc)) from None
