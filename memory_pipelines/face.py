@@ -312,7 +312,9 @@ class Memory:
         counts what would go. An erase that finds nothing of hers records nothing (`audit_id` None)."""
         from .store.removal import erase_owner
 
-        return erase_owner(self.pool, owner, confirm=confirm, dry_run=dry_run, actor=actor)
+        if isinstance(confirm, str):  # it repeats the owner as given, and the owner is taken stripped
+            confirm = confirm.strip()
+        return erase_owner(self.pool, _owner(owner), confirm=confirm, dry_run=dry_run, actor=actor)
 
     def removals(self, owner: str, *, limit: int = 50, cursor: str | None = None) -> dict[str, Any]:
         """The owner's audit trail of removals, newest first (no removed content)."""

@@ -392,6 +392,19 @@ def test_the_library_reads_a_padded_owner_as_it_writes_it(memory):
         assert caught.value.field == "owner"
 
 
+def test_the_library_erases_a_padded_owner_confirmed_as_given(memory):
+    """`Memory.erase(" alice ", confirm=" alice ")` was refused ('repeat the owner id'): the owner was stripped and
+    the confirmation, repeating it as given, was not. Both now read as the owner."""
+    memory.write(" alice ", "task", {"title": "Rotate the marmalade keys"})
+    assert memory.erase(" alice ", confirm=" alice ")["counts"]["tasks"] == 1
+    assert memory.search("alice", "marmalade", mode="keyword").hits == []
+    memory.write("alice", "task", {"title": "Rotate the marmalade keys"})
+    with pytest.raises(ValidationError) as caught:
+        memory.erase("alice", confirm=" bob ")
+    assert caught.value.field == "confirm"
+    assert len(memory.search("alice", "marmalade", mode="keyword").hits) == 1
+
+
 def test_memory_writes_are_embedded_by_the_worker_and_found_by_a_context_build(memory, pool):
     ids = {}
     for source, item in ONE.items():
