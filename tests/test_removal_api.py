@@ -135,6 +135,18 @@ def test_route_examples_validate_and_sources_agree():
     assert set(get_args(Forgettable)) == set(FORGETTABLE) == {*routes.ITEM_PATHS, "memory"}
 
 
+def test_an_erase_with_a_misspelt_dry_run_is_refused_and_removes_nothing(two, runtime):
+    """`DELETE /api/owner?confirm=alice&dryRun=true` (the API's camelCase elsewhere: topK, tokenBudget) ignored
+    dryRun and erased every row of alice: a parameter an erase does not take is now a 422 naming it."""
+    a = two["alice"][0]
+    before = owner_rows(runtime.pool, "alice")
+    for typo in ("dryRun", "dry-run", "dryrun"):
+        r = a.delete("/api/owner", params={"confirm": "alice", typo: "true"})
+        assert r.status_code == 422 and r.json()["field"] == typo, r.text
+    assert owner_rows(runtime.pool, "alice") == before and a.get("/whoami").status_code == 200
+    assert a.delete("/api/owner", params={"confirm": "alice", "dry_run": "true"}).json()["dry_run"]
+
+
 @pytest.fixture
 def mcp_http(runtime):
     with LiveServer(build_http_app(Memory(runtime, llm=None))) as srv:

@@ -13,6 +13,7 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from ....infra.errors import ValidationError
 from ....store.removal.audit import MAX_AUDIT_LIMIT
 from ...encode import to_json
 from .. import models as m
@@ -144,6 +145,9 @@ def drop_project(project_key: Annotated[m.Name, Path(description="A project key 
     return to_json(memory.drop_project(owner, project_key, actor=actor(request, memory)))
 
 
+ERASE_PARAMS = frozenset({"confirm", "dry_run", "owner_id"})
+
+
 @router.delete("/api/owner", summary="Erase everything of the key's owner", response_model=Erased,
                responses=READ)
 def erase_owner(
@@ -158,6 +162,9 @@ def erase_owner(
     in one transaction; the answer counts what went per table. Without `confirm` equal to the owner id it is a
     422 naming `confirm` and nothing is removed; `dry_run=true` counts what would go. The trail keeps one row:
     the record of the erase (counts only)."""
+    for name in request.query_params:  # a misspelt dry_run (dryRun) beside confirm would erase for real
+        if name not in ERASE_PARAMS:
+            raise ValidationError(name, "is not a parameter of an erase (confirm, dry_run): nothing was removed")
     out: dict[str, Any] = memory.erase(owner, confirm=confirm, dry_run=dry_run, actor=actor(request, memory))
     return to_json(out)
 
