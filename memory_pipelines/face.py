@@ -335,13 +335,14 @@ class Memory:
 
         return export_owner(self.pool, owner, directory, include_log=include_log)
 
-    def prune(self, **ages: Any) -> dict[str, Any]:
+    def prune(self, *, dry_run: bool = False, **ages: Any) -> dict[str, Any]:
         """Prune the retrieval log and the events past their retention ages (the settings', or `candidates=`,
         `builds=`, `events=` given as '30d', '36h'..., at least a day), the hit rates rolled up first; the rows
-        removed."""
-        from .operations.retention import RetentionPolicy, prune
+        removed (`dry_run`: that would be, nothing removed)."""
+        from .operations.retention import RetentionPolicy, prune, would_prune
 
-        return prune(self.pool, RetentionPolicy.from_env(**ages)).as_dict()
+        policy = RetentionPolicy.from_env(**ages)
+        return (would_prune(self.pool, policy) if dry_run else prune(self.pool, policy)).as_dict()
 
     def log_status(self) -> dict[str, Any]:
         """The retrieval log's size and the oldest row kept, per table."""

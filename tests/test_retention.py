@@ -170,6 +170,23 @@ def test_retention_ages_are_checked_and_name_their_field() -> None:
                                                                  retention.DEFAULT_AGES["events"])
 
 
+def test_the_library_prune_counts_on_a_dry_run_and_refuses_a_name_it_does_not_take(runtime, logged) -> None:
+    """`Memory.prune(dry_run=True)` and `prune(older_than="120d")` (the CLI's flags) were taken as ages of no
+    part, ignored: both pruned for real at the default ages."""
+    from memory_pipelines import Memory
+
+    memory = Memory(runtime, llm=None)
+    before = _counts(runtime.pool)
+    preview = memory.prune(dry_run=True, events="45d")
+    assert preview["dry_run"] and preview["removed"]["events"] > 0 and _counts(runtime.pool) == before
+    for name in ("older_than", "bogus"):
+        with pytest.raises(ValidationError) as err:
+            memory.prune(**{name: "120d"})
+        assert err.value.field == name
+    assert _counts(runtime.pool) == before
+    assert memory.prune(events="45d")["removed"]["events"] == preview["removed"]["events"]
+
+
 def test_the_roll_up_buckets_are_the_tuners() -> None:
     assert (*retention.AGE_EDGES, math.inf) == report.AGE_EDGES
     assert (retention.AGE_LABELS, retention.NO_AGE) == (report.AGE_LABELS, report.NO_AGE)

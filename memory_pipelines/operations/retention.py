@@ -128,6 +128,9 @@ class RetentionPolicy:
         import os
 
         env = os.environ if env is None else env
+        for name in overrides:  # a misnamed age (older_than) would otherwise prune at the default ones
+            if name not in DEFAULT_AGES:
+                raise ValidationError(name, f"is not a retention part: give {', '.join(DEFAULT_AGES)}")
         ages = {}
         for part, default in DEFAULT_AGES.items():
             raw = overrides.get(part)
