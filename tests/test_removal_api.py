@@ -135,14 +135,18 @@ def test_route_examples_validate_and_sources_agree():
     assert set(get_args(Forgettable)) == set(FORGETTABLE) == {*routes.ITEM_PATHS, "memory"}
 
 
-def test_an_erase_with_a_misspelt_dry_run_is_refused_and_removes_nothing(two, runtime):
+def test_a_removal_with_a_misspelt_or_guessed_dry_run_is_refused_and_removes_nothing(two, runtime):
     """`DELETE /api/owner?confirm=alice&dryRun=true` (the API's camelCase elsewhere: topK, tokenBudget) ignored
-    dryRun and erased every row of alice: a parameter an erase does not take is now a 422 naming it."""
-    a = two["alice"][0]
+    dryRun and erased every row of alice, and `DELETE /projects/agent-mem?dry_run=true` (as the erase takes it)
+    dropped the project: a query parameter a removal does not take is now a 422 naming it."""
+    a, alice = two["alice"][0], two["alice"][1]
     before = owner_rows(runtime.pool, "alice")
     for typo in ("dryRun", "dry-run", "dryrun"):
         r = a.delete("/api/owner", params={"confirm": "alice", typo: "true"})
         assert r.status_code == 422 and r.json()["field"] == typo, r.text
+    for path in ("/projects/agent-mem", f"/api/tasks/{alice['task']}", f"/memories/{alice['memory']}"):
+        r = a.delete(path, params={"dry_run": "true"})
+        assert r.status_code == 422 and r.json()["field"] == "dry_run", (path, r.text)
     assert owner_rows(runtime.pool, "alice") == before and a.get("/whoami").status_code == 200
     assert a.delete("/api/owner", params={"confirm": "alice", "dry_run": "true"}).json()["dry_run"]
 

@@ -104,8 +104,14 @@ class Removals(_Out):
     next_cursor: str | None
 
 
-def actor(request: Request, memory: MemoryDep) -> str:
-    """The id of the request's key (resolved already by `Owner`): who the audit trail names."""
+def actor(request: Request, memory: MemoryDep, takes: frozenset[str] = frozenset()) -> str:
+    """The id of the request's key (resolved already by `Owner`): who the audit trail names. A query parameter
+    the removal does not take (`takes`, and `owner_id`) is refused first: a misspelt or guessed dry run
+    (`dryRun`, or `dry_run` where there is none) would otherwise remove for real."""
+    for name in request.query_params:
+        if name not in takes and name != "owner_id":
+            given = f"it takes {', '.join(sorted(takes))}" if takes else "it takes none"
+            raise ValidationError(name, f"is not a parameter of this removal ({given}): nothing was removed")
     _, _, key = (request.headers.get("authorization") or "").partition(" ")
     return memory.key_id(key.strip()) or "api"
 
@@ -145,9 +151,6 @@ def drop_project(project_key: Annotated[m.Name, Path(description="A project key 
     return to_json(memory.drop_project(owner, project_key, actor=actor(request, memory)))
 
 
-ERASE_PARAMS = frozenset({"confirm", "dry_run", "owner_id"})
-
-
 @router.delete("/api/owner", summary="Erase everything of the key's owner", response_model=Erased,
                responses=READ)
 def erase_owner(
@@ -162,10 +165,8 @@ def erase_owner(
     in one transaction; the answer counts what went per table. Without `confirm` equal to the owner id it is a
     422 naming `confirm` and nothing is removed; `dry_run=true` counts what would go. The trail keeps one row:
     the record of the erase (counts only)."""
-    for name in request.query_params:  # a misspelt dry_run (dryRun) beside confirm would erase for real
-        if name not in ERASE_PARAMS:
-            raise ValidationError(name, "is not a parameter of an erase (confirm, dry_run): nothing was removed")
-    out: dict[str, Any] = memory.erase(owner, confirm=confirm, dry_run=dry_run, actor=actor(request, memory))
+    who = actor(request, memory, frozenset({"confirm", "dry_run"}))
+    out: dict[str, Any] = memory.erase(owner, confirm=confirm, dry_run=dry_run, actor=who)
     return to_json(out)
 
 
