@@ -115,3 +115,12 @@ def test_export_of_an_owner_without_rows_is_refused_unless_allowed(db_url, pool,
     assert empty["files"]["tasks.jsonl"] == 0
     assert _ok(_cli(db_url, "export", str(tmp_path / "alice"), "--owner", "alice", "--json"))["files"][
         "tasks.jsonl"] == 1
+
+
+def test_an_export_into_a_folder_that_cannot_be_made_is_refused_naming_dir(db_url, pool, tmp_path):
+    """A path under a file (or unwritable) ended in a FileNotFoundError / NotADirectoryError traceback, exit 1."""
+    with pool.connection() as conn:
+        add_task(conn, "alice", "a task")
+    (tmp_path / "afile").write_text("x")
+    message = _refused(_cli(db_url, "export", str(tmp_path / "afile" / "out"), "--owner", "alice"), "dir")
+    assert "cannot make the folder" in message

@@ -175,9 +175,12 @@ def _target(directory: str | Path) -> Path:
     if not isinstance(directory, str | Path) or not str(directory).strip():
         raise ValidationError("dir", "must be a folder path")
     path = Path(directory)
-    if path.exists() and (not path.is_dir() or any(path.iterdir())):
-        raise ValidationError("dir", f"{path} exists and is not an empty folder; export into a new one")
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        if path.exists() and (not path.is_dir() or any(path.iterdir())):
+            raise ValidationError("dir", f"{path} exists and is not an empty folder; export into a new one")
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # under a file, unwritable, read-only: the folder's fault, not a crash
+        raise ValidationError("dir", f"cannot make the folder {path}: {exc.strerror or exc}") from None
     return path
 
 
