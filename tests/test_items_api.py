@@ -4,12 +4,16 @@ when bad (422 naming the field and the item, or `items` over the batch size; not
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 import httpx
+import psycopg
 import pytest
 
 from memory_pipelines.infra.auth import create_key
 from memory_pipelines.store.item_contract import MAX_OBJECT_DEPTH
-from memory_pipelines.vocabulary import MAX_BATCH, MAX_ITEM_KEY, MAX_ITEM_TEXT, WRITE_TABLES
+from memory_pipelines.vocabulary import LOCK_KEYWORD_STATS, MAX_BATCH, MAX_ITEM_KEY, MAX_ITEM_TEXT, WRITE_TABLES
 from tests.test_api import client
 from tests.test_items import ONE, WORD
 
@@ -92,6 +96,35 @@ def test_rewriting_a_key_over_http_updates_in_place(app, alice, runtime):
     assert len(rows) == 2 and rows[0]["content"] == "raise the pool to 80"
     assert app.state.embed_worker.wait_idle(30)
     assert _rows(runtime.pool, "learning")[0]["embedded_at"] > embedded_at  # the changed text was re-embedded
+
+
+def _lock_waits(db_url: str, n: int) -> None:
+    """Until `n` sessions wait on a lock (each look a fresh connection: a transaction keeps its first snapshot)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            if conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                            " AND wait_event_type = 'Lock'").fetchone()[0] >= n:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"{n} writes never waited on a lock")
+
+
+def test_two_clients_writing_one_new_key_at_once_store_it_once_and_the_second_is_unchanged(alice, runtime, db_url):
+    """The second write's upsert read the row as absent (it was not committed yet), dated the item now and, on
+    the conflict, took its own time as a change: `updated`, a new created_at, re-indexed and re-embedded."""
+    with psycopg.connect(db_url) as holder, ThreadPoolExecutor(2) as ex:
+        holder.execute("SELECT pg_advisory_xact_lock(%s, hashtext('task:alice:stats'))", (LOCK_KEYWORD_STATS,))
+        first = ex.submit(alice.post, "/api/tasks", json=ONE["task"])
+        _lock_waits(db_url, 1)  # the first write inserted its row and waits to count it in alice's statistics
+        second = ex.submit(alice.post, "/api/tasks", json=ONE["task"])
+        _lock_waits(db_url, 2)  # the second waits on the first's uncommitted row
+        holder.commit()
+        answers = [first.result(30), second.result(30)]
+    assert [a.status_code for a in answers] == [201, 201], [a.text for a in answers]
+    assert [a.json()["action"] for a in answers] == ["created", "unchanged"]
+    rows = _rows(runtime.pool, "task")
+    assert len(rows) == 1 and str(rows[0]["id"]) == answers[0].json()["id"] == answers[1].json()["id"]
 
 
 def test_patch_changes_a_task_status_re_embeds_it_and_deactivation_hides_items(app, alice, runtime):

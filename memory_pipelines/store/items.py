@@ -92,24 +92,36 @@ def _stage(conn: psycopg.Connection, source: str, items: list[dict[str, Any]], i
 
 
 def _upsert(
-    conn: psycopg.Connection, source: str, owner: str, stage: str, where: str, conflict: str | None, match: str,
+    conn: psycopg.Connection, source: str, owner: str, stage: str, where: str, conflict: str | None,
     order: str = "s.i",
 ) -> list[tuple[str, str | None, str | None, bool]]:
     """INSERT the staged rows passing `where`, in `order`; on a `conflict` update the row when a field differs.
-    `match` joins a staged row `s` to the stored row `e` it would update. Rows that may conflict go in the order
-    of their conflict's key, so concurrent writes of the same rows lock them in the same order.
-    Returns (id, key, name, created) of each row inserted or updated (unchanged ones are not returned)."""
-    specs = _specs(source)
+    Rows that may conflict go in the order of their conflict's key, so concurrent writes of the same rows lock
+    them in the same order. Returns (id, key, name, created) of each row inserted or updated (unchanged ones are
+    not returned)."""
+    cols = [s.db_column for s in _specs(source) if s.name != "at"]
+    if not conflict:
+        return _insert(conn, source, owner, stage, where, order, cols, None)
+    # Items without `at` are upserted apart and keep the row's time: read beforehand, it missed a concurrent
+    # write's row, and the conflict took the time of now as a change (`updated`, re-indexed, re-embedded).
+    return [*_insert(conn, source, owner, stage, f"{where} AND s.created_at IS NOT NULL", order, cols,
+                     (conflict, [*cols, "created_at"])),
+            *_insert(conn, source, owner, stage, f"{where} AND s.created_at IS NULL", order, cols, (conflict, cols))]
+
+
+def _insert(
+    conn: psycopg.Connection, source: str, owner: str, stage: str, where: str, order: str, cols: list[str],
+    on_conflict: tuple[str, list[str]] | None,
+) -> list[tuple[str, str | None, str | None, bool]]:
+    """One INSERT of the staged rows passing `where` (dated now when without `at`); `on_conflict`: the conflict
+    and the columns a conflicting row takes when one of them differs."""
     table = WRITE_TABLES[source]
-    cols = [s.db_column for s in specs if s.name != "at"]
     values = ", ".join(f"s.{c}" for c in cols)
-    # An item without `at` keeps the stored time of the row it rewrites (or is dated now).
-    select = (f"SELECT s.id, %(owner)s, s.key, {values}, coalesce(s.created_at, e.created_at, now()), now()"
-              f" FROM {stage} s LEFT JOIN {table} e ON e.owner_id = %(owner)s AND {match}"
-              f" WHERE {where} ORDER BY {order}")
-    sql = f"INSERT INTO {table} AS t (id, owner_id, key, {', '.join(cols)}, created_at, updated_at) {select}"
-    if conflict:
-        changed = [*cols, "created_at"]
+    sql = (f"INSERT INTO {table} AS t (id, owner_id, key, {', '.join(cols)}, created_at, updated_at)"
+           f" SELECT s.id, %(owner)s, s.key, {values}, coalesce(s.created_at, now()), now() FROM {stage} s"
+           f" WHERE {where} ORDER BY {order}")
+    if on_conflict:
+        conflict, changed = on_conflict
         sql += (f" ON CONFLICT {conflict} DO UPDATE SET "
                 + ", ".join(f"{c} = EXCLUDED.{c}" for c in changed) + ", updated_at = now()"
                 + f" WHERE ({', '.join('t.' + c for c in changed)}) IS DISTINCT FROM"
@@ -197,12 +209,11 @@ def _write_valid(pool: ConnectionPool, owner: str, source: str, valid: list[dict
             _check_capability_names(conn, owner, valid)
         stage = _stage(conn, source, valid, staged_ids)
         written = _upsert(conn, source, owner, stage, "s.key IS NOT NULL", "(owner_id, key) WHERE key IS NOT NULL",
-                          "e.key = s.key", "s.key")
+                          "s.key")
         if source == "capability":  # the name is unique per owner: a capability without a key is found by it
-            written += _upsert(conn, source, owner, stage, "s.key IS NULL", "(owner_id, name)", "e.name = s.name",
-                               "s.name")
+            written += _upsert(conn, source, owner, stage, "s.key IS NULL", "(owner_id, name)", "s.name")
         else:
-            written += _upsert(conn, source, owner, stage, "s.key IS NULL", None, "false")
+            written += _upsert(conn, source, owner, stage, "s.key IS NULL", None)
         result = _results(conn, source, owner, valid, staged_ids, written)
         changed = [r["id"] for r in result.results if r["action"] != "unchanged"]
         if source in INDEXED and changed:
