@@ -312,3 +312,17 @@ def test_a_keyless_capability_rewriting_a_keyed_one_by_name_says_updated_and_is_
     again = alice.post("/api/capabilities", json={"name": "helm", "description": "charts quokka"}).json()
     assert again["action"] == "unchanged"
     assert [(row["key"], row["description"]) for row in _rows(runtime.pool, "capability")] == [("h1", "charts quokka")]
+
+
+def test_a_write_with_a_query_parameter_it_does_not_take_is_refused_and_changes_nothing(alice, runtime):
+    """`POST /api/tasks?dry_run=true` (as the erase takes it) rewrote the keyed task for real, clearing the fields
+    the body left out; any change (POST, PATCH, DELETE) now refuses a query parameter it does not take."""
+    alice.post("/api/tasks", json={"key": "T-1", "title": "Fix the gateway", "status": "in_progress"})
+    before = _rows(runtime.pool, "task")
+    for method, path, body in [("POST", "/api/tasks", {"key": "T-1", "title": "Fix the gateway"}),
+                               ("POST", "/api/tasks/batch", {"items": [{"key": "T-1", "title": "x"}]}),
+                               ("PATCH", "/api/tasks/T-1", {"status": "failed"})]:
+        r = alice.request(method, path, json=body, params={"dry_run": "true"})
+        assert r.status_code == 422 and r.json()["field"] == "dry_run", (method, path, r.text)
+    assert _rows(runtime.pool, "task") == before
+    assert alice.get("/api/brain/memory/builds", params={"limit": 1, "_": "1"}).status_code == 200  # reads: as before

@@ -283,8 +283,26 @@ class StrictJsonRoute(APIRoute):
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
+        takes = _query_names(self.dependant) | {"owner_id"}
 
         async def strict(request: Request) -> Response:
+            if request.method not in _READS:  # a guessed `dry_run` on a change would change for real
+                for name in request.query_params:
+                    if name not in takes:
+                        given = ", ".join(sorted(takes - {"owner_id"})) or "none"
+                        raise ValidationError(name, f"is not a parameter of {request.method} {self.path} (it takes"
+                                                    f" {given}): nothing was changed")
             return await handler(_StrictJsonRequest(request.scope, request.receive))
 
         return strict
+
+
+_READS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def _query_names(dependant: Any) -> set[str]:
+    """The query parameters a route reads, its dependencies' included."""
+    names = {p.alias for p in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_names(sub)
+    return names

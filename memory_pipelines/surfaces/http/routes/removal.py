@@ -13,7 +13,6 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from ....infra.errors import ValidationError
 from ....store.removal.audit import MAX_AUDIT_LIMIT
 from ...encode import to_json
 from .. import models as m
@@ -104,14 +103,8 @@ class Removals(_Out):
     next_cursor: str | None
 
 
-def actor(request: Request, memory: MemoryDep, takes: frozenset[str] = frozenset()) -> str:
-    """The id of the request's key (resolved already by `Owner`): who the audit trail names. A query parameter
-    the removal does not take (`takes`, and `owner_id`) is refused first: a misspelt or guessed dry run
-    (`dryRun`, or `dry_run` where there is none) would otherwise remove for real."""
-    for name in request.query_params:
-        if name not in takes and name != "owner_id":
-            given = f"it takes {', '.join(sorted(takes))}" if takes else "it takes none"
-            raise ValidationError(name, f"is not a parameter of this removal ({given}): nothing was removed")
+def actor(request: Request, memory: MemoryDep) -> str:
+    """The id of the request's key (resolved already by `Owner`): who the audit trail names."""
     _, _, key = (request.headers.get("authorization") or "").partition(" ")
     return memory.key_id(key.strip()) or "api"
 
@@ -165,8 +158,7 @@ def erase_owner(
     in one transaction; the answer counts what went per table. Without `confirm` equal to the owner id it is a
     422 naming `confirm` and nothing is removed; `dry_run=true` counts what would go. The trail keeps one row:
     the record of the erase (counts only)."""
-    who = actor(request, memory, frozenset({"confirm", "dry_run"}))
-    out: dict[str, Any] = memory.erase(owner, confirm=confirm, dry_run=dry_run, actor=who)
+    out: dict[str, Any] = memory.erase(owner, confirm=confirm, dry_run=dry_run, actor=actor(request, memory))
     return to_json(out)
 
 
