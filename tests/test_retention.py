@@ -13,6 +13,7 @@ import pytest
 
 from memory_pipelines.context.history import hit_rates
 from memory_pipelines.index.keywords import index_all
+from memory_pipelines.infra.auth import create_key
 from memory_pipelines.infra.errors import ValidationError
 from memory_pipelines.operations import retention
 from memory_pipelines.operations.retention import RetentionPolicy, log_status, parse_age, prune
@@ -23,6 +24,7 @@ from memory_pipelines.tuning.rollup import rolled_up, with_rolled_up
 from memory_pipelines.tuning.run import run_tuning
 from tests.factories import add_event
 from tests.removal_world import builds_with_feedback, keyword_state, settle, stats_of_docs, write_owner
+from tests.test_api import client
 
 QUERIES = ["deploy release checklist", "memory vectors pgvector", "trip to Lisbon", "deploy timeout retry",
            "login dark mode", "embedding writes COPY"]
@@ -204,4 +206,20 @@ def test_concurrent_prunes_count_every_row_once(pool, logged) -> None:
     with ThreadPoolExecutor(2) as ex:
         results = list(ex.map(lambda _i: run(), range(2)))
     assert sum(r.removed["retrievals"] for r in results) == 2 * 10
+    assert hit_rates(pool, "alice", days=200) == before
+
+
+def test_feedback_on_a_build_whose_candidates_were_pruned_is_refused_and_the_history_stays(pool, logged, live):
+    """Feedback after the prune took a build's candidates (rolled up as without feedback) set its feedback_at:
+    the history then counted a build with feedback whose injected items it never counted."""
+    prune(pool, RetentionPolicy(candidates=timedelta(days=30), builds=timedelta(days=365)))
+    with pool.connection() as conn:
+        rid = conn.execute("SELECT id::text FROM retrievals WHERE owner_id = 'alice' AND feedback_at IS NULL"
+                           " AND candidates_pruned_at IS NOT NULL LIMIT 1").fetchone()[0]
+    before = hit_rates(pool, "alice", days=200)
+    alice = client(live, create_key(pool, "alice")[1])
+    for path, body in (("/api/brain/memory/feedback", {"retrieval_id": rid, "used_ids": []}),
+                       ("/api/brain/memory/feedback/implicit", {"retrieval_id": rid, "output": "deploy checklist"})):
+        answer = alice.post(path, json=body)
+        assert answer.status_code == 422 and "retrieval_id" in answer.text and "pruned" in answer.text, answer.text
     assert hit_rates(pool, "alice", days=200) == before

@@ -159,6 +159,18 @@ def write_log(
     return retrieval_id
 
 
+def _lock_build(conn: psycopg.Connection, owner: str, retrieval_id: str) -> None:
+    """Lock the owner's build for its feedback; refused once a prune took its candidates, which were rolled up
+    as without feedback (marking it then would count a build with feedback and none of its items)."""
+    found = conn.execute("SELECT candidates_pruned_at FROM retrievals WHERE id = %s AND owner_id = %s FOR UPDATE",
+                         (retrieval_id, owner)).fetchone()
+    if not found:
+        raise NotFoundError(f"retrieval {retrieval_id} not found")
+    if found[0] is not None:
+        raise ValidationError("retrieval_id", f"this build's candidates were pruned by retention on"
+                                              f" {found[0]:%Y-%m-%d}: its feedback can no longer be recorded")
+
+
 def record_feedback(pool: ConnectionPool, owner: str, retrieval_id: str, used_ids: Sequence[str]) -> int:
     """Mark which injected items of one build were used; returns how many were marked.
 
@@ -173,11 +185,7 @@ def record_feedback(pool: ConnectionPool, owner: str, retrieval_id: str, used_id
         raise NotFoundError(f"retrieval {retrieval_id} not found")
     retrieval_id = canonical_uuid(retrieval_id)  # the id as logged, whatever case the caller wrote it in
     with pool.connection() as conn, conn.transaction():
-        found = conn.execute(  # the build first, then its candidates, as implicit feedback locks them
-            "SELECT 1 FROM retrievals WHERE id = %s AND owner_id = %s FOR UPDATE", (retrieval_id, owner)
-        ).fetchone()
-        if not found:
-            raise NotFoundError(f"retrieval {retrieval_id} not found")
+        _lock_build(conn, owner, retrieval_id)  # the build first, then its candidates, as implicit feedback does
         shown = {r[0] for r in conn.execute(
             "SELECT item_id FROM retrieval_candidates WHERE retrieval_id = %s AND owner_id = %s AND injected",
             (retrieval_id, owner),
@@ -290,7 +298,7 @@ def record_implicit_feedback(
                                          [vectors.get((r[0], r[1])) for r in rows])
     marked = 0
     with pool.connection() as conn, conn.transaction():
-        conn.execute("SELECT 1 FROM retrievals WHERE id = %s FOR UPDATE", (retrieval_id,))
+        _lock_build(conn, owner, retrieval_id)
         explicit = conn.execute(
             "SELECT count(*) > 0 FROM retrieval_candidates WHERE retrieval_id = %s AND used_by = 'explicit'",
             (retrieval_id,),
