@@ -213,3 +213,20 @@ def test_an_empty_batch_is_refused_naming_items(cli_env, pool, capsys):
     """`write task --json '[]'` exited 0 having written nothing, where HTTP answers an empty batch with a 422."""
     assert main(["write", "task", "--json", "[]"]) == 2
     assert "items: must hold 1 to" in capsys.readouterr().err
+
+
+def test_embed_skips_a_row_a_write_holds_instead_of_waiting_on_it(cli_env, pool, capsys):
+    """The embedding UPDATE locked its batch's rows in the join's order and waited on one a write held: a batch
+    write locking the same rows in key order deadlocked with it (a 503 over HTTP, the worker's pass lost). It
+    now skips a held row, left pending for the next pass."""
+    assert main(["write", "learning", "--json", '[{"key": "L-1", "title": "Pool sizes"}, {"key": "L-2",'
+                 ' "title": "Retry with jitter"}]']) == 0
+    with ThreadPoolExecutor(1) as ex, pool.connection() as holder:  # the lock goes first on a failure
+        holder.execute("SELECT 1 FROM learnings WHERE key = 'L-2' FOR UPDATE")  # a write of L-2, not committed
+        assert ex.submit(main, ["embed"]).result(20) == 0
+        with pool.connection() as conn:
+            embedded = dict(conn.execute("SELECT key, embedding IS NOT NULL FROM learnings").fetchall())
+        assert embedded == {"L-1": True, "L-2": False}
+    assert main(["embed"]) == 0
+    with pool.connection() as conn:
+        assert conn.execute("SELECT count(*) FROM learnings WHERE embedding IS NULL").fetchone()[0] == 0

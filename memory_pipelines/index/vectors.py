@@ -114,9 +114,14 @@ def _write_batch(
             for (item_id, _text, content_hash, _owner), vec in zip(rows, vectors, strict=True):
                 copy.write_row((item_id, vec, content_hash))
         cur.execute(
-            f"UPDATE {source.table} t SET embedding = s.embedding, embedding_model = %(model)s,"
+            # A row a write holds is skipped, left pending for the next pass: waiting on it, in the join's order,
+            # deadlocked with a batch write locking the same rows in key order.
+            f"WITH free AS (SELECT t.id FROM {source.table} t JOIN embed_staging s ON t.id = s.id::{source.id_type}"
+            f" ORDER BY t.id FOR UPDATE OF t SKIP LOCKED)"
+            f" UPDATE {source.table} t SET embedding = s.embedding, embedding_model = %(model)s,"
             " embedded_hash = s.hash, embedded_at = now()"
-            f" FROM embed_staging s WHERE t.id = s.id::{source.id_type} AND t.content_hash = s.hash"
+            f" FROM embed_staging s, free WHERE t.id = free.id AND t.id = s.id::{source.id_type}"
+            " AND t.content_hash = s.hash"
             # Only rows still pending: a concurrent run of the same rows that wrote first keeps its write,
             # and each row is counted embedded once.
             f" AND ({NEEDS_EMBEDDING})",
