@@ -456,6 +456,7 @@ class BearerKeyMiddleware:
                 return
         await self.app(scope, receive, send)
 
+
 def build_http_app(memory: Memory, host: str = "127.0.0.1", path: str = "/mcp") -> Any:
     """The streamable-HTTP ASGI app (MCP endpoint at `path`), behind bearer-key authentication."""
     server = build_server(memory, key_owner(memory))
