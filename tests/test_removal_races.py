@@ -366,3 +366,39 @@ def test_a_forget_waits_for_a_build_logging_its_memory_then_scrubs_that_log(pool
     finally:
         pool.putconn(conn)
     assert rows_mentioning(pool, "zqrace11", skip=("removals",)) == {}
+
+
+def test_the_fragment_embedding_meeting_a_project_drop_waits_for_it_instead_of_deadlocking(pool) -> None:
+    """A drop locks the project's memories, then deletes their fragments; the fragment embedding updated
+    fragments first, then locked their memories to set the memory vector: the two deadlocked (a 503 over HTTP).
+    The embedding now locks the memories first, in id order, so it waits for the drop holding no fragment."""
+    embedder = FakeEmbedder(384)
+    dropped = ingest_memory(pool, embedder, None, "alice", content="zqrace12 the old launch checklist",
+                            content_type="plan", project_name="legacy", wait=False, conflict_threshold=T)
+    kept = ingest_memory(pool, embedder, None, "alice", content="The on-call rota changes on Mondays.",
+                         content_type="plan", project_name="ops", wait=False, conflict_threshold=T)
+    with ThreadPoolExecutor(1) as ex:
+        with pool.connection() as drop:  # the drop's steps, in its order
+            drop.execute("SELECT id FROM memories WHERE id = %s FOR UPDATE", (dropped.id,))
+            backfill = ex.submit(embed_source, pool, embedder, "fragment", defer_index=False)
+            assert _waiting_on_a_lock(pool)  # the embedding waits on the dropped memory
+            drop.execute("SET LOCAL lock_timeout = '5s'")
+            assert drop.execute("DELETE FROM fragments WHERE memory_id = %s", (dropped.id,)).rowcount >= 1
+            drop.execute("DELETE FROM memories WHERE id = %s", (dropped.id,))
+        result = backfill.result(WAIT)
+    assert result.embedded >= 1 and not result.errors
+    with pool.connection() as conn:
+        status = dict(conn.execute("SELECT id, embedding_status FROM memories").fetchall())
+        pending = conn.execute("SELECT count(*) FROM fragments WHERE embedding IS NULL").fetchone()[0]
+    assert status == {kept.id: "done"} and pending == 0
+
+
+def _waiting_on_a_lock(pool, seconds: float = WAIT) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with pool.connection() as conn:
+            if conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                            " AND datname = current_database()").fetchone()[0]:
+                return True
+        time.sleep(0.05)
+    return False

@@ -161,15 +161,22 @@ def finish_memories(conn: psycopg.Connection, model: str, fragment_ids: Sequence
             {"model": model},
         )
         return cur.rowcount
-    ids = [r[0] for r in conn.execute(
-        "SELECT id FROM memories WHERE id IN (SELECT memory_id FROM fragments WHERE id = ANY(%s::text[]))"
-        " ORDER BY id FOR NO KEY UPDATE", (list(fragment_ids),)).fetchall()]
+    ids = lock_memories_of(conn, fragment_ids)
     if not ids:
         return 0
     ready = _READY_MEMORIES.format(which="mm.id = ANY(%(ids)s::text[])")
     cur = conn.execute(f"WITH ready AS ({ready}) {_SET_MEMORY_VECTOR} FROM ready s WHERE m.id = s.memory_id",
                        {"model": model, "ids": ids})
     return cur.rowcount
+
+
+def lock_memories_of(conn: psycopg.Connection, fragment_ids: Sequence[str]) -> list[str]:
+    """Lock the memories of `fragment_ids` in id order (waiting for a holder) and return their ids. The fragment
+    embedding takes them before the fragments: a removal locks memories, then their fragments, and the other
+    order deadlocked with it."""
+    return [r[0] for r in conn.execute(
+        "SELECT id FROM memories WHERE id IN (SELECT memory_id FROM fragments WHERE id = ANY(%s::text[]))"
+        " ORDER BY id FOR NO KEY UPDATE", (list(fragment_ids),)).fetchall()]
 
 
 def ensure_vector_indexes(conn: psycopg.Connection) -> list[str]:
@@ -251,6 +258,8 @@ def _load(
                 continue
             consecutive_failures = 0
             with pool.connection() as conn:
+                if source_name == "fragment":  # memories before their fragments, the order a removal locks in
+                    lock_memories_of(conn, [r[0] for r in rows])
                 result.embedded += _write_batch(conn, source, rows, vectors, model)
                 result.owners.update(r[3] for r in rows)
                 if source_name == "fragment":
