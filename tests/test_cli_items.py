@@ -68,6 +68,23 @@ def test_import_without_owner_uses_the_configured_one(cli_env, pool, tmp_path, c
     assert _rows(pool, "learnings") == [("carol", "a", "Feature flags expire")]
 
 
+
+def test_import_owner_cell_padded_is_that_owner_with_owner_as_without_it(cli_env, pool, tmp_path, capsys):
+    """A padded owner cell is stripped before --owner sees it; a cell of another owner is rejected naming both."""
+    table = tmp_path / "learnings.csv"
+    table.write_text("owner,key,title\n alice ,a,Feature flags expire\n", encoding="utf-8")
+    lines = _file(tmp_path, [{"owner": " alice ", "key": "b", "title": "Keep retries idempotent"}])
+    for path in (table, lines):
+        assert main(["import", str(path), "--source", "learning", "--owner", "alice"]) == 0, capsys.readouterr()
+    assert _rows(pool, "learnings") == [("alice", "a", "Feature flags expire"),
+                                        ("alice", "b", "Keep retries idempotent")]
+    capsys.readouterr()
+
+    other = _file(tmp_path, [{"owner": " bob ", "key": "c", "title": "Alert on queue depth"}])
+    assert main(["import", str(other), "--source", "learning", "--owner", "alice"]) == 1
+    assert "learnings.jsonl:1: owner: is 'bob', but the import's owner is 'alice'" in capsys.readouterr().err
+    assert [key for _o, key, _t in _rows(pool, "learnings")] == ["a", "b"]
+
 @pytest.mark.slow
 def test_a_bad_file_is_one_clear_line_without_a_traceback(cli_env, tmp_path):
     path = tmp_path / "tasks.parquet"

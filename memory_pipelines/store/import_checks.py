@@ -96,9 +96,12 @@ def _route(raw: dict[str, Any], source: str | None, owner: str | None, default_o
     if src not in IMPORT_SOURCES:
         raise ItemError("source", f"must be one of {list(IMPORT_SOURCES)}, got {str(src)[:40]!r}")
     row_owner = raw.pop("owner", None)
-    if row_owner is not None and owner is not None and row_owner != owner:
-        raise ItemError("owner", f"is {str(row_owner)[:40]!r}, but the import is {owner!r}'s")
-    who = row_owner if row_owner is not None else (owner or default_owner)
+    if row_owner is not None:
+        row_owner = validate_owner(row_owner)  # stripped as it is stored, so " alice " is alice with --owner too
+        if owner is not None and row_owner != validate_owner(owner):
+            raise ItemError("owner", f"is {row_owner[:40]!r}, but the import's owner is {owner!r}")
+        return src, row_owner
+    who = owner or default_owner
     if who is None:
         raise ItemError("owner", "is missing: give the row an owner column, or the import its owner")
     return src, validate_owner(who)

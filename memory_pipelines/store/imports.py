@@ -4,10 +4,11 @@
 writes: items through `write_items` in chunks (upserted by key, keyword-indexed at once, embedded later by the
 worker or the backfill), memories through the memory ingest with deferred embedding (`wait=False`).
 
-Rows. A row's source is its `source` column or the import's `source`; its owner is its `owner` column or the
-import's `owner` (a row naming another owner than the import's is rejected) or else `default_owner`. Its time
-is `at` (or `created_at`; `ts` for memories), kept as the item's own date. Other columns are the source's
-contract fields (vocabulary.WRITE_CONTRACTS; memories: MEMORY_FIELDS). Empty cells and nulls are absent.
+Rows. A row's source is its `source` column or the import's `source`; its owner is its `owner` column, stripped,
+or the import's `owner` (a row naming another owner than the import's, once stripped, is rejected) or else
+`default_owner`. Its time is `at` (or `created_at`; `ts` for memories), kept as the item's own date. Other columns
+are the source's contract fields (vocabulary.WRITE_CONTRACTS; memories: MEMORY_FIELDS). Empty cells and nulls are
+absent.
 
 Idempotent. A row with a `key` upserts the owner's item of that key; a task, learning, goal or event without
 one gets a key derived from its content (`row:` + a digest, and `.2`, `.3` for repeats of the same content in

@@ -161,7 +161,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--source", choices=[*sources, "memory"],
                    help="what every row is; without it, each row's `source` column says")
     p.add_argument("--owner", help="whose rows these are; without it, each row's `owner` column, else "
-                   "MEMORY_PIPELINES_OWNER or 'default'. A row naming another owner than --owner is rejected")
+                   "MEMORY_PIPELINES_OWNER or 'default'. A row naming another owner than --owner (its cell "
+                   "stripped) is rejected")
     p.add_argument("--format", choices=["jsonl", "csv", "parquet"], help="the format, when the suffix does not say")
     p.add_argument("--dry-run", action="store_true", help="check and count every row; write nothing")
     p.add_argument("--skip-invalid", action="store_true",
