@@ -403,7 +403,8 @@ def build_server(memory: Memory, owner_resolver: OwnerResolver) -> MCPServer:
             "Forget one of your items for good: a memory (with its versions), task, learning, capability, goal "
             "or event. source: which kind. id: its id (from mem.search, mem.get or mem.context), or the key you "
             "wrote it with. Afterwards no search, get, timeline or context returns any of it. An id that is not "
-            "yours, unknown or already forgotten is 'not found' and nothing is removed. Returns the rows removed."
+            "yours, unknown or already forgotten is 'not found' and nothing is removed. Returns the rows removed per "
+            "table; its retrieval_candidates counts retrieval-log rows scrubbed of the item (kept), not removed."
         ),
     )
     def forget_tool(

@@ -37,8 +37,8 @@ Counts = dict[str, int]
 
 class Forgotten(_Out):
     """What a forget removed: rows per table (the item, its keyword entries, fragments, versions, arbitration
-    records; `retrieval_candidates` counts log rows scrubbed of it; `contexts_rewritten` later conversation
-    turns indexed with it)."""
+    records; `retrieval_candidates` counts log rows scrubbed of it, kept, not deleted; `contexts_rewritten` later
+    conversation turns indexed with it)."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"source": "memory", "id": _MEM, "removed": {"memories": 1, "fragments": 2, "keyword_docs": 2,
@@ -52,7 +52,7 @@ class Forgotten(_Out):
 
 
 class ProjectDropped(_Out):
-    """What dropping a project removed, per table."""
+    """What dropping a project removed, per table (`retrieval_candidates`: log rows scrubbed, kept, not deleted)."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"project_key": "web-app", "removed": {"projects": 1, "memories": 12, "fragments": 15,
