@@ -8,7 +8,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from memory_pipelines.infra.auth import create_key
+from memory_pipelines.surfaces.cli import main
 from tests.factories import add_task
 from tests.removal_world import aged_log, owner_rows, settle, table_counts, write_owner
 
@@ -124,3 +127,26 @@ def test_an_export_into_a_folder_that_cannot_be_made_is_refused_naming_dir(db_ur
     (tmp_path / "afile").write_text("x")
     message = _refused(_cli(db_url, "export", str(tmp_path / "afile" / "out"), "--owner", "alice"), "dir")
     assert "cannot make the folder" in message
+
+
+@pytest.fixture
+def cli_db(db_url, monkeypatch) -> str:
+    """The CLI run in process (`main`) against the test database."""
+    monkeypatch.setenv("DATABASE_URL", db_url)
+    monkeypatch.setenv("MEMORY_PIPELINES_EMBEDDER", "fake")
+    return db_url
+
+
+def test_removals_of_an_owner_without_any_says_so_and_its_json_stays_an_empty_list(cli_db, pool, capsys):
+    """It printed nothing at all: no line told an empty trail from a command that did nothing."""
+    with pool.connection() as conn:
+        task = add_task(conn, "bob", "bob's task")
+    assert main(["removals", "--owner", "alice"]) == 0
+    assert capsys.readouterr().out == "no removals for alice\n"
+    assert main(["removals", "--owner", "alice", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"removals": [], "next_cursor": None}
+    assert main(["forget", "task", task, "--owner", "bob"]) == 0
+    capsys.readouterr()
+    assert main(["removals", "--owner", "bob"]) == 0
+    trail = capsys.readouterr().out
+    assert "no removals" not in trail and trail.count("by cli") == 1

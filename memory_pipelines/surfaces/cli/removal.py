@@ -53,6 +53,8 @@ def cmd_removals(args: argparse.Namespace) -> int:
     if args.json:
         _print(out, True, "")
         return 0
+    if not out["removals"]:  # silence read as a failed or unfinished command
+        print(f"no removals for {args.owner.strip()}")
     for r in out["removals"]:
         what = " ".join(x for x in (r["source"], r["item_id"]) if x)
         print(f"{r['at']}  {r['action']:<12} {what:<52} by {r['actor']}: {_counts(r['counts'])}")
