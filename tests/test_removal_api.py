@@ -224,3 +224,19 @@ def test_an_item_written_with_a_key_is_forgotten_by_its_key(live, runtime):
     assert b.delete("/projects/web%2Fapp").status_code == 404
     dropped = a.delete("/projects/web%2Fapp")
     assert dropped.status_code == 200 and dropped.json()["removed"]["projects"] == 1
+
+
+def test_a_drop_given_a_project_name_names_that_projects_key_and_removes_nothing(two, runtime):
+    """The name answered only "no project 'X'", though the owner's project of that name was one key away."""
+    (a, _alice, _), (b, _bob, _) = two["alice"], two["bob"]
+    for c, name, key in ((a, "Agent Memory", "agent-memory-key"), (b, "Agent Memory", "agent-memory-key"),
+                         (b, "Web App", "bob-web")):
+        assert c.post("/ingest/memory", json={"project_name": name, "project_key": key, "content_type": "plan",
+                                              "content": f"{name} builds nightly."}).status_code == 200
+    before = table_counts(runtime.pool)
+    named = a.delete("/projects/Agent Memory")
+    assert named.status_code == 404 and named.json() == {"detail": (
+        "no project 'Agent Memory' (key); the project named 'Agent Memory' has key 'agent-memory-key'")}
+    foreign = a.delete("/projects/Web App")  # bob's project name: alice hears nothing of it
+    assert foreign.status_code == 404 and foreign.json() == {"detail": "no project 'Web App'"}
+    assert table_counts(runtime.pool) == before

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from memory_pipelines.infra.auth import create_key
+from memory_pipelines.store.projects import ensure_project
 from memory_pipelines.surfaces.cli import main
 from tests.factories import add_task
 from tests.removal_world import aged_log, owner_rows, settle, table_counts, write_owner
@@ -150,3 +151,18 @@ def test_removals_of_an_owner_without_any_says_so_and_its_json_stays_an_empty_li
     assert main(["removals", "--owner", "bob"]) == 0
     trail = capsys.readouterr().out
     assert "no removals" not in trail and trail.count("by cli") == 1
+
+
+def test_drop_project_given_a_project_name_names_that_projects_key_and_removes_nothing(cli_db, pool, capsys):
+    """The name answered only "no project 'X'", though the owner's project of that name was one key away."""
+    with pool.connection() as conn:
+        for owner in ("alice", "bob"):
+            ensure_project(conn, owner, "agent-mem", "Agent Memory")
+        ensure_project(conn, "bob", "bob-web", "Web App")
+    before = table_counts(pool)
+    assert main(["drop-project", "Agent Memory", "--owner", "alice"]) == 2
+    assert capsys.readouterr().err == ("error: no project 'Agent Memory' (key); the project named 'Agent Memory' "
+                                       "has key 'agent-mem'\n")
+    assert main(["drop-project", "Web App", "--owner", "alice"]) == 2  # bob's name: nothing of him shows
+    assert capsys.readouterr().err == "error: no project 'Web App'\n"
+    assert table_counts(pool) == before
