@@ -314,6 +314,21 @@ def test_a_keyless_capability_rewriting_a_keyed_one_by_name_says_updated_and_is_
     assert [(row["key"], row["description"]) for row in _rows(runtime.pool, "capability")] == [("h1", "charts quokka")]
 
 
+def test_a_keyless_capability_rewriting_a_keyed_one_by_name_answers_the_stored_key(alice, runtime):
+    """The keyless rewrite answered `key: null` although the row it updated (or left unchanged) has a key."""
+    made = alice.post("/api/capabilities", json={"key": "h1", "name": "helm", "description": "charts"}).json()
+    updated = alice.post("/api/capabilities", json={"name": "helm", "description": "charts v2"})
+    assert updated.json() == {"id": made["id"], "key": "h1", "action": "updated"}, updated.text
+    same = alice.post("/api/capabilities", json={"name": "helm", "description": "charts v2"})
+    assert same.json() == {"id": made["id"], "key": "h1", "action": "unchanged"}, same.text
+    batch = alice.post("/api/capabilities/batch", json={"items": [{"name": "helm", "description": "charts v3"},
+                                                                 {"name": "kubectl", "description": "pods"}]})
+    assert batch.status_code == 200, batch.text
+    assert [(x["key"], x["action"]) for x in batch.json()["results"]] == [("h1", "updated"), (None, "created")]
+    assert [(row["key"], row["name"]) for row in _rows(runtime.pool, "capability")] == [("h1", "helm"),
+                                                                                         (None, "kubectl")]
+
+
 def test_a_write_with_a_query_parameter_it_does_not_take_is_refused_and_changes_nothing(alice, runtime):
     """`POST /api/tasks?dry_run=true` (as the erase takes it) rewrote the keyed task for real, clearing the fields
     the body left out; any change (POST, PATCH, DELETE) now refuses a query parameter it does not take."""

@@ -151,22 +151,22 @@ def _results(
     conn: psycopg.Connection, source: str, owner: str, items: list[dict[str, Any]], staged_ids: list[uuid.UUID],
     written: list[tuple[str, str | None, str | None, bool]],
 ) -> WriteResult:
-    """Each item's id and action: from the rows the upserts returned (by key, a keyless capability by name, any
-    other keyless item by the id staged for it); an item they did not return was unchanged, its id read by key
-    (or name)."""
+    """Each item's id, key and action: from the rows the upserts returned (by key, a keyless capability by name,
+    any other keyless item by the id staged for it); an item they did not return was unchanged, its id read by key
+    (or name). The key is the stored row's: a keyless capability may have rewritten a keyed one."""
     table = WRITE_TABLES[source]
-    by_key = {k: (i, c) for i, k, _n, c in written if k is not None}
+    by_key = {k: (i, c, k) for i, k, _n, c in written if k is not None}
     # by name whatever the row's key: a keyless write may update the keyed row holding that name
-    by_name = {n: (i, c) for i, _k, n, c in written if n is not None}
-    by_id = {i: (i, c) for i, _k, _n, c in written}
+    by_name = {n: (i, c, k) for i, k, n, c in written if n is not None}
+    by_id = {i: (i, c, k) for i, k, _n, c in written}
     missing_keys = [it["key"] for it in items if it["key"] is not None and it["key"] not in by_key]
-    unchanged_keys = dict(conn.execute(
+    unchanged_keys = {k: (i, k) for k, i in conn.execute(
         f"SELECT key, id::text FROM {table} WHERE owner_id = %s AND key = ANY(%s)", (owner, missing_keys)
-    ).fetchall()) if missing_keys else {}
+    )} if missing_keys else {}
     names = [it["name"] for it in items if source == "capability" and it["key"] is None and it["name"] not in by_name]
-    unchanged_names = dict(conn.execute(
-        "SELECT name, id::text FROM capabilities WHERE owner_id = %s AND name = ANY(%s)", (owner, names)
-    ).fetchall()) if names else {}
+    unchanged_names = {n: (i, k) for n, i, k in conn.execute(
+        "SELECT name, id::text, key FROM capabilities WHERE owner_id = %s AND name = ANY(%s)", (owner, names)
+    )} if names else {}
     result = WriteResult(source=source)
     for index, (item, staged) in enumerate(zip(items, staged_ids, strict=True)):
         if item["key"] is not None:
@@ -175,8 +175,11 @@ def _results(
             hit, unchanged = by_name.get(item["name"]), unchanged_names.get(item["name"])
         else:
             hit, unchanged = by_id.get(str(staged)), None
-        item_id, action = (hit[0], "created" if hit[1] else "updated") if hit else (unchanged, "unchanged")
-        result.results.append({"index": index, "id": item_id, "key": item["key"], "action": action})
+        if hit:
+            item_id, action, key = hit[0], "created" if hit[1] else "updated", hit[2]
+        else:
+            (item_id, key), action = unchanged or (None, item["key"]), "unchanged"
+        result.results.append({"index": index, "id": item_id, "key": key, "action": action})
         result.counts[action] += 1
     return result
 
