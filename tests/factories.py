@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 
 from psycopg import sql
@@ -107,3 +108,15 @@ def add_auth_history(conn, owner: str, *, goal: str, tasks: int, error: str) -> 
         add_task(conn, owner, f"login auth error {i}", f"token expired variant {i}", days=1 + 5 * i)
     add_learning(conn, owner, "auth error: expired token", "refresh before expiry", days=20)
     add_event(conn, owner, "task_failed", {"error": error}, hours=3)
+
+
+def waiting_on_a_lock(pool, seconds: float = 10.0) -> bool:
+    """Whether some session of the test database waits on a lock within `seconds` (a race caught midway)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with pool.connection() as conn:
+            if conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                            " AND datname = current_database()").fetchone()[0]:
+                return True
+        time.sleep(0.05)
+    return False

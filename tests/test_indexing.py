@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import psycopg
 
@@ -11,7 +10,7 @@ from memory_pipelines.embeddings import FakeEmbedder
 from memory_pipelines.index.keywords import index_all, index_source
 from memory_pipelines.index.vectors import LOADERS, embed_all, embed_source, finish_memories, pending_total
 from memory_pipelines.text.keywords import terms
-from tests.factories import add_learning, add_memory, add_task
+from tests.factories import add_learning, add_memory, add_task, waiting_on_a_lock
 
 LONG = " ".join(
     f"Sentence number {i} explains one more detail of the deployment pipeline." for i in range(150)
@@ -52,17 +51,6 @@ def test_embeds_everything_once(pool, fake_embedder):
     assert status == ("done", True)
 
 
-def _waiting_on_a_lock(pool, seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        with pool.connection() as conn:
-            if conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                            " AND datname = current_database()").fetchone()[0]:
-                return True
-        time.sleep(0.05)
-    return False
-
-
 def test_finishing_memories_locks_them_in_id_order_so_parallel_loaders_queue_instead_of_deadlocking(
     pool, fake_embedder
 ):
@@ -83,7 +71,7 @@ def test_finishing_memories_locks_them_in_id_order_so_parallel_loaders_queue_ins
     loader = threading.Thread(target=finish)
     loader.start()
     try:
-        assert _waiting_on_a_lock(pool)
+        assert waiting_on_a_lock(pool)
         held = []
         with psycopg.connect(pool.conninfo, autocommit=True) as probe:
             for memory_id in ids[:-1]:

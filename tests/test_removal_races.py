@@ -23,7 +23,7 @@ from memory_pipelines.infra.errors import NotFoundError
 from memory_pipelines.store.ingest import finish_deferred, ingest_memory
 from memory_pipelines.store.removal import erase_owner, forget
 from memory_pipelines.vocabulary import FORGOTTEN_PREFIX, INDEXED
-from tests.factories import add_task
+from tests.factories import add_task, waiting_on_a_lock
 from tests.removal_world import keyword_state, rows_mentioning, stats_of_docs
 
 T = 0.5
@@ -381,7 +381,7 @@ def test_the_fragment_embedding_meeting_a_project_drop_waits_for_it_instead_of_d
         with pool.connection() as drop:  # the drop's steps, in its order
             drop.execute("SELECT id FROM memories WHERE id = %s FOR UPDATE", (dropped.id,))
             backfill = ex.submit(embed_source, pool, embedder, "fragment", defer_index=False)
-            assert _waiting_on_a_lock(pool)  # the embedding waits on the dropped memory
+            assert waiting_on_a_lock(pool)  # the embedding waits on the dropped memory
             drop.execute("SET LOCAL lock_timeout = '5s'")
             assert drop.execute("DELETE FROM fragments WHERE memory_id = %s", (dropped.id,)).rowcount >= 1
             drop.execute("DELETE FROM memories WHERE id = %s", (dropped.id,))
@@ -392,13 +392,3 @@ def test_the_fragment_embedding_meeting_a_project_drop_waits_for_it_instead_of_d
         pending = conn.execute("SELECT count(*) FROM fragments WHERE embedding IS NULL").fetchone()[0]
     assert status == {kept.id: "done"} and pending == 0
 
-
-def _waiting_on_a_lock(pool, seconds: float = WAIT) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        with pool.connection() as conn:
-            if conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                            " AND datname = current_database()").fetchone()[0]:
-                return True
-        time.sleep(0.05)
-    return False
