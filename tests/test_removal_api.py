@@ -199,6 +199,25 @@ def test_mcp_forget_of_an_unknown_learning_points_to_where_item_ids_come_from(mc
     anyio.run(main)
 
 
+def test_mcp_forget_of_an_unknown_goal_or_capability_names_the_writes_that_exist(mcp_http, runtime):
+    """The hint said 'the id or key its mem.record_* call returned' for a goal or a capability too, but no MCP
+    tool records one: they are written over HTTP (POST /api/goals, /api/capabilities) or the CLI."""
+    _k, alice = create_key(runtime.pool, "alice")
+
+    async def main() -> None:
+        async with mcp_client(mcp_http, alice) as a:
+            tools = {t.name for t in (await a.list_tools()).tools}
+            for source in ("goal", "capability"):
+                gone = error_text(await a.call_tool("mem.forget", {"source": source, "id": "g-1"}))
+                assert f"no {source} 'g-1'" in gone and "mem.record_" not in gone, gone
+                assert f"/api/{source}s" in gone and "mem.context" in gone, gone
+            for source in ("task", "learning", "event"):
+                gone = error_text(await a.call_tool("mem.forget", {"source": source, "id": "g-1"}))
+                assert f"mem.record_{source}" in gone and f"mem.record_{source}" in tools, gone
+
+    anyio.run(main)
+
+
 def test_an_item_written_with_a_key_is_forgotten_by_its_key(live, runtime):
     _k, key = create_key(runtime.pool, "alice")
     _b, bob_key = create_key(runtime.pool, "bob")

@@ -106,6 +106,9 @@ def key_owner(memory: Memory) -> OwnerResolver:
     return resolve
 
 
+_RECORDED = ("task", "learning", "event")
+
+
 def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
     """Run a library call; expected failures become tool errors that say what to change."""
     try:
@@ -116,8 +119,10 @@ def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
     except NotFoundError as exc:
         if str(exc).startswith("retrieval "):
             hint = "Use the retrieval_id mem.context returned (for your own builds)."
-        elif str(exc).startswith(tuple(f"no {s} " for s in WRITABLE_SOURCES)):  # mem.search returns memories only
-            hint = "Use the id or key its mem.record_* call returned, or an id from mem.context (for your own items)."
+        elif source := next((s for s in WRITABLE_SOURCES if str(exc).startswith(f"no {s} ")), None):
+            # mem.search returns memories only; no tool records a goal or a capability (HTTP and the CLI do)
+            made = f"mem.record_{source}" if source in _RECORDED else f"POST /api/{source}s (or the CLI)"
+            hint = f"Use the id or key {made} returned, or an id from mem.context (for your own items)."
         else:
             hint = "Use ids returned by mem.search (for your own memories)."
         raise ToolError(f"{exc}. {hint}") from None
