@@ -452,6 +452,18 @@ def test_bad_input_is_422_naming_the_field_and_changes_nothing(live, keys, runti
     assert counts(runtime.pool) == before
 
 
+def test_101_real_memory_ids_are_refused_for_their_count_not_their_characters(live, keys):
+    """101 ids of the real shape (`mem_` + 20 hex) ran over the 2,500-character cap first and the 422 said only
+    "String should have at most 2500 characters"; a caller reading "up to 100 ids" could not tell why."""
+    c = client(live, keys["alice"])
+    ids = [f"mem_{i:020x}" for i in range(101)]
+    r = c.get("/memories", params={"ids": ",".join(ids)})
+    assert r.status_code == 422 and r.json()["field"] == "ids", r.text
+    assert "1 to 100 memory ids" in r.json()["detail"][0]["msg"], r.text
+    ok = c.get("/memories", params={"ids": ",".join(ids[:100])})
+    assert ok.status_code == 200 and len(ok.json()["missing"]) == 100, ok.text
+
+
 # -- fuzz ------------------------------------------------------------------------------------------
 
 _scalars = st.one_of(st.none(), st.booleans(), st.integers(min_value=-2**70, max_value=2**70),

@@ -23,9 +23,10 @@ _IDS = re.compile(m.IDS_PATTERN)
 
 
 def _split_ids(raw: str) -> list[str]:
-    if not _IDS.fullmatch(raw):
+    if len(raw) > m.IDS_CHARS or not _IDS.fullmatch(raw):
         raise ValidationError("ids", f"give 1 to {m.MAX_IDS} memory ids from /memories/search, comma separated, "
-                                     f"in printable ASCII, at most {m.MAX_ID} characters each")
+                                     f"in printable ASCII, at most {m.MAX_ID} characters each and "
+                                     f"{m.IDS_CHARS} in all")
     return [p.strip() for p in raw.split(",") if p.strip()]  # the pattern bounds count, length and characters
 
 
@@ -88,8 +89,9 @@ def memories_timeline(
 def memories_get(
     owner: Owner,
     memory: MemoryDep,
-    ids: Annotated[str, m.Documented(pattern=m.IDS_PATTERN), Query(min_length=1, max_length=m.IDS_CHARS,
-                              description="Comma-separated memory ids from /memories/search")],
+    # maxLength only documented: _split_ids refuses a long list with the count it allows, not a character count
+    ids: Annotated[str, m.Documented(pattern=m.IDS_PATTERN, maxLength=m.IDS_CHARS),
+                   Query(min_length=1, description="Comma-separated memory ids from /memories/search")],
 ) -> JSONResponse:
     """The full records, in the order asked (up to 100 ids). Ids this owner has no memory for are listed
     under `missing`, never an error."""
