@@ -219,6 +219,9 @@ def test_a_tool_call_naming_an_argument_twice_is_refused_over_http(mcp_http, run
                ' "arguments": {"title": "Old", "title": "New", "key": "RAW1"}}}')
         refused = http.post(mcp_http, content=raw, headers=session)
         assert refused.status_code == 400 and "'title' twice" in refused.json()["error"]["message"], refused.text
+        assert refused.json()["id"] == 2, refused.text  # the client matches the error to its call by the id
+        twice = http.post(mcp_http, content=raw.replace('"id": 2,', '"id": 3, "id": 4,'), headers=session)
+        assert twice.status_code == 400 and twice.json()["id"] is None, twice.text
         fine = raw.replace('"title": "Old", ', "")
         assert http.post(mcp_http, content=fine, headers=session).status_code == 200  # the session goes on
     assert _rows(runtime.pool, "SELECT title FROM tasks WHERE owner_id = 'alice'") == [("New",)]

@@ -3,6 +3,7 @@ SDK parses bodies itself, keeping the last value)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ..infra.json_members import RepeatedMemberError, loads_unique
@@ -24,7 +25,8 @@ async def refusing_repeated_members(scope: Any, receive: Any, send: Any) -> Any:
         loads_unique(body)
     except RepeatedMemberError as exc:
         error = {"code": -32602, "message": f"invalid params: {exc}; name each member once"}
-        await JSONResponse({"jsonrpc": "2.0", "id": None, "error": error}, status_code=400)(scope, receive, send)
+        answer = {"jsonrpc": "2.0", "id": _request_id(body), "error": error}
+        await JSONResponse(answer, status_code=400)(scope, receive, send)
         return None
     except ValueError:
         pass  # not JSON: the SDK answers its own parse error
@@ -38,3 +40,13 @@ async def refusing_repeated_members(scope: Any, receive: Any, send: Any) -> Any:
         return {"type": "http.request", "body": body, "more_body": False}
 
     return replay
+
+
+def _request_id(body: bytes) -> str | int | None:
+    """The request's own id when it names one once, so the client can match the error to its call (else null)."""
+    pairs: list[list[tuple[str, Any]]] = []
+    message = json.loads(body, object_pairs_hook=lambda p: pairs.append(p) or dict(p))
+    if not isinstance(message, dict) or [name for name, _ in pairs[-1]].count("id") != 1:
+        return None  # a batch, or an id named twice: no one id to answer
+    ident = message.get("id")
+    return ident if isinstance(ident, str | int) and not isinstance(ident, bool) else None
