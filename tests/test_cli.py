@@ -125,3 +125,17 @@ def test_embed_says_what_it_did(db_url):
     # events are counted twice, live embedded ones and every row (the build log's too): the labels tell which
     assert [line.split()[0] for line in status if line.startswith("events")] == ["events", "events"]
     assert any(line.startswith("events (all rows)") for line in status), status
+
+
+@pytest.mark.parametrize(("name", "raw"), [("MEMORY_PIPELINES_FAKE_DIM", "abc"), ("OPENAI_TIMEOUT", "soon"),
+                                           ("OPENAI_MAX_RETRIES", "-1"), ("OPENAI_EMBED_DIMENSIONS", "0")])
+def test_a_numeric_setting_that_is_no_number_is_one_clear_line(name, raw, monkeypatch, tmp_path, capsys):
+    from memory_pipelines.surfaces.cli import main
+
+    monkeypatch.setenv("MEMORY_PIPELINES_HOME", str(tmp_path))
+    monkeypatch.setenv("MEMORY_PIPELINES_EMBEDDER", "fake")
+    monkeypatch.setenv(name, raw)
+    assert main(["status"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {name}={raw!r} is not ") and "Fix: set it to e.g." in err, err
+    assert not (tmp_path / "pgdata").exists()  # refused before any database starts

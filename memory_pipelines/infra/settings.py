@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .errors import ConfigError
 
@@ -50,6 +51,21 @@ def parse_stop_wait(raw: str) -> float:
     return seconds
 
 
+def _number(env: dict[str, str], name: str, kind: type, default: float | None, least: float, what: str) -> Any:
+    """A numeric variable (unset or empty: `default`); a ConfigError naming it unless a `kind` ≥ `least`."""
+    raw = (env.get(name) or "").strip()
+    if not raw:
+        return default
+    try:
+        value = kind(raw)
+    except ValueError:
+        value = None
+    if value is None or value < least or value != value:  # NaN compares false: refused too
+        raise ConfigError(f"{name}={raw!r} is not {what}. "
+                          f"Fix: set it to e.g. {default if default is not None else 256:g}, or unset it.")
+    return value
+
+
 @dataclass(frozen=True)
 class Settings:
     """What the library needs to run. Built from environment variables by `from_env`."""
@@ -75,7 +91,6 @@ class Settings:
         env = dict(os.environ if env is None else env)
         key = env.get("OPENAI_API_KEY") or None
         embedder = env.get("MEMORY_PIPELINES_EMBEDDER") or ("openai" if key else "local")
-        dims = env.get("OPENAI_EMBED_DIMENSIONS")
         return cls(
             home=Path(env.get(HOME_ENV) or ".memory_pipelines").resolve(),
             database_url=env.get("DATABASE_URL") or None,
@@ -83,11 +98,12 @@ class Settings:
             openai_api_key=key,
             openai_base_url=env.get("OPENAI_BASE_URL") or None,
             openai_embed_model=env.get("OPENAI_EMBED_MODEL") or "text-embedding-3-small",
-            openai_embed_dimensions=int(dims) if dims else None,
+            openai_embed_dimensions=_number(env, "OPENAI_EMBED_DIMENSIONS", int, None, 1,
+                                            "a whole number of at least 1"),
             openai_chat_model=env.get("OPENAI_CHAT_MODEL") or ("gpt-4o-mini" if key else None),
-            openai_timeout=float(env.get("OPENAI_TIMEOUT") or 30.0),
-            openai_max_retries=int(env.get("OPENAI_MAX_RETRIES") or 5),
-            fake_dimension=int(env.get("MEMORY_PIPELINES_FAKE_DIM") or 384),
+            openai_timeout=_number(env, "OPENAI_TIMEOUT", float, 30.0, 0.001, "a positive number of seconds"),
+            openai_max_retries=_number(env, "OPENAI_MAX_RETRIES", int, 5, 0, "a whole number of at least 0"),
+            fake_dimension=_number(env, "MEMORY_PIPELINES_FAKE_DIM", int, 384, 1, "a whole number of at least 1"),
             default_owner=env.get("MEMORY_PIPELINES_OWNER") or "default",
             explore_rate=parse_explore_rate(env.get(EXPLORE_RATE_ENV, "")),
             stop_wait=parse_stop_wait(env.get(STOP_WAIT_ENV, "")),
