@@ -417,7 +417,7 @@ tuning_checks = [publish_gate]
 tuning_job = dg.define_asset_job(
     "weekly_tuning", selection=dg.AssetSelection.groups(TUNING_GROUP),
     description="Tuning of half-lives and mode weights from the retrieval log: fit, held-out replay, and "
-                "publishing gated by the blocking `publish_gate` check.",
+                "publishing gated by the same checks as `publish_gate` (a WARN check, not blocking).",
 )
 
 weekly_tuning = dg.ScheduleDefinition(
