@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from datetime import UTC, datetime
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -171,6 +172,25 @@ def test_instance_yaml_follows_the_database_and_keeps_a_file_of_ones_own(tmp_pat
     assert storage_url("host=/run/pg port=5433 dbname=mem user=me password=p@ss") == \
         "postgresql+psycopg2://me:p%40ss@/mem?host=%2Frun%2Fpg&port=5433"
     assert storage_url("postgres://me@h/d") == "postgresql+psycopg2://me@h/d"
+
+
+def test_the_written_instance_yaml_names_the_module_that_writes_it(tmp_path, monkeypatch):
+    """Its first line told users to look in pipelines/dagster_home.py, a file no release has; one written so
+    by an earlier release is still ours and rewritten."""
+    from memory_pipelines.infra.settings import Settings
+    from memory_pipelines.operations.dagster_home import ensure_instance
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    monkeypatch.delenv("MEMORY_PIPELINES_DAGSTER_STORAGE_URL", raising=False)
+    config = tmp_path / "dagster" / "dagster.yaml"
+    config.parent.mkdir()
+    config.write_text("# Written by memory-pipelines (pipelines/dagster_home.py); delete this line to keep your "
+                      "edits.\nstorage:\n  sqlite:\n    base_dir: /old\n")
+    ensure_instance(Settings(home=tmp_path))
+    first, *rest = config.read_text().splitlines()
+    named = first.split("(")[1].split(")")[0]
+    assert (Path(__file__).resolve().parents[1] / named).is_file(), first
+    assert "/old" not in "\n".join(rest)
 
 
 @pytest.mark.slow

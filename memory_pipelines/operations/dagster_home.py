@@ -29,7 +29,10 @@ from ..infra.errors import ConfigError
 from ..infra.settings import Settings, get_settings
 
 STORAGE_URL_ENV = "MEMORY_PIPELINES_DAGSTER_STORAGE_URL"
-MARKER = "# Written by memory-pipelines (pipelines/dagster_home.py); delete this line to keep your edits.\n"
+MARKER = ("# Written by memory-pipelines (memory_pipelines/operations/dagster_home.py); delete this line to keep "
+          "your edits.\n")
+OLD_MARKERS = ("# Written by memory-pipelines (pipelines/dagster_home.py); delete this line to keep your edits.\n",)
+"""First lines earlier releases wrote: such a file is still ours, so it follows the settings too."""
 
 
 def dagster_home(settings: Settings | None = None) -> Path:
@@ -91,7 +94,7 @@ def ensure_instance(settings: Settings | None = None) -> Path:
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
     wanted = instance_yaml(home, settings)
-    if not config.exists() or (config.read_text().startswith(MARKER) and config.read_text() != wanted):
+    if not config.exists() or (config.read_text().startswith((MARKER, *OLD_MARKERS)) and config.read_text() != wanted):
         config.write_text(wanted)
     return home
 
