@@ -247,3 +247,15 @@ def test_embed_skips_a_row_a_write_holds_instead_of_waiting_on_it(cli_env, pool,
     assert main(["embed"]) == 0
     with pool.connection() as conn:
         assert conn.execute("SELECT count(*) FROM learnings WHERE embedding IS NULL").fetchone()[0] == 0
+
+
+def test_a_search_without_matches_says_so_and_names_the_owner(cli_env, capsys):
+    """It printed nothing at all, so a search as the wrong owner (or in a new home) read as a no-op."""
+    assert main(["write", "learning", "--owner", "alice", "--json", json.dumps(
+        {"key": "pm-42", "title": "Gateway 502s come from the connection pool"})]) == 0
+    capsys.readouterr()
+    assert main(["search", "gateway"]) == 0  # MEMORY_PIPELINES_OWNER: carol, who has nothing
+    assert capsys.readouterr().out == "no matches for 'gateway' in the memory of owner 'carol'\n"
+    assert main(["search", "gateway", "--owner", "alice", "--mode", "keyword"]) == 0
+    out = capsys.readouterr().out
+    assert "Gateway 502s come from the connection pool" in out and "no matches" not in out

@@ -161,6 +161,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         print(f"[degraded] {result.degraded}", file=sys.stderr)
     for h in result.hits:
         print(f"{h.score:.3f}  {h.source:<10} {h.id}  {h.title[:80]}")
+    if not result.hits:  # silence read as a command that did nothing, or hid a wrong owner or home
+        print(f"no matches for {args.query!r} in the memory of owner {owner!r}")
     return 0
 
 
