@@ -259,3 +259,24 @@ def test_a_search_without_matches_says_so_and_names_the_owner(cli_env, capsys):
     assert main(["search", "gateway", "--owner", "alice", "--mode", "keyword"]) == 0
     out = capsys.readouterr().out
     assert "Gateway 502s come from the connection pool" in out and "no matches" not in out
+
+
+def test_status_counts_the_rows_a_keyword_refresh_has_still_to_index(cli_env, pool, capsys):
+    """operations.md: a re-indexing migration (011, 016) marks every keyword entry pending and `status` counts
+    them; it counted only embeddings, so nothing told that `embed` was still due."""
+    assert main(["write", "learning", "--owner", "alice", "--json", json.dumps(
+        {"key": "pm-42", "title": "Gateway 502s come from the connection pool"})]) == 0
+    with pool.connection() as conn:  # what migration 016 does
+        conn.execute("UPDATE keyword_docs SET content_hash = 'pre-parts:' || content_hash")
+    capsys.readouterr()
+    assert main(["status", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["embedded_sources"]["learnings"]["keywords_pending"] == 1
+    assert main(["status"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(line for line in lines if line.startswith("table "))
+    assert header.split()[-2:] == ["keywords", "pending"]
+    assert next(line for line in lines if line.startswith("learnings ")).split()[-1] == "1"
+    assert main(["embed"]) == 0
+    capsys.readouterr()
+    assert main(["status", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["embedded_sources"]["learnings"]["keywords_pending"] == 0

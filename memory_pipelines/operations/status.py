@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..index.keywords import keyword_staleness
 from ..index.owner_indexes import existing_owner_indexes, missing_owner_indexes, owner_index_tables
 from ..index.vectors import count_pending
 from ..infra.db import describe_url, pgvector_version
@@ -57,6 +58,8 @@ def collect_status(rt: Runtime) -> dict[str, Any]:
                 "active": active,
                 "embedded": active - pending,
                 "pending": pending,
+                # rows the next keyword refresh (re)indexes: changed since, or marked by a re-indexing migration
+                "keywords_pending": keyword_staleness(conn, name)["stale"],
             }
         for table, _column in owner_index_tables():
             if found := existing_owner_indexes(conn, table):
@@ -76,7 +79,7 @@ def format_status(info: dict[str, Any]) -> str:
         f"model      {info['model']} ({info['dimension']} d; database built for {info['database_dimension']} d)",
         f"migrations {', '.join(info['migrations'])}",
         "",
-        f"{'table':<22}{'rows':>8}{'embedded':>10}{'pending':>9}",
+        f"{'table':<22}{'rows':>8}{'embedded':>10}{'pending':>9}{'keywords pending':>18}",
     ]
     problems = [f"HNSW index {name} is missing (search scans exactly, slowly). Fix: memory-pipelines migrate"
                 f" (or embed)" for name in info["missing_indexes"]]
@@ -87,7 +90,7 @@ def format_status(info: dict[str, Any]) -> str:
                  "memory-pipelines migrate" for table, c in info["owner_indexes"].items() if c["invalid"]]
     lines[3:3] = [f"PROBLEM    {p}" for p in problems]
     for table, c in info["embedded_sources"].items():
-        lines.append(f"{table:<22}{c['active']:>8}{c['embedded']:>10}{c['pending']:>9}")
+        lines.append(f"{table:<22}{c['active']:>8}{c['embedded']:>10}{c['pending']:>9}{c['keywords_pending']:>18}")
     for table, n in info["tables"].items():  # events twice: the embedded (live, ranked) ones above, every row here
         label = f"{table} (all rows)" if table in info["embedded_sources"] else table
         lines.append(f"{label:<22}{n:>8}")
