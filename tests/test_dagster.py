@@ -193,6 +193,27 @@ def test_the_written_instance_yaml_names_the_module_that_writes_it(tmp_path, mon
     assert "/old" not in "\n".join(rest)
 
 
+def test_make_dagster_started_in_the_background_still_stops_on_sigint_and_sigterm(tmp_path):
+    """A shell's background job starts with SIGINT ignored; exec kept that for dagster dev, which answers SIGTERM
+    with SIGINT's handler, so `make dagster &` ignored both. The launcher gives the command SIGINT's default."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    probe = "import signal; print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)"
+    env = {**os.environ, "MEMORY_PIPELINES_HOME": str(tmp_path)}
+    env.pop("DAGSTER_HOME", None)
+    env.pop("DATABASE_URL", None)
+    out = subprocess.run(
+        [sys.executable, "-m", "memory_pipelines.operations.dagster_home", sys.executable, "-c", probe],
+        env=env, capture_output=True, text=True, timeout=120,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),  # as a background job starts
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+
+
 @pytest.mark.slow
 def test_materialize_all_on_real_database(db_url, pool, fake_embedder):
     _seed(pool)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -155,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     if not argv:
         print(env["DAGSTER_HOME"])
         return 0
+    # A shell's background job (`make dagster &`, nohup) starts with SIGINT ignored, which exec keeps, and dagster
+    # dev answers SIGTERM with SIGINT's handler: it would ignore both and never stop the runs and database it holds.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     os.execvpe(argv[0], argv, env)  # replaces this process
 
 
