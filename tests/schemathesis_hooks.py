@@ -4,7 +4,8 @@
 A schema cannot state some of the API's rules, so a schema-valid request breaking one of them is a documented
 422, not a failure: an `owner_id` must name the key's own owner, a `cursor` must be one the API returned, a
 memory's `ts` or an item's `at` may be at most one day ahead of the server clock (and an `at` given as text not
-before 2000), a timeline's `until` must not be before its `since`, no string inside an item's metadata or payload
+before 2000), a timeline's `until` must not be before its `since`, a `project_key` and a `project_name` given
+together name the same project, no string inside an item's metadata or payload
 holds NUL (PostgreSQL's JSON cannot), a key (a capability's name) appears once in a batch, and explicit feedback
 names only items its build injected. Every other failure is kept.
 """
@@ -30,6 +31,7 @@ def unstatable(response) -> bool:
     detail = str(body.get("detail"))
     item_field = field.rsplit(".", 1)[-1] if isinstance(field, str) else None
     return ((field == "ts" and "one day from now" in detail) or (field == "until" and "before since" in detail)
+            or (field == "project_name" and "does not name the project of project_key" in detail)
             or (item_field == "at" and ("future" in detail or "2000" in detail))
             or (item_field in ("metadata", "payload") and "NUL" in detail)
             or (item_field in ("key", "name") and "once in a batch" in detail)

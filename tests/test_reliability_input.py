@@ -423,6 +423,21 @@ def test_library_rejections_of_query_and_path_parameters_name_where_they_came_fr
 
 # -- the HTTP API fuzzed from its own OpenAPI schema ----------------------------------------------------------
 
+def test_a_project_key_and_name_of_two_projects_is_a_422_the_fuzz_hooks_set_aside(live, key):
+    """A by-hand `st run` as http-api.md gives it failed twice (ST202): its coverage phase sends the schema's example
+    project_name with another project_key, a documented 422 ("both: the same project") no schema can state."""
+    import tests.schemathesis_hooks as hooks
+
+    c = client(live, key)
+    ingest(c, EN, project="web-app")
+    for path in ("/memories/search", "/memories/timeline"):
+        r = c.get(path, params={"query": "cookie", "project_key": "0", "project_name": "web-app"})
+        assert r.status_code == 422 and r.json()["field"] == "project_name", r.text
+        assert hooks.unstatable(r), r.text
+    other = c.get("/memories/search", params={"query": "cookie", "limit": 0})
+    assert other.status_code == 422 and not hooks.unstatable(other), other.text  # every other 422 is still kept
+
+
 FUZZ_EXAMPLES = int(os.environ.get("MP_FUZZ_EXAMPLES", "12"))
 FUZZ_ONLY = os.environ.get("MP_FUZZ_ONLY", "")  # by hand: fuzz only the operations whose label holds it
 
