@@ -305,3 +305,18 @@ def test_feedback_on_a_build_not_found_points_to_mem_context(mcp_http, runtime):
                 assert "not found" in text and "mem.context" in text and "mem.search" not in text, text
 
     anyio.run(main)
+
+
+def test_detail_of_an_unknown_id_points_to_every_tool_that_hands_out_ids(mcp_http, runtime):
+    """mem.detail opens any item, but an unknown id answered "Use ids returned by mem.search (for your own
+    memories)": mem.search hands out memory ids only, so an agent holding a learning's or a goal's id was sent to
+    a tool that never returns one. The hint now names mem.context and the mem.record_* calls too."""
+    _k, key = create_key(runtime.pool, "alice")
+
+    async def main() -> None:
+        async with _client(mcp_http, key) as a:
+            text = error_text(await a.call_tool("mem.detail", {"id": "00000000-0000-0000-0000-0000000000ff"}))
+            assert "no item" in text and "mem.search" in text, text
+            assert "mem.context" in text and "mem.record_" in text, text
+
+    anyio.run(main)

@@ -123,6 +123,8 @@ def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
             # mem.search returns memories only; no tool records a goal or a capability (HTTP and the CLI do)
             made = f"mem.record_{source}" if source in _RECORDED else f"POST /api/{source}s (or the CLI)"
             hint = f"Use the id or key {made} returned, or an id from mem.context (for your own items)."
+        elif str(exc).startswith("no item "):  # mem.detail opens any source, not only what mem.search returns
+            hint = "Use an id from mem.search, mem.context or a mem.record_* call (for your own items)."
         else:
             hint = "Use ids returned by mem.search (for your own memories)."
         raise ToolError(f"{exc}. {hint}") from None
