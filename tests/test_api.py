@@ -464,6 +464,16 @@ def test_101_real_memory_ids_are_refused_for_their_count_not_their_characters(li
     assert ok.status_code == 200 and len(ok.json()["missing"]) == 100, ok.text
 
 
+def test_a_422_message_is_the_rule_without_pydantics_value_error_prefix(live, keys):
+    """A blank query answered "Value error, must not be blank" while the API's own checks say "must not be before
+    since": the web view stripped the prefix itself, every other client showed it."""
+    c = client(live, keys["alice"])
+    for r in (c.get("/memories/search", params={"query": "   "}),
+              c.post("/api/brain/memory/search", json={"query": "   "})):
+        assert r.status_code == 422 and r.json()["field"] == "query", r.text
+        assert r.json()["detail"][0]["msg"] == "must not be blank", r.text
+
+
 # -- fuzz ------------------------------------------------------------------------------------------
 
 _scalars = st.one_of(st.none(), st.booleans(), st.integers(min_value=-2**70, max_value=2**70),

@@ -153,7 +153,9 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _request_invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:
         # Only loc, msg and type: the rejected input is the caller's data and may not be JSON-encodable.
-        errors = [{"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", "")),
+        # pydantic prefixes our validators' words with "Value error, "; the API's other checks answer without it
+        errors = [{"loc": [str(p) for p in e.get("loc", ())],
+                   "msg": str(e.get("msg", "")).removeprefix("Value error, "),
                    "type": str(e.get("type", ""))} for e in exc.errors()]
         loc = errors[0]["loc"] if errors else ["body"]
         return error(422, errors, field=".".join(loc[1:]) or loc[0])
