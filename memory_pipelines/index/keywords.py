@@ -263,9 +263,8 @@ def index_all(pool: ConnectionPool, *, full: bool = False) -> list[KeywordResult
     return [index_source(pool, name, full=full) for name in INDEXED_NAMES]
 
 
-def keyword_staleness(conn: psycopg.Connection, source_name: str) -> dict[str, int]:
-    """How far the keyword table of one source lags its rows: active rows not (re)indexed since they last
-    changed, index entries of rows deleted or deactivated, and rows indexed."""
+def keyword_stale(conn: psycopg.Connection, source_name: str) -> tuple[int, int]:
+    """(active rows not (re)indexed since they last changed, active rows) of one source."""
     source = INDEXED[source_name]
     stale, active = conn.execute(
         "SELECT count(*) FILTER (WHERE kd.content_hash IS DISTINCT FROM t.content_hash), count(*)"
@@ -273,9 +272,17 @@ def keyword_staleness(conn: psycopg.Connection, source_name: str) -> dict[str, i
         f" WHERE {source.active_sql}",
         {"s": source_name},
     ).fetchone()
+    return int(stale), int(active)
+
+
+def keyword_staleness(conn: psycopg.Connection, source_name: str) -> dict[str, int]:
+    """How far the keyword table of one source lags its rows: active rows not (re)indexed since they last
+    changed, index entries of rows deleted or deactivated, and rows indexed."""
+    source = INDEXED[source_name]
+    stale, active = keyword_stale(conn, source_name)
     orphaned = conn.execute(
         "SELECT count(*) FROM keyword_docs kd WHERE kd.source = %(s)s AND NOT EXISTS ("
         f" SELECT 1 FROM {source.from_sql} WHERE t.id::text = kd.item_id AND {source.active_sql})",
         {"s": source_name},
     ).fetchone()[0]
-    return {"stale": int(stale), "orphaned": int(orphaned), "active": int(active)}
+    return {"stale": stale, "orphaned": int(orphaned), "active": active}

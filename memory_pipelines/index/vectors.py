@@ -143,15 +143,16 @@ _SET_MEMORY_VECTOR = (
 )
 
 
-def finish_memories(conn: psycopg.Connection, model: str, fragment_ids: Sequence[str] | None = None) -> int:
+def finish_memories(conn: psycopg.Connection, model: str, memory_ids: Sequence[str] | None = None) -> int:
     """Set the memory vector (mean of its own fragments' vectors, not the context fragment's) of memories whose
-    fragments are all embedded: every memory not done, or the memories of `fragment_ids` (a loader's batch),
-    done or not, since fragments embedded again (a renamed project, an edited speaker) change their mean.
+    fragments are all embedded: every memory not done, or `memory_ids` (a loader's batch, which this transaction
+    locked with `lock_memories_of`), done or not, since fragments embedded again (a renamed project, an edited
+    speaker) change their mean.
 
     Rows are locked in id order: parallel loaders finishing the same memories queue instead of deadlocking. A
     batch's memories are locked in a statement of their own, before their fragments are read, so of two loaders
     holding halves of one memory the one that waited reads the other's half, committed by then."""
-    if fragment_ids is None:
+    if memory_ids is None:
         ready = _READY_MEMORIES.format(
             which="mm.embedding_status <> 'done' OR mm.embedding_model IS DISTINCT FROM %(model)s")
         cur = conn.execute(
@@ -161,12 +162,11 @@ def finish_memories(conn: psycopg.Connection, model: str, fragment_ids: Sequence
             {"model": model},
         )
         return cur.rowcount
-    ids = lock_memories_of(conn, fragment_ids)
-    if not ids:
+    if not memory_ids:
         return 0
     ready = _READY_MEMORIES.format(which="mm.id = ANY(%(ids)s::text[])")
     cur = conn.execute(f"WITH ready AS ({ready}) {_SET_MEMORY_VECTOR} FROM ready s WHERE m.id = s.memory_id",
-                       {"model": model, "ids": ids})
+                       {"model": model, "ids": list(memory_ids)})
     return cur.rowcount
 
 
@@ -258,12 +258,12 @@ def _load(
                 continue
             consecutive_failures = 0
             with pool.connection() as conn:
-                if source_name == "fragment":  # memories before their fragments, the order a removal locks in
-                    lock_memories_of(conn, [r[0] for r in rows])
+                # memories before their fragments, the order a removal locks in
+                memory_ids = lock_memories_of(conn, [r[0] for r in rows]) if source_name == "fragment" else None
                 result.embedded += _write_batch(conn, source, rows, vectors, model)
                 result.owners.update(r[3] for r in rows)
-                if source_name == "fragment":
-                    finish_memories(conn, model, [r[0] for r in rows])
+                if memory_ids is not None:
+                    finish_memories(conn, model, memory_ids)
             result.batches += 1
             if progress:
                 progress(len(rows))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..index.keywords import keyword_staleness
+from ..index.keywords import keyword_stale
 from ..index.owner_indexes import existing_owner_indexes, missing_owner_indexes, owner_index_tables
 from ..index.vectors import count_pending
 from ..infra.db import describe_url, pgvector_version
@@ -59,7 +59,7 @@ def collect_status(rt: Runtime) -> dict[str, Any]:
                 "embedded": active - pending,
                 "pending": pending,
                 # rows the next keyword refresh (re)indexes: changed since, or marked by a re-indexing migration
-                "keywords_pending": keyword_staleness(conn, name)["stale"],
+                "keywords_pending": keyword_stale(conn, name)[0],
             }
         for table, _column in owner_index_tables():
             if found := existing_owner_indexes(conn, table):

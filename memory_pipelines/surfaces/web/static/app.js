@@ -48,7 +48,7 @@ function said(detail) {
   if (!Array.isArray(detail)) return JSON.stringify(detail);
   return detail.map((d) => {
     const field = (d.loc || []).slice(1).join(".");
-    const message = String(d.msg || "").replace(/^Value error, /, "");
+    const message = String(d.msg || "");  // the server words it (no pydantic prefix)
     return field ? `${field}: ${message}` : message;
   }).join("; ");
 }
