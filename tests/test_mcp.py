@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -103,14 +105,22 @@ def _rows(pool) -> dict[str, int]:
         return dict(conn.execute("SELECT owner_id, count(*) FROM memories GROUP BY owner_id").fetchall())
 
 
+STDIO = [sys.executable, "-m", "memory_pipelines.surfaces.cli", "mcp", "--transport", "stdio"]
+
+
+def _stdio_env(db_url: str, home: Path) -> dict[str, str]:
+    """The stdio server's environment: owner carol."""
+    return {"DATABASE_URL": db_url, "MEMORY_PIPELINES_EMBEDDER": "fake", "MEMORY_PIPELINES_OWNER": "carol",
+            "MEMORY_PIPELINES_HOME": str(home), "PYTHONPATH": str(ROOT)}
+
+
+def _stdio(db_url: str, home: Path) -> StdioServerParameters:
+    return StdioServerParameters(command=STDIO[0], args=STDIO[1:], cwd=str(ROOT), env=_stdio_env(db_url, home))
+
+
 @pytest.mark.slow
 def test_stdio_session_full_flow_for_the_configured_owner(db_url, runtime, tmp_path):
-    params = StdioServerParameters(
-        command=sys.executable, args=["-m", "memory_pipelines.surfaces.cli", "mcp", "--transport", "stdio"],
-        cwd=str(ROOT),
-        env={"DATABASE_URL": db_url, "MEMORY_PIPELINES_EMBEDDER": "fake", "MEMORY_PIPELINES_OWNER": "carol",
-             "MEMORY_PIPELINES_HOME": str(tmp_path), "PYTHONPATH": str(ROOT)},
-    )
+    params = _stdio(db_url, tmp_path)
 
     async def main() -> dict[str, Any]:
         async with Client(params, read_timeout_seconds=120) as client:
@@ -320,3 +330,63 @@ def test_detail_of_an_unknown_id_points_to_every_tool_that_hands_out_ids(mcp_htt
             assert "mem.context" in text and "mem.record_" in text, text
 
     anyio.run(main)
+
+
+class _RawStdio:
+    """The stdio server as a subprocess driven with raw JSON-RPC lines (no client to parse or reshape them)."""
+
+    def __init__(self, db_url: str, home: Path) -> None:
+        self.proc = subprocess.Popen(STDIO, env={**os.environ, **_stdio_env(db_url, home)}, cwd=str(ROOT),
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.lines: queue.Queue[bytes] = queue.Queue()
+        threading.Thread(target=lambda: [self.lines.put(b) for b in self.proc.stdout], daemon=True).start()
+
+    def send(self, line: str) -> None:
+        self.proc.stdin.write(line.encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def answer(self) -> dict[str, Any]:
+        """The next message on stdout that answers a request (not a notification)."""
+        while True:
+            message = json.loads(self.lines.get(timeout=120))
+            if "id" in message:
+                return message
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(60)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(30)
+
+
+@pytest.mark.slow
+def test_a_stdio_line_naming_a_member_twice_is_refused_as_over_http(db_url, runtime, tmp_path):
+    """Over stdio the SDK read fd 0 and parsed each line itself, keeping the last value: a call naming "title"
+    twice stored the task titled "New" and answered "created". The line is answered now with the error streamable
+    HTTP answers (-32602 naming the member, under the request's id; null when the id itself is named twice), is not
+    passed on, and the session goes on."""
+    raw = _RawStdio(db_url, tmp_path)
+    try:
+        raw.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}))
+        assert raw.answer()["result"]["serverInfo"]["name"] == "memory-pipelines"
+        raw.send('{"jsonrpc": "2.0", "method": "notifications/initialized"}')
+        twice = ('{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "mem.record_task",'
+                 ' "arguments": {"title": "Old", "title": "New", "key": "RAW1"}}}')
+        raw.send(twice)
+        message = "invalid params: an object names the member 'title' twice; name each member once"
+        assert raw.answer() == {"jsonrpc": "2.0", "id": 3, "error": {"code": -32602, "message": message}}
+        raw.send(twice.replace('"id": 3,', '"id": 4, "id": 5,'))
+        assert raw.answer() == {"jsonrpc": "2.0", "id": None, "error": {"code": -32602, "message": message}}
+        raw.send('{"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "mem.record_task",'
+                 ' "arguments": {"title": "Fine", "key": "RAW2"}}}')
+        fine = raw.answer()
+        assert fine["id"] == 6 and not fine["result"].get("isError"), fine
+    finally:
+        raw.close()
+    assert raw.proc.returncode == 0
+    with runtime.pool.connection() as conn:
+        assert conn.execute("SELECT owner_id, title, key FROM tasks").fetchall() == [("carol", "Fine", "RAW2")]

@@ -1,5 +1,5 @@
-"""A JSON request body read once over ASGI and refused when an object names a member twice (the MCP transport's
-SDK parses bodies itself, keeping the last value)."""
+"""A JSON-RPC message refused when an object names a member twice (the MCP SDK parses messages itself, keeping
+the last value): a request body read once over ASGI, and each stdin line over stdio (`mcp_stdio`)."""
 
 from __future__ import annotations
 
@@ -21,15 +21,10 @@ async def refusing_repeated_members(scope: Any, receive: Any, send: Any) -> Any:
             break
         chunks.append(message.get("body", b""))
     body = b"".join(chunks)
-    try:
-        loads_unique(body)
-    except RepeatedMemberError as exc:
-        error = {"code": -32602, "message": f"invalid params: {exc}; name each member once"}
-        answer = {"jsonrpc": "2.0", "id": _request_id(body), "error": error}
+    answer = repeated_member_answer(body)
+    if answer is not None:
         await JSONResponse(answer, status_code=400)(scope, receive, send)
         return None
-    except ValueError:
-        pass  # not JSON: the SDK answers its own parse error
     replayed = False
 
     async def replay() -> Any:
@@ -42,7 +37,20 @@ async def refusing_repeated_members(scope: Any, receive: Any, send: Any) -> Any:
     return replay
 
 
-def _request_id(body: bytes) -> str | int | None:
+def repeated_member_answer(message: str | bytes) -> dict[str, Any] | None:
+    """The JSON-RPC error answering a message whose JSON names a member twice (-32602 naming it, under the
+    request's id), or None for any other message: one that is not JSON is left to the SDK's own parse error."""
+    try:
+        loads_unique(message)
+    except RepeatedMemberError as exc:
+        error = {"code": -32602, "message": f"invalid params: {exc}; name each member once"}
+        return {"jsonrpc": "2.0", "id": _request_id(message), "error": error}
+    except (ValueError, RecursionError):  # not JSON, or nested too deep for json.loads: the SDK answers it
+        pass
+    return None
+
+
+def _request_id(body: str | bytes) -> str | int | None:
     """The request's own id when it names one once, so the client can match the error to its call (else null)."""
     pairs: list[list[tuple[str, Any]]] = []
     message = json.loads(body, object_pairs_hook=lambda p: pairs.append(p) or dict(p))

@@ -473,8 +473,12 @@ def build_http_app(memory: Memory, host: str = "127.0.0.1", path: str = "/mcp") 
 
 
 def run_stdio(memory: Memory, owner: str) -> None:
-    """Serve over stdin/stdout for one configured owner."""
-    build_server(memory, config_owner(owner)).run("stdio")
+    """Serve over stdin/stdout for one configured owner (a line naming a member twice refused, as over HTTP)."""
+    import anyio
+
+    from .mcp_stdio import serve_stdio
+
+    anyio.run(serve_stdio, build_server(memory, config_owner(owner)))
 
 
 def run_http(memory: Memory, host: str = "127.0.0.1", port: int = 8001) -> None:
