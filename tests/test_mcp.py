@@ -332,6 +332,42 @@ def test_detail_of_an_unknown_id_points_to_every_tool_that_hands_out_ids(mcp_htt
     anyio.run(main)
 
 
+WRONG_TYPES = {  # a tool call with an argument of the wrong type -> the tool error naming it
+    ("mem.search", '{"query": "x", "limit": "ten"}'):
+        "Error executing tool mem.search: invalid `limit`: must be an integer, not a string. Change `limit` and call "
+        "again.",
+    ("mem.search", '{"query": 5}'):
+        "Error executing tool mem.search: invalid `query`: must be a valid string. Change `query` and call again.",
+    ("mem.get", '{"ids": ["mem_ffffffffffffffffffff", 7]}'):
+        "Error executing tool mem.get: invalid `ids[1]`: must be a valid string. Change `ids[1]` and call again.",
+    ("mem.update_task", '{"ref": "t1", "active": "yes"}'):
+        "Error executing tool mem.update_task: invalid `active`: must be a valid boolean. Change `active` and call "
+        "again.",
+}
+
+
+@pytest.mark.slow
+def test_a_wrong_typed_argument_is_a_tool_error_naming_the_field_over_stdio_and_http(db_url, mcp_http, runtime,
+                                                                                    tmp_path):
+    """An argument of the wrong type ("limit": "ten") answered pydantic's raw report over both transports ("1
+    validation error for search_toolArguments", the input echoed, a pydantic URL) where the server's other bad
+    input reads as one line naming the field. It reads so now, and the session goes on."""
+    _kid, key = create_key(runtime.pool, "dave")
+
+    async def main(client: Client) -> None:
+        for (tool, args), expected in WRONG_TYPES.items():
+            assert error_text(await client.call_tool(tool, json.loads(args))) == expected
+        assert data(await client.call_tool("mem.search", {"query": "x", "limit": 10}))["results"] == []
+
+    async def both() -> None:
+        async with Client(_stdio(db_url, tmp_path), read_timeout_seconds=120) as client:
+            await main(client)
+        async with _client(mcp_http, key) as client:
+            await main(client)
+
+    anyio.run(both)
+
+
 class _RawStdio:
     """The stdio server as a subprocess driven with raw JSON-RPC lines (no client to parse or reshape them)."""
 

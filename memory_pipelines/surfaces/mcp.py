@@ -19,9 +19,10 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import psycopg
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 from pydantic import Field
+from pydantic import ValidationError as PydanticError
 
 from ..face import Memory
 from ..infra.db import RETRY_AFTER_SECONDS
@@ -49,6 +50,7 @@ from ..vocabulary import (
 )
 from .encode import jsonable
 from .json_body import refusing_repeated_members
+from .mcp_errors import arguments_text, invalid_text
 from .mcp_items import GIVEN, add_item_tools
 from .schema import Instant, Output, Text, Ts, int_between
 
@@ -114,8 +116,7 @@ def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
     try:
         return jsonable(fn(*args, **kwargs))
     except ValidationError as exc:
-        msg = f"invalid `{exc.field}`: {exc.message}. Change `{exc.field}` and call again."
-        raise ToolError(msg) from None
+        raise ToolError(invalid_text(exc.field, exc.message)) from None
     except NotFoundError as exc:
         if str(exc).startswith("retrieval "):
             hint = "Use the retrieval_id mem.context returned (for your own builds)."
@@ -193,6 +194,10 @@ class _Server(MCPServer):
         token = GIVEN.set(frozenset(arguments))
         try:
             return await super().call_tool(name, arguments, context)
+        except ToolError as exc:  # arguments of a wrong type or out of range: the field, not pydantic's report
+            if isinstance(exc.__cause__, PydanticError) and not isinstance(exc, UnexpectedToolError):
+                raise ToolError(f"Error executing tool {name}: {arguments_text(exc.__cause__)}") from exc.__cause__
+            raise
         finally:
             GIVEN.reset(token)
 
