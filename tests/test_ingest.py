@@ -211,7 +211,10 @@ def test_long_memory_is_chunked_into_embedded_fragments(pool, fake_embedder) -> 
         "[Agent Mem · development · 2023-11-14]"
     )
     stored = np.vstack([to_array(f[2]) for f in frags])
-    assert np.allclose(stored, fake_embedder.embed(sql_texts), atol=1e-6)
+    # ... as the model reads it: without its closing day, which the keyword index keeps
+    assert np.allclose(stored, fake_embedder.embed([t.removesuffix(" · 2023-11-14]") + "]" for t in sql_texts]),
+                       atol=1e-6)
+    assert not np.allclose(stored[0], fake_embedder.embed(sql_texts[:1])[0], atol=1e-3)
     mean = stored.mean(axis=0)
     assert np.allclose(to_array(row["avg_embedding"]), mean / np.linalg.norm(mean), atol=1e-5)
     assert [d[0] for d in docs] == [f[0] for f in frags]  # keyword-indexed at write time
@@ -293,8 +296,9 @@ def test_llm_replace_keeps_old_version_and_logs(pool, fake_embedder, fake_openai
             " WHERE t.memory_id = %s",
             (first.id,),
         ).fetchone()
-    assert text.endswith("· insight · " + row["created_at"].strftime("%Y-%m-%d") + "]")
-    assert np.allclose(to_array(vec), fake_embedder.embed([text])[0], atol=1e-6)
+    day = " · " + row["created_at"].strftime("%Y-%m-%d") + "]"
+    assert text.endswith("· insight" + day)
+    assert np.allclose(to_array(vec), fake_embedder.embed([text.removesuffix(day) + "]"])[0], atol=1e-6)
     last = arbitrations(pool)[-1]
     assert (
         last["action"] == "REPLACE"

@@ -151,3 +151,48 @@ def test_keyword_parts_migration_indexes_the_parts_of_chinese_words(db_url, pool
     adds their parts."""
     _refresh_reindexes(db_url, pool, fake_embedder, "我养了一只猫，每天陪它玩",
                        "DELETE FROM keywords WHERE keyword = '猫'", 16, "016_keyword_parts", "猫")
+
+
+def test_model_text_migration_embeds_dated_vectors_again_without_their_day(db_url, pool, fake_embedder):
+    """017: vectors made from a text with its closing day are pending, the owners' graphs of those tables go, and
+    the backfill embeds each row again as the model reads it now (`model_text`), the memory's vector with them."""
+    import numpy as np
+
+    from memory_pipelines.embeddings.base import normalise, to_array
+    from memory_pipelines.index.vectors import count_pending, embed_source, model_text
+    from memory_pipelines.vocabulary import INDEXED
+    from tests.factories import add_memory, add_task
+
+    with pool.connection() as conn:
+        mid = add_memory(conn, "alice", "We painted the fence blue last weekend.")
+        add_task(conn, "alice", "Paint the fence", "two coats")
+    for source in ("fragment", "task"):
+        embed_source(pool, fake_embedder, source)
+    with pool.connection() as conn:  # the vectors as the code before 017 made them: from the whole text
+        for source in ("fragment", "task"):
+            spec = INDEXED[source]
+            for rid, text in conn.execute(f"SELECT t.id::text, {spec.text_sql} FROM {spec.from_sql}").fetchall():
+                conn.execute(f"UPDATE {spec.table} SET embedding = %s WHERE id::text = %s",
+                             (fake_embedder.embed([text])[0], rid))
+        conn.execute("CREATE INDEX fragments_owner_hnsw_0123456789abcdef ON fragments"
+                     " USING hnsw (embedding vector_cosine_ops) WHERE owner_id = 'alice'")
+        conn.execute("DELETE FROM schema_migrations WHERE version = 17")
+    assert migrate(db_url, fake_embedder.dimension, fake_embedder.model_name) == ["017_model_text"]
+    with pool.connection() as conn:
+        assert count_pending(conn, "fragment", fake_embedder.model_name) == (1, 1)
+        assert count_pending(conn, "task", fake_embedder.model_name) == (1, 1)
+        assert conn.execute("SELECT count(*) FROM pg_indexes WHERE indexname LIKE 'fragments_owner_hnsw_%'"
+                            ).fetchone()[0] == 0
+    for source in ("fragment", "task"):
+        embed_source(pool, fake_embedder, source)
+    vectors = {}
+    with pool.connection() as conn:
+        for source in ("fragment", "task"):
+            spec = INDEXED[source]
+            assert count_pending(conn, source, fake_embedder.model_name) == (0, 1)
+            text, vec = conn.execute(f"SELECT {spec.text_sql}, t.embedding FROM {spec.from_sql}").fetchone()
+            assert model_text(text) != text
+            vectors[source] = fake_embedder.embed([model_text(text)])[0]
+            assert np.allclose(to_array(vec), vectors[source], atol=1e-6)
+        memory_vec = to_array(conn.execute("SELECT avg_embedding FROM memories WHERE id = %s", (mid,)).fetchone()[0])
+    assert np.allclose(memory_vec, normalise(vectors["fragment"][None, :])[0], atol=1e-5)

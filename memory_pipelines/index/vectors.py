@@ -8,6 +8,7 @@ and never redoes committed work. The UPDATE only applies where the content is st
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -197,11 +198,21 @@ def embed_source(pool: ConnectionPool, embedder: Embedder, source_name: str, **o
     return embed_buckets(pool, embedder, source_name, range(BUCKETS), BUCKETS, **options)
 
 
+_CLOSING_DAY = re.compile(r" · \d{4}-\d{2}-\d{2}\]$")
+
+
+def model_text(text: str) -> str:
+    """What the embedding model reads of an indexed text: all of it but its closing day ("[task · bug · open ·
+    2026-01-06]" → "[task · bug · open]"). The keyword index and the date prior read the day; in the model it
+    only moved similarities between texts of different days (docs/retrieval-quality.md, step 10)."""
+    return _CLOSING_DAY.sub("]", text)
+
+
 def _embed_rows(embedder: Embedder, rows: list[tuple]) -> tuple[list | None, EmbeddingError | None]:
-    """The vectors of the rows' texts (second column), or the provider's failure; a refused key is raised, since
-    no later batch can succeed."""
+    """The vectors of the rows' texts (second column, read by the model as `model_text`), or the provider's
+    failure; a refused key is raised, since no later batch can succeed."""
     try:
-        return embedder.embed([r[1] for r in rows], kind="passage"), None
+        return embedder.embed([model_text(r[1]) for r in rows], kind="passage"), None
     except EmbeddingAuthError:
         raise
     except EmbeddingError as exc:

@@ -14,6 +14,7 @@ from psycopg.types.json import Jsonb
 
 from ...embeddings import Embedder, EmbeddingError, normalise
 from ...index.keywords import index_rows
+from ...index.vectors import model_text
 from ...vocabulary import INDEXED, LOCK_PROJECT
 from ..arbitration import Decision, Neighbour, clean_text
 from ..memories import content_hash, fragment_id, fragment_rows
@@ -70,9 +71,9 @@ def memory_vector(vectors: np.ndarray) -> np.ndarray:
 
 
 def embed_texts(embedder: Embedder, texts: list[str]) -> tuple[np.ndarray | None, str | None]:
-    """(vectors, None) or (None, reason) when the provider fails."""
+    """(vectors, None) or (None, reason) when the provider fails; the model reads each text as `model_text`."""
     try:
-        return embedder.embed(texts, kind="passage"), None
+        return embedder.embed([model_text(t) for t in texts], kind="passage"), None
     except EmbeddingError as exc:
         log.warning("embedding failed, memory stored pending: %s", exc)
         return None, str(exc)
