@@ -55,7 +55,7 @@ CHUNK_TOKENS, CHUNK_OVERLAP = 500, 50
 
 # Cosine similarity at or above which an existing memory is a conflict candidate, per embedding model.
 # multilingual-e5-small (measured on memory texts with a "[project · type · date]" suffix, before the model read
-# them without the day; a pair of different days is now a little closer):
+# them without the day, which moves pairs of different days slightly apart; docs/retrieval-quality.md step 10):
 # unrelated 0.825-0.887, same-area-but-different facts 0.89-0.94, same-topic updates 0.95-0.97,
 # English/Chinese translations 0.905-0.924, duplicates 0.999+. 0.90 catches every update and
 # translation and no unrelated pair; the arbiter sorts out the related-but-different ones.
