@@ -558,6 +558,50 @@ def test_an_import_cut_by_the_databases_death_reports_what_it_wrote_and_a_reimpo
     _assert_stopped(pgdata)
 
 
+@pytest.mark.slow
+def test_an_import_whose_database_dies_stops_within_seconds_and_keeps_what_it_reported(home, procs, tmp_path):
+    """kill -9 of the postmaster in the middle of `import`: the import reports (the rows written, stopped: the
+    database failed, how to resume) and exits 1 within seconds of the kill, not after the pool's 30 s wait for a
+    connection (a writer waiting for one asks the server directly); the server started again holds exactly the
+    rows it reported, no chunk half-written."""
+    from memory_pipelines.infra.embedded import start_embedded_server
+
+    pgdata, rows = home / "pgdata", 40_000  # 8 chunks: the kill lands after the first, well before the last
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("".join(json.dumps({"key": f"k{i}", "title": f"task {i}", "description": f"do thing {i}"}) + "\n"
+                            for i in range(rows)))
+    owner = "cut-importer"  # the home is the module's: not the other import test's owner
+    cut = Proc(home, ["import", str(path), "--source", "task", "--owner", owner], stdout=subprocess.PIPE)
+    procs.append(cut)
+    deadline = time.monotonic() + 120
+    while not re.search(rf"\b[1-9]\d*/{rows}", cut.stderr()):  # a first chunk is written
+        assert cut.popen.poll() is None and time.monotonic() < deadline, cut
+        time.sleep(0.05)
+    os.kill(postmaster_pid(pgdata), signal.SIGKILL)
+    killed = time.monotonic()
+    try:
+        code = cut.popen.wait(15)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the import still runs 15 s after its database died: {cut}")
+    took = time.monotonic() - killed
+    print(f"\nimport exited {took:.2f} s after the kill")
+    out = cut.popen.stdout.read().decode()
+    assert code == 1, (out, cut)
+    assert "Traceback" not in cut.stderr(), cut
+    assert "stopped: the database failed" in out and "import again" in out, out
+    written = int(re.search(r"task: (\d+) created", out).group(1))
+    assert 0 < written < rows, out
+
+    start_embedded_server(pgdata)
+    try:
+        with psycopg.connect(_server_url(pgdata)) as conn:
+            stored = conn.execute("SELECT count(*) FROM tasks WHERE owner_id = %s", (owner,)).fetchone()[0]
+        assert stored == written, out
+    finally:
+        leave_embedded(pgdata)
+    _assert_stopped(pgdata)
+
+
 # -- a Dagster backfill cut by the database's death --------------------------------------------------------------
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@ import json
 import logging
 import select
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -224,6 +225,52 @@ def reading(pool: ConnectionPool) -> Iterator[psycopg.Connection]:
                 conn.autocommit = False
             except psycopg.Error:
                 conn.close()
+
+
+REACHABLE_TIMEOUT = 2
+"""`server_reachable`'s connect_timeout (libpq's least), in seconds."""
+
+
+def server_reachable(url: str, timeout: int = REACHABLE_TIMEOUT) -> bool:
+    """Whether the server at `url` takes a connection: one direct attempt, outside any pool, closed at once."""
+    try:
+        psycopg.connect(url, connect_timeout=timeout).close()
+    except psycopg.OperationalError:
+        return False
+    return True
+
+
+class FailFast:
+    """A pool as a long job's writers see it: `connection()` as the pool's, except that a wait for a connection
+    that outlasts `probe_after` seconds asks the server directly (`server_reachable`) and, when it does not
+    answer, raises PoolTimeout at once instead of waiting out the pool's timeout (30 s). The pool itself, its
+    timeout and its other users are untouched."""
+
+    def __init__(self, pool: ConnectionPool, probe_after: float = 1.0) -> None:
+        self.pool, self.probe_after = pool, probe_after
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.pool, name)
+
+    def getconn(self, timeout: float | None = None) -> psycopg.Connection:
+        deadline = time.monotonic() + (self.pool.timeout if timeout is None else timeout)
+        while True:
+            try:
+                return self.pool.getconn(max(0.0, min(self.probe_after, deadline - time.monotonic())))
+            except PoolTimeout:
+                if time.monotonic() >= deadline:
+                    raise
+                if not server_reachable(self.pool.conninfo):
+                    raise PoolTimeout(f"the server at {describe_url(self.pool.conninfo)} does not answer") from None
+
+    @contextmanager
+    def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection]:
+        conn = self.getconn(timeout)
+        try:
+            with conn:  # commit, or roll back on error, as the pool's own `connection()`
+                yield conn
+        finally:
+            self.pool.putconn(conn)
 
 
 _versions: dict[tuple, tuple[int, ...]] = {}

@@ -36,11 +36,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from ..infra.db import FailFast
 from ..infra.errors import UserError, ValidationError, database_failed
 from ..infra.llm import ChatLLM
 from .import_checks import IMPORT_SOURCES, ImportRow, derive_keys, prepare_row
@@ -280,6 +281,8 @@ def import_rows(
     for row in good:
         groups.setdefault((row.owner, row.source), []).append(row)
     report.written = True  # from the first chunk on: an interrupted import has written what it counts
+    # A server that dies mid-import stops it within seconds, not after the pool's 30 s wait for a connection.
+    pool = cast(ConnectionPool, FailFast(pool))
     try:
         with _progress(bar, len(good), f"importing {Path(report.path).name}") as progress:
             for (who, src), group in groups.items():
