@@ -527,23 +527,34 @@ def test_a_pid_file_whose_process_is_not_the_postmaster_is_cleared_before_a_star
 
 # -- an import cut by the database's death ------------------------------------------------------------------------
 
+IMPORT_ROWS = 40_000
+"""Tasks of the cut imports: 8 chunks, so the kill lands after the first, well before the last."""
+
+
+def _cut_import(home, procs, tmp_path, owner: str) -> tuple[Proc, list[str]]:
+    """`import` of IMPORT_ROWS tasks for `owner`, its postmaster killed (-9) once a first chunk is written: the
+    running import and its arguments."""
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("".join(json.dumps({"key": f"k{i}", "title": f"task {i}", "description": f"do thing {i}"}) + "\n"
+                            for i in range(IMPORT_ROWS)))
+    args = ["import", str(path), "--source", "task", "--owner", owner]
+    cut = Proc(home, args, stdout=subprocess.PIPE)
+    procs.append(cut)
+    deadline = time.monotonic() + 120
+    while not re.search(rf"\b[1-9]\d*/{IMPORT_ROWS}", cut.stderr()):  # a first chunk is written
+        assert cut.popen.poll() is None and time.monotonic() < deadline, cut
+        time.sleep(0.05)
+    os.kill(postmaster_pid(home / "pgdata"), signal.SIGKILL)
+    return cut, args
+
+
 @pytest.mark.slow
 def test_an_import_cut_by_the_databases_death_reports_what_it_wrote_and_a_reimport_completes(home, procs, tmp_path):
     """kill -9 of the postmaster in the middle of `import`: no traceback, but the report (the rows written,
     stopped: the database failed) and exit 1; the next import writes the rest, every row counted before coming
     back unchanged (a traceback and no count before)."""
-    pgdata, rows = home / "pgdata", 40_000  # 8 chunks: the kill lands after the first, well before the last
-    path = tmp_path / "tasks.jsonl"
-    path.write_text("".join(json.dumps({"key": f"k{i}", "title": f"task {i}", "description": f"do thing {i}"}) + "\n"
-                            for i in range(rows)))
-    args = ["import", str(path), "--source", "task", "--owner", "importer"]
-    cut = Proc(home, args, stdout=subprocess.PIPE)
-    procs.append(cut)
-    deadline = time.monotonic() + 120
-    while not re.search(rf"\b[1-9]\d*/{rows}", cut.stderr()):  # a first chunk is written
-        assert cut.popen.poll() is None and time.monotonic() < deadline, cut
-        time.sleep(0.05)
-    os.kill(postmaster_pid(pgdata), signal.SIGKILL)
+    pgdata, rows = home / "pgdata", IMPORT_ROWS
+    cut, args = _cut_import(home, procs, tmp_path, "importer")
     out = cut.popen.stdout.read().decode()
     assert cut.popen.wait(60) == 1, (out, cut)
     assert "Traceback" not in cut.stderr(), cut
@@ -566,18 +577,9 @@ def test_an_import_whose_database_dies_stops_within_seconds_and_keeps_what_it_re
     rows it reported, no chunk half-written."""
     from memory_pipelines.infra.embedded import start_embedded_server
 
-    pgdata, rows = home / "pgdata", 40_000  # 8 chunks: the kill lands after the first, well before the last
-    path = tmp_path / "tasks.jsonl"
-    path.write_text("".join(json.dumps({"key": f"k{i}", "title": f"task {i}", "description": f"do thing {i}"}) + "\n"
-                            for i in range(rows)))
+    pgdata, rows = home / "pgdata", IMPORT_ROWS
     owner = "cut-importer"  # the home is the module's: not the other import test's owner
-    cut = Proc(home, ["import", str(path), "--source", "task", "--owner", owner], stdout=subprocess.PIPE)
-    procs.append(cut)
-    deadline = time.monotonic() + 120
-    while not re.search(rf"\b[1-9]\d*/{rows}", cut.stderr()):  # a first chunk is written
-        assert cut.popen.poll() is None and time.monotonic() < deadline, cut
-        time.sleep(0.05)
-    os.kill(postmaster_pid(pgdata), signal.SIGKILL)
+    cut, _args = _cut_import(home, procs, tmp_path, owner)
     killed = time.monotonic()
     try:
         code = cut.popen.wait(15)
