@@ -9,6 +9,8 @@ from typing import Any
 
 from pydantic import ValidationError as PydanticError
 
+from .schema import our_words
+
 _SHOULD = re.compile(r"^\w+ should ")
 """pydantic's "Input should be a valid string", "String should have at most 200 characters", …"""
 
@@ -23,7 +25,7 @@ def _field(loc: tuple[Any, ...]) -> str:
 
 
 def _expected(msg: str) -> str:
-    msg = msg.removeprefix("Value error, ")  # the words of the project's own validators
+    msg = our_words(msg)
     if msg == "Field required":
         return "is required"
     return _SHOULD.sub("must ", msg)

@@ -138,6 +138,11 @@ Instant = Annotated[
 
 # -- checking one value outside a model (the CLI) ---------------------------------------------------------------
 
+def our_words(msg: object) -> str:
+    """A pydantic error message without the "Value error, " pydantic puts before our validators' own words."""
+    return str(msg).removeprefix("Value error, ")
+
+
 @functools.cache
 def _adapter(kind: Any) -> TypeAdapter:
     return TypeAdapter(kind)
@@ -149,5 +154,5 @@ def check(field: str, kind: Any, value: Any) -> Any:
         return _adapter(kind).validate_python(value)
     except PydanticError as exc:
         first = exc.errors()[0]
-        message = str(first.get("msg", "is invalid")).removeprefix("Value error, ")
+        message = our_words(first.get("msg", "is invalid"))
         raise ValidationError(field, message) from None

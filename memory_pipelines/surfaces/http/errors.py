@@ -25,6 +25,7 @@ from ...infra.db import RETRY_AFTER_SECONDS
 from ...infra.errors import ConfigError, NotFoundError, UserError, ValidationError
 from ...infra.json_members import RepeatedMemberError, loads_unique
 from ...vocabulary import MAX_BODY_BYTES
+from ..schema import our_words
 
 log = logging.getLogger(__name__)
 
@@ -153,9 +154,9 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _request_invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:
         # Only loc, msg and type: the rejected input is the caller's data and may not be JSON-encodable.
-        # pydantic prefixes our validators' words with "Value error, "; the API's other checks answer without it
+        # our validators' words as the API's other checks answer them, without pydantic's prefix
         errors = [{"loc": [str(p) for p in e.get("loc", ())],
-                   "msg": str(e.get("msg", "")).removeprefix("Value error, "),
+                   "msg": our_words(e.get("msg", "")),
                    "type": str(e.get("type", ""))} for e in exc.errors()]
         loc = errors[0]["loc"] if errors else ["body"]
         return error(422, errors, field=".".join(loc[1:]) or loc[0])
