@@ -308,6 +308,11 @@ searched tables (INDEXED) have none: each owner over EXACT_SCAN_MAX_ROWS has a g
 
 
 
+def a_source(source: str) -> str:
+    """The source's name with its article: "a task", "an event"."""
+    return f"{'an' if source[:1] in 'aeiou' else 'a'} {source}"
+
+
 def seed_half_lives() -> dict[str, float | None]:
     """Default half-life (days, None = no decay) per scored source."""
     return {n: s.half_life_days for n, s in SOURCES.items()}

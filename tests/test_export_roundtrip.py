@@ -4,8 +4,10 @@ imported into a fresh one gives the same search results (every channel), the sam
 from __future__ import annotations
 
 import json
+import shutil
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -195,3 +197,55 @@ def test_a_restore_whose_params_cannot_score_is_refused_and_builds_go_on(pool, t
         assert list_configs(pool) == before, params
     built = run_cli(["context", "login cookie", "--owner", "alice"], env)
     assert built.returncode == 0, built.stderr
+
+
+def _owner_rows(url: str, owner: str) -> dict[str, int]:
+    with psycopg.connect(url) as conn:
+        return {t: conn.execute(f"SELECT count(*) FROM {t} WHERE owner_id = %s", (owner,)).fetchone()[0]
+                for t in ("tasks", "learnings", "capabilities", "goals", "events", "memories")}
+
+
+def test_an_export_folder_is_imported_back_by_one_command(pool, db_url, fresh_url, tmp_path) -> None:
+    """`import DIR` takes the folder `export` wrote: every item file, into the export's owner (or --owner); a
+    second run changes nothing; one bad row in any file means nothing is written from any file."""
+    load_demo(pool)
+    folder = tmp_path / "exp"
+    env = {"MEMORY_PIPELINES_EMBEDDER": "fake"}
+    exported = run_cli(["export", "--owner", "team-beta", str(folder)], {**env, "DATABASE_URL": db_url})
+    assert exported.returncode == 0, exported.stderr
+    manifest = json.loads((folder / "manifest.json").read_text())
+    into = {**env, "DATABASE_URL": fresh_url}
+
+    first = run_cli(["import", str(folder)], into)
+    assert first.returncode == 0, first.stderr
+    assert "into owner team-beta" in first.stdout
+    counts = _owner_rows(fresh_url, "team-beta")
+    assert counts == {name.split(".")[0]: manifest["files"][name] for name in FILES.values()}, counts
+    assert sum(counts.values()) > 100
+
+    again = run_cli(["import", str(folder), "--json"], into)
+    assert again.returncode == 0, again.stderr
+    files = json.loads(again.stdout)["files"]
+    assert [Path(f["path"]).name for f in files] == list(FILES.values())
+    assert sum(f["totals"]["created"] + f["totals"]["updated"] for f in files) == 0
+    assert sum(f["totals"]["unchanged"] for f in files) == sum(counts.values())
+    assert _owner_rows(fresh_url, "team-beta") == counts
+
+    bad = tmp_path / "bad"
+    shutil.copytree(folder, bad)
+    with (bad / "learnings.jsonl").open("a") as f:
+        f.write(json.dumps({"source": "learning", "key": "x", "title": "t", "category": "nope"}) + "\n")
+    refused = run_cli(["import", str(bad), "--owner", "team-copy"], into)
+    assert refused.returncode == 1, refused.stdout
+    line = manifest["files"]["learnings.jsonl"] + 1
+    assert f"learnings.jsonl:{line}: category:" in refused.stderr, refused.stderr
+    assert "nothing written from any file" in refused.stdout
+    assert sum(_owner_rows(fresh_url, "team-copy").values()) == 0
+
+    (tmp_path / "loose").mkdir()
+    (tmp_path / "loose" / "tasks.jsonl").write_text((folder / "tasks.jsonl").read_text())
+    for args, named in ((["import", str(tmp_path / "loose")], "not an export folder"),
+                        (["import", str(folder), "--source", "task"], "--source")):
+        proc = run_cli(args, into)
+        assert proc.returncode == 2 and named in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert sum(_owner_rows(fresh_url, "team-copy").values()) == 0

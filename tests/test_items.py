@@ -113,6 +113,7 @@ def test_validate_item_fills_defaults_strips_and_parses_times():
 
 @pytest.mark.parametrize(("source", "raw", "field", "words"), [
     ("task", {"title": "t", "colour": "red"}, "colour", "not a field of a task"),
+    ("event", {"type": "deploy", "event_type": "deploy"}, "event_type", "not a field of an event"),
     ("task", {"title": "t", "status": "done"}, "status", "must be one of"),
     ("task", {"title": "   "}, "title", "must not be empty"),
     ("task", {"description": "no title"}, "title", "is required"),

@@ -42,7 +42,7 @@ from psycopg_pool import ConnectionPool
 from ..infra.errors import ConfigError
 from ..infra.redact import redact
 from ..store.imports import ImportReport, import_rows
-from ..vocabulary import WRITABLE_SOURCES, WRITE_CONTRACTS
+from ..vocabulary import WRITABLE_SOURCES, WRITE_CONTRACTS, a_source
 
 SYNC_ENV = "MEMORY_PIPELINES_SYNC"
 BATCH_ROWS = 5_000
@@ -128,7 +128,7 @@ def _spec(entry: Any, where: str) -> SyncSpec:
         raise ConfigError(f"{where}: `columns` must map `key` (the table's id) and the {source}'s fields to columns")
     unknown = sorted(set(columns) - fields)
     if unknown:
-        raise ConfigError(f"{where}: columns.{unknown[0]} is not a field of a {source}; the fields are "
+        raise ConfigError(f"{where}: columns.{unknown[0]} is not a field of {a_source(source)}; the fields are "
                           + ", ".join(sorted(fields)))
     if bool(entry.get("owner")) == bool(entry.get("owner_column")):
         raise ConfigError(f"{where}: give exactly one of `owner` and `owner_column`")

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..infra.errors import ValidationError, check_storable
-from ..vocabulary import MIN_TS, TS_FUTURE_SLACK, WRITABLE_SOURCES, WRITE_CONTRACTS, FieldSpec
+from ..vocabulary import MIN_TS, TS_FUTURE_SLACK, WRITABLE_SOURCES, WRITE_CONTRACTS, FieldSpec, a_source
 
 _NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
 
@@ -168,7 +168,7 @@ def validate_item(source: str, raw: Mapping, *, partial: bool = False, now: date
     for name in raw:
         if name not in specs:
             shown = name if isinstance(name, str) and len(name) <= 60 else repr(name)[:60]
-            raise ItemError(str(shown), f"is not a field of a {source}; the fields are {', '.join(specs)}")
+            raise ItemError(str(shown), f"is not a field of {a_source(source)}; the fields are {', '.join(specs)}")
     if partial and not raw:
         raise ItemError("item", f"give at least one field to change: {', '.join(specs)}")
     out: dict[str, Any] = {}

@@ -88,16 +88,26 @@ def cmd_learnings_relevant(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_report(report: Any, as_json: bool) -> None:
-    """Every reject as `file:line: field: reason` on stderr, then the counts (or the whole report as JSON)."""
+def _print_rejects(report: Any) -> None:
     name = Path(report.path).name
     for r in report.rejects:
         print(f"{name}:{r.line}: {r.field}: {r.reason}", file=sys.stderr)
+
+
+def _print_read(report: Any) -> None:
+    """Every reject on stderr, then what was read."""
+    _print_rejects(report)
+    print(f"{Path(report.path).name}: {report.rows} rows read, {report.valid} valid, {len(report.rejects)} rejected "
+          f"({report.read_seconds:.1f} s)")
+
+
+def print_report(report: Any, as_json: bool) -> None:
+    """Every reject as `file:line: field: reason` on stderr, then the counts (or the whole report as JSON)."""
     if as_json:
+        _print_rejects(report)
         _print_json(report.as_dict())
         return
-    print(f"{name}: {report.rows} rows read, {report.valid} valid, {len(report.rejects)} rejected "
-          f"({report.read_seconds:.1f} s)")
+    _print_read(report)
     if report.dry_run:
         for source, n in report.valid_by_source.items():
             print(f"  {source}: {n} valid")
@@ -118,11 +128,66 @@ def print_report(report: Any, as_json: bool) -> None:
               "(rows already written come back unchanged)")
 
 
+def _print_folder(result: Any, folder: str) -> None:
+    """Rejects on stderr; one line per file with rows; then what was written, or why nothing was."""
+    print(f"{folder} into owner {result.owner}:")
+    empty = 0
+    for report in result.reports:
+        _print_rejects(report)
+        if not report.rows:
+            empty += 1
+            continue
+        done = ", ".join(f"{n} {action}" for action, n in report.totals.items())
+        read = f"{report.rows} rows, {report.valid} valid, {len(report.rejects)} rejected"
+        print(f"  {Path(report.path).name}: {read}" + (f"; {done}" if report.written else ""))
+    if empty:
+        print(f"  ({empty} empty files)")
+    dry_run = bool(result.reports) and result.reports[0].dry_run
+    if result.refused:
+        print("nothing written from any file. Fix the rejected rows, or pass --skip-invalid to write the valid rows "
+              "only")
+    elif dry_run:
+        print("dry run: nothing written")
+    else:
+        print("embeddings follow in the background (`serve`, the Dagster sensor) or with `memory-pipelines embed`; "
+              f"the export's scoring config is carried over by `memory-pipelines scoring restore "
+              f"{Path(folder) / 'scoring_configs.json'}`")
+    if result.stopped:
+        print(f"stopped: {result.stopped}: the rows counted above are written; fix it and import again (rows "
+              "already written come back unchanged)")
+
+
+def _import_folder(args: argparse.Namespace) -> int:
+    """`import DIR`: an export's folder, every item file of it into one owner (the export's unless --owner)."""
+    from ...operations.import_folder import export_files, import_folder
+    from .main import _bar
+
+    for flag in ("source", "format"):
+        if getattr(args, flag):
+            raise ValidationError(f"--{flag}", "applies to one file; an export's folder says what each file is")
+    export_files(Path(args.path))  # not an export: said before the database starts
+    memory = None if args.dry_run else _memory()
+    result = import_folder(memory.pool if memory else None, args.path, embedder=memory and memory.embedder,
+                           owner=args.owner, dry_run=args.dry_run, skip_invalid=args.skip_invalid,
+                           bar=None if args.json else _bar)
+    if args.json:
+        _print_json(result.as_dict())
+    else:
+        _print_folder(result, args.path)
+    if result.stopped:
+        return 1
+    rejects = any(r.rejects for r in result.reports)
+    writes = any(r.written for r in result.reports) or (args.dry_run and args.skip_invalid)
+    return 1 if rejects and not writes else 0
+
+
 def cmd_import(args: argparse.Namespace) -> int:
     from ...infra.settings import get_settings
     from ...store.imports import ImportInterrupted, file_format, import_file
     from .main import _bar
 
+    if Path(args.path).is_dir():
+        return _import_folder(args)
     file_format(Path(args.path), args.format)  # an unknown format fails before the database starts
     pool = embedder = None
     default_owner = get_settings().default_owner
@@ -157,7 +222,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="import a JSON Lines, CSV or Parquet file of tasks, learnings, capabilities, goals, events or "
         "memories: every row checked first, original times kept, idempotent by key (a re-import changes nothing)",
     )
-    p.add_argument("path", help="the file (.jsonl / .ndjson, .csv with a header row, .parquet)")
+    p.add_argument("path", help="the file (.jsonl / .ndjson, .csv with a header row, .parquet), or the folder "
+                   "`export` wrote (every item file of it, into the export's owner unless --owner)")
     p.add_argument("--source", choices=[*sources, "memory"],
                    help="what every row is; without it, each row's `source` column says")
     p.add_argument("--owner", help="whose rows these are; without it, each row's `owner` column, else "

@@ -39,6 +39,7 @@ from ....vocabulary import (
     WRITE_CONTRACTS,
     WRITE_TABLES,
     FieldSpec,
+    a_source,
 )
 from ...encode import jsonable, to_json
 from ...schema import TEXT_PATTERN, Documented, Int, Text, json_number, storable
@@ -145,7 +146,7 @@ def item_model(source: str, *, partial: bool = False) -> type[BaseModel]:
         fields[spec.name] = (_annotation(spec, partial), info)
     name = source.capitalize() + ("Changes" if partial else "Item")
     example = CHANGE_EXAMPLES[source] if partial else EXAMPLES[source]
-    doc = (f"Fields of a {source} to change; the others stay as they are." if partial else
+    doc = (f"Fields of {a_source(source)} to change; the others stay as they are." if partial else
            f"One {source}: with a `key`, writing it again updates the {source} of that key. An optional field left "
            "out or null takes its default.")
     extra = {"minProperties": 1} if partial else {}

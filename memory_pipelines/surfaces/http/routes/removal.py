@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from ....store.removal.audit import MAX_AUDIT_LIMIT
+from ....vocabulary import a_source
 from ...encode import to_json
 from .. import models as m
 from ..deps import MemoryDep, Owner
@@ -110,7 +111,7 @@ def actor(request: Request, memory: MemoryDep) -> str:
 
 
 def _forget_route(source: str, plural: str) -> None:
-    @router.delete(f"/api/{plural}/{{ref:path}}", summary=f"Forget a {source}", response_model=Forgotten,
+    @router.delete(f"/api/{plural}/{{ref:path}}", summary=f"Forget {a_source(source)}", response_model=Forgotten,
                    responses=errors(not_found(source, f"no {source} '{_ID}'")), name=f"forget_{source}")
     def forget_item(ref: Annotated[m.ItemId, Path(description=f"The {source}'s id or your key of it.")],
                     owner: Owner, memory: MemoryDep, request: Request) -> JSONResponse:
