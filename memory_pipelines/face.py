@@ -335,6 +335,26 @@ class Memory:
 
         return export_owner(self.pool, owner, directory, include_log=include_log)
 
+    def import_path(self, path: str | Path, *, owner: str | None = None, source: str | None = None,
+                    dry_run: bool = False, skip_invalid: bool = False) -> dict[str, Any]:
+        """Import a JSON Lines, CSV or Parquet file, or the folder `export` wrote (into its owner unless `owner`);
+        the report (a folder's: one per file). ImportFileError when the file or folder is not what it claims."""
+        from pathlib import Path
+
+        from .operations.import_folder import import_folder
+        from .store.imports import import_file
+
+        if Path(path).is_dir():
+            if source:
+                from .infra.errors import ValidationError
+
+                raise ValidationError("source", "applies to one file; an export's folder says what each file is")
+            return import_folder(self.pool, path, embedder=self.embedder, llm=self.llm, owner=owner and _owner(owner),
+                                 dry_run=dry_run, skip_invalid=skip_invalid).as_dict()
+        return import_file(self.pool, path, embedder=self.embedder, llm=self.llm, source=source,
+                           owner=owner and _owner(owner), default_owner=self.settings.default_owner,
+                           dry_run=dry_run, skip_invalid=skip_invalid).as_dict()
+
     def prune(self, *, dry_run: bool = False, **ages: Any) -> dict[str, Any]:
         """Prune the retrieval log and the events past their retention ages (the settings', or `candidates=`,
         `builds=`, `events=` given as '30d', '36h'..., at least a day), the hit rates rolled up first; the rows

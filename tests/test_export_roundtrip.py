@@ -16,6 +16,7 @@ from psycopg.conninfo import make_conninfo
 from memory_pipelines.context.config import activate, active_config, add_config, list_configs, restore_active
 from memory_pipelines.context.scoring import ScoringConfig
 from memory_pipelines.demo.corpus import load_demo, read_demo
+from memory_pipelines.face import Memory
 from memory_pipelines.index.keywords import index_all
 from memory_pipelines.index.vectors import embed_all
 from memory_pipelines.infra.db import get_pool
@@ -249,3 +250,21 @@ def test_an_export_folder_is_imported_back_by_one_command(pool, db_url, fresh_ur
         proc = run_cli(args, into)
         assert proc.returncode == 2 and named in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert sum(_owner_rows(fresh_url, "team-copy").values()) == 0
+
+
+def test_the_library_imports_a_file_or_an_export_folder(runtime, pool, db_url, tmp_path) -> None:
+    """`Memory.import_path`: a folder into another owner (every file, counts as exported), one file of it, and a
+    --source given with a folder refused naming `source`, nothing written."""
+    load_demo(pool)
+    memory = Memory(runtime, llm=None)
+    manifest = memory.export("solo-gamma", tmp_path / "exp")
+    report = memory.import_path(tmp_path / "exp", owner="gamma-copy")
+    assert report["owner"] == "gamma-copy" and not report["refused"] and report["stopped"] is None
+    counts = _owner_rows(db_url, "gamma-copy")
+    assert counts == {name.split(".")[0]: manifest["files"][name] for name in FILES.values()}, counts
+    one = memory.import_path(tmp_path / "exp" / "goals.jsonl", owner="gamma-goals")
+    assert one["totals"]["created"] == manifest["files"]["goals.jsonl"] > 0
+    with pytest.raises(ValidationError) as refused:
+        memory.import_path(tmp_path / "exp", owner="gamma-none", source="task")
+    assert refused.value.field == "source"
+    assert sum(_owner_rows(db_url, "gamma-none").values()) == 0

@@ -15,6 +15,7 @@ from typing import Any
 
 from psycopg_pool import ConnectionPool
 
+from ..infra.llm import ChatLLM
 from ..store.imports import ImportFileError, ImportInterrupted, ImportReport, import_file
 from .export import FILES
 
@@ -62,6 +63,7 @@ def import_folder(
     folder: str | Path,
     *,
     embedder: Any = None,
+    llm: ChatLLM | None = None,
     owner: str | None = None,
     dry_run: bool = False,
     skip_invalid: bool = False,
@@ -78,7 +80,7 @@ def import_folder(
     result.reports = []
     for f in files:
         try:
-            report = import_file(pool, f, embedder=embedder, owner=result.owner, skip_invalid=skip_invalid,
+            report = import_file(pool, f, embedder=embedder, llm=llm, owner=result.owner, skip_invalid=skip_invalid,
                                  bar=bar if f.stat().st_size else None)
         except ImportInterrupted as exc:  # what the file wrote before the database failed; the rest is not tried
             report = exc.report
