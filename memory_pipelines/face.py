@@ -13,7 +13,7 @@ first and reads or writes that owner's rows only.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -334,6 +334,13 @@ class Memory:
         from .operations.export import export_owner
 
         return export_owner(self.pool, owner, directory, include_log=include_log)
+
+    def export_lines(self, owner: str) -> Iterator[str]:
+        """Every item and memory of the owner as JSON lines (each naming its `source`), in one snapshot: one file
+        `import` reads back."""
+        from .operations.export import export_lines
+
+        return export_lines(self.pool, _owner(owner))
 
     def import_path(self, path: str | Path, *, owner: str | None = None, source: str | None = None,
                     dry_run: bool = False, skip_invalid: bool = False) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from memory_pipelines.surfaces.mcp import Forgettable, build_http_app
 from tests.factories import add_capability, add_event, add_goal, add_learning, add_task
 from tests.removal_world import owner_rows, table_counts
 from tests.test_api import LiveServer
+from tests.test_cli import run_cli
 from tests.test_mcp import _client as mcp_client
 from tests.test_mcp import data, error_text
 
@@ -259,3 +260,29 @@ def test_a_drop_given_a_project_name_names_that_projects_key_and_removes_nothing
     foreign = a.delete("/projects/Web App")  # bob's project name: alice hears nothing of it
     assert foreign.status_code == 404 and foreign.json() == {"detail": "no project 'Web App'"}
     assert table_counts(runtime.pool) == before
+
+
+def test_the_keys_owner_downloads_her_export_and_the_cli_imports_it_back(two, runtime, db_url, tmp_path):
+    """GET /api/owner/export streams the key's owner's items and memories as JSON Lines, nobody else's, whatever
+    `owner` parameter is guessed; the file imports back whole into another owner with the real CLI."""
+    (a, alice, _), (b, bob, _) = two["alice"], two["bob"]
+    got = a.get("/api/owner/export")
+    assert got.status_code == 200, got.text
+    assert got.headers["content-type"].startswith("application/x-ndjson")
+    rows = [json.loads(line) for line in got.text.splitlines()]
+    assert sorted(r["source"] for r in rows) == sorted(alice)
+    assert "bob" not in got.text and all("alice" in json.dumps(r) for r in rows)
+    assert b.get("/api/owner/export").text.count("\n") == len(bob) and "alice" not in b.get("/api/owner/export").text
+
+    guessed = a.get("/api/owner/export", params={"owner": "bob"})
+    assert guessed.status_code == 200 and guessed.text == got.text  # reads ignore what they do not take
+    assert httpx.get(str(a.base_url.join("/api/owner/export"))).status_code == 401
+
+    path = tmp_path / "alice.jsonl"
+    path.write_bytes(got.content)
+    env = {"DATABASE_URL": db_url, "MEMORY_PIPELINES_EMBEDDER": "fake"}
+    imported = run_cli(["import", str(path), "--owner", "alice-copy"], env)
+    assert imported.returncode == 0, imported.stderr
+    sources = ("tasks", "learnings", "capabilities", "goals", "events", "memories")
+    copy, original = owner_rows(runtime.pool, "alice-copy"), owner_rows(runtime.pool, "alice")
+    assert {t: copy[t] for t in sources} == {t: original[t] for t in sources} == dict.fromkeys(sources, 1)

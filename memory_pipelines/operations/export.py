@@ -78,11 +78,15 @@ def _stream(conn: psycopg.Connection, name: str, query: str, params: tuple) -> I
         yield from cur
 
 
+def _line(row: dict[str, Any]) -> str:
+    return json.dumps({k: _plain(v) for k, v in row.items()}, ensure_ascii=False) + "\n"
+
+
 def _write_lines(path: Path, rows: Iterator[dict[str, Any]]) -> int:
     n = 0
     with path.open("w", encoding="utf-8") as out:
         for row in rows:
-            out.write(json.dumps({k: _plain(v) for k, v in row.items()}, ensure_ascii=False) + "\n")
+            out.write(_line(row))
             n += 1
     return n
 
@@ -160,6 +164,22 @@ def _log(conn: psycopg.Connection, owner: str, folder: Path) -> dict[str, int]:
 
             counts[f"log/{name}"] = _write_lines(folder / name, rows())
     return counts
+
+
+def export_lines(pool: ConnectionPool, owner: str) -> Iterator[str]:
+    """Every item and memory of `owner` as JSON lines, items first, then memories in the order they were written:
+    the export's item and memory files in one, which `import` reads back whole (each line names its `source`).
+    One snapshot, streamed; the owner is checked before the first line."""
+    owner = validate_owner(owner)
+
+    def lines() -> Iterator[str]:
+        with pool.connection() as conn, conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            for source in ITEM_COLUMNS:
+                yield from map(_line, _items(conn, owner, source))
+            yield from map(_line, _memories(conn, owner))
+
+    return lines()
 
 
 def owner_has_rows(pool: ConnectionPool, owner: str) -> bool:

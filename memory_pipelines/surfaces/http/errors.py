@@ -104,6 +104,21 @@ def errors(*groups: dict[int, dict[str, Any]]) -> dict[int | str, dict[str, Any]
 
 READ = errors()
 """A GET's error answers."""
+
+
+def json_errors(responses: dict[int | str, dict[str, Any]]) -> dict[int | str, dict[str, Any]]:
+    """`responses` with each model named as JSON content: what a route whose own answer is not JSON (a stream)
+    documents, since FastAPI would file the models under the route's media type."""
+    out: dict[int | str, dict[str, Any]] = {}
+    for code, spec in responses.items():
+        spec = dict(spec)
+        model = spec.pop("model", None)
+        if model is not None:
+            content = {k: dict(v) for k, v in spec.get("content", {}).items()}
+            content.setdefault("application/json", {})["schema"] = {"$ref": f"#/components/schemas/{model.__name__}"}
+            spec["content"] = content
+        out[code] = spec
+    return out
 WRITE = errors(BAD_REQUEST, TOO_LARGE)
 """A POST's error answers."""
 

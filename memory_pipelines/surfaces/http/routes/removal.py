@@ -7,10 +7,11 @@ removed content. An erase removes the key's own owner only, and only with `confi
 
 # No `from __future__ import annotations`: the per-source routes' parameter types are built in a loop, and FastAPI
 # reads them from the function's own annotations.
+from itertools import chain
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from ....store.removal.audit import MAX_AUDIT_LIMIT
@@ -18,7 +19,7 @@ from ....vocabulary import a_source
 from ...encode import to_json
 from .. import models as m
 from ..deps import MemoryDep, Owner
-from ..errors import READ, StrictJsonRoute, errors, not_found
+from ..errors import READ, StrictJsonRoute, errors, json_errors, not_found
 
 router = APIRouter(tags=["ways out"], route_class=StrictJsonRoute)
 
@@ -161,6 +162,41 @@ def erase_owner(
     the record of the erase (counts only)."""
     out: dict[str, Any] = memory.erase(owner, confirm=confirm, dry_run=dry_run, actor=actor(request, memory))
     return to_json(out)
+
+
+class ExportedRow(BaseModel):
+    """One line of an export: an item (`source` task, learning, capability, goal or event, with its `key`, `at`,
+    `active` and the write contract's fields) or a memory (`source` memory, with its content, type, project, `ts`,
+    speaker and session)."""
+
+    model_config = ConfigDict(extra="allow", json_schema_extra={"examples": [
+        {"source": "task", "key": "t-1", "at": _WHEN, "active": True, "title": "Fix the login", "description": "",
+         "status": "pending", "metadata": {}},
+        {"source": "memory", "content": "The login page keeps the session cookie for 30 days.",
+         "content_type": "requirement", "project_key": "web-app", "project_name": "web-app", "ts": 1768900345}]})
+
+    source: str
+
+
+class NdjsonResponse(StreamingResponse):
+    """JSON Lines, streamed."""
+
+    media_type = "application/x-ndjson"
+
+
+@router.get("/api/owner/export", summary="Export everything of the key's owner as JSON Lines",
+            response_class=NdjsonResponse, responses={**json_errors(READ), 200: {
+                "description": "One `ExportedRow` a line: the items, then the memories in the order they were "
+                "written. `memory-pipelines import FILE --owner O` reads it back.",
+                "content": {NdjsonResponse.media_type: {"schema": ExportedRow.model_json_schema()}}}})
+def export_everything(owner: Owner, memory: MemoryDep) -> NdjsonResponse:
+    """Everything the key's owner wrote, streamed in one snapshot (writes during the download are not in it), as
+    the CLI's `export` writes it but in one file: every task, learning, capability, goal and event, then every
+    memory. Not in it: the retrieval log, the memories' replaced versions, copies folded into another memory, and
+    the scoring config (shared by every owner)."""
+    lines = memory.export_lines(owner)
+    first = next(lines, "")  # the snapshot opens here: a database down is a 503, not a 200 cut short
+    return NdjsonResponse(chain([first], lines), headers={"Content-Disposition": 'attachment; filename="export.jsonl"'})
 
 
 @router.get("/api/removals", summary="The audit trail of removals", response_model=Removals, responses=READ)
