@@ -286,7 +286,9 @@ def test_serve_brings_a_killed_database_back_and_fails_fast_meanwhile(home, proc
             health = httpx.get(f"{base}/health", timeout=60)
             outage.append((response.status_code, round(took, 3), response.headers.get("retry-after"),
                            health.status_code, health.headers.get("retry-after")))
+        export = httpx.get(f"{base}/api/owner/export", headers={"Authorization": f"Bearer {key}"}, timeout=60)
     released = time.monotonic()
+    assert export.status_code == 503 and export.headers.get("retry-after") == "2", export.text  # not a cut 200
     print(f"\noutage (search status, seconds, Retry-After, /health status, Retry-After): {outage}")
     assert len(outage) >= 3
     assert all(status == 503 and retry == "2" and hstatus == 503 and hretry == "2"
