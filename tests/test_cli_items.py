@@ -106,7 +106,7 @@ def test_a_folder_and_a_utf16_file_say_what_they_are(cli_env, tmp_path):
     folder.mkdir()
     proc = _import_cli(cli_env, str(folder), "--source", "task")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert "is a directory" in proc.stderr and "suffix" not in proc.stderr, proc.stderr
+    assert "not an export folder" in proc.stderr and "suffix" not in proc.stderr, proc.stderr
     for name, encoding in (("bom.jsonl", "utf-16"), ("plain.jsonl", "utf-16-le"), ("table.csv", "utf-16")):
         path = tmp_path / name
         text = '{"title": "wide text"}\n' if name.endswith("jsonl") else "title\nwide text\n"

@@ -13,6 +13,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
@@ -350,3 +351,23 @@ def test_a_refused_search_names_the_field_in_words_and_drops_the_previous_result
         expect(p.page.locator("#error")).to_have_text(said)
         assert p.page.locator("#results li").count() == 0 and p.page.inner_text("#search-note") == ""
     assert p.errors == []
+
+
+def test_the_export_button_downloads_the_keys_owners_items_and_memories(served, page_of):
+    url, data = served
+    p = page_of(url)
+    p.page.goto(f"{url}/ui/")
+    assert not p.page.is_visible("#export")  # no key, no button
+    _login(p, data["key"])
+    with p.page.expect_download() as info:
+        p.page.click("#export")
+    download = info.value
+    assert download.suggested_filename == "alice-export.jsonl"
+    text = Path(download.path()).read_text(encoding="utf-8")
+    rows = [json.loads(line) for line in text.splitlines()]
+    assert sorted(r["source"] for r in rows) == ["learning", "memory", "memory", "memory", "task", "task"], rows
+    assert "bob" not in text and any(r.get("content") == ZH for r in rows)
+    assert p.page.inner_text("#error") == "" and p.errors == [] and p.foreign() == []
+
+    p.page.click("#forget")
+    assert not p.page.is_visible("#export")

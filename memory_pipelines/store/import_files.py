@@ -53,8 +53,8 @@ def file_format(path: Path, given: str | None = None) -> str:
     """The format named, or the one of the file's suffix; ImportFileError for a folder or a suffix it does not
     know."""
     if path.is_dir():
-        raise ImportFileError(f"{path}: is a directory; import one file of it at a time (an export's folder: "
-                              "each of its .jsonl files)")
+        raise ImportFileError(f"{path}: is a directory; import one file of it at a time (an export's folder "
+                              "whole: `memory-pipelines import DIR`, `Memory.import_path`)")
     if given:
         if given not in set(FORMATS.values()):
             raise ImportFileError(f"format {given!r} is not one of jsonl, csv, parquet")

@@ -162,10 +162,10 @@ def _import_folder(args: argparse.Namespace) -> int:
     from ...operations.import_folder import export_files, import_folder
     from .main import _bar
 
+    export_files(Path(args.path))  # not an export: said before the database starts
     for flag in ("source", "format"):
         if getattr(args, flag):
             raise ValidationError(f"--{flag}", "applies to one file; an export's folder says what each file is")
-    export_files(Path(args.path))  # not an export: said before the database starts
     memory = None if args.dry_run else _memory()
     result = import_folder(memory.pool if memory else None, args.path, embedder=memory and memory.embedder,
                            owner=args.owner, dry_run=args.dry_run, skip_invalid=args.skip_invalid,

@@ -92,6 +92,7 @@ function showLogin(message) {
   $("app").hidden = true;
   $("who").hidden = true;
   $("forget").hidden = true;
+  $("export").hidden = true;
   $("login").hidden = false;
   $("login-error").textContent = message || "";
   $("key").focus();
@@ -103,6 +104,8 @@ async function openMemory() {
     $("login").hidden = true;
     $("app").hidden = false;
     $("forget").hidden = false;
+    $("export").hidden = false;
+    $("export").dataset.owner = me.owner;
     $("who").hidden = false;
     $("who").textContent = `memory of ${me.owner}`;
     $("error").textContent = "";
@@ -275,6 +278,25 @@ async function showRelated(id) {
   }
 }
 
+// -- export -------------------------------------------------------------------------------------------------
+
+// The download needs the key in a header, so it is fetched and saved from a blob rather than linked.
+async function downloadExport() {
+  const key = sessionStorage.getItem(KEY);
+  const response = await fetch(new URL("api/owner/export", API), { headers: { Authorization: `Bearer ${key}` } });
+  if (response.status === 401) throw new Unauthorized("the key was not accepted (unknown or revoked)");
+  if (!response.ok) {
+    const data = await response.json().catch(() => ({}));
+    throw new Error(`${response.status}: ${said(data.detail) || response.statusText}`);
+  }
+  const url = URL.createObjectURL(await response.blob());
+  const link = el("a", { href: url, download: `${$("export").dataset.owner || "memory"}-export.jsonl` });
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60000);
+}
+
 // -- wiring -------------------------------------------------------------------------------------------------
 
 document.addEventListener("DOMContentLoaded", () => {
@@ -297,6 +319,7 @@ document.addEventListener("DOMContentLoaded", () => {
   };
   $("refresh").addEventListener("click", act(() => Promise.all([loadRates(), loadBuilds(true)])));
   $("more").addEventListener("click", act(() => loadBuilds(false)));
+  $("export").addEventListener("click", act(downloadExport));
   $("days").addEventListener("change", act(() => loadRates()));
   $("search-form").addEventListener("submit", search);
   if (sessionStorage.getItem(KEY)) openMemory();
