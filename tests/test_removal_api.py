@@ -286,3 +286,10 @@ def test_the_keys_owner_downloads_her_export_and_the_cli_imports_it_back(two, ru
     sources = ("tasks", "learnings", "capabilities", "goals", "events", "memories")
     copy, original = owner_rows(runtime.pool, "alice-copy"), owner_rows(runtime.pool, "alice")
     assert {t: copy[t] for t in sources} == {t: original[t] for t in sources} == dict.fromkeys(sources, 1)
+
+
+def test_the_export_stream_joins_lines_in_chunks_and_loses_none():
+    lines = [f'{{"n": {i}}}\n' for i in range(7)]
+    chunks = list(routes._chunks(iter(lines), size=3))
+    assert [c.count("\n") for c in chunks] == [3, 3, 1] and "".join(chunks) == "".join(lines)
+    assert list(routes._chunks(iter([]), size=3)) == []
