@@ -23,14 +23,13 @@ import time
 from pathlib import Path
 
 import httpx
-from _common import log, machine, note, save_result, scratch, sentence
-from import_throughput import serving
+from _common import log, machine, save_result, scratch, sentence
+from import_throughput import learning, serving
 
 from memory_pipelines.infra.auth import create_key
 from memory_pipelines.infra.db import get_pool
 from memory_pipelines.operations.export import export_lines, export_owner
 from memory_pipelines.store.imports import import_file
-from memory_pipelines.vocabulary import LEARNING_CATEGORIES, TASK_TYPES
 
 OWNER = "team-export"
 RESULTS = Path(__file__).parent / "results" / "export_throughput.json"
@@ -38,18 +37,14 @@ FLOOR_RATIO = 0.5
 
 
 def write_rows(path: Path, rows: int, seed: int = 3) -> Path:
-    """Half learnings, half tasks, each with a key and an original time."""
+    """Half learnings (as the import bench writes them), half tasks, each with a key and an original time."""
     rng = random.Random(seed)
     with path.open("w", encoding="utf-8") as f:
         for i in range(rows):
-            at = 1_640_995_200 + rng.randrange(3 * 365 * 86_400)
+            row = {"source": "learning", **learning(rng, i, "l")}
             if i % 2:
-                row = {"source": "task", "key": f"t-{i}", "title": note(rng)[0], "description": sentence(rng),
-                       "task_type": rng.choice(TASK_TYPES), "at": at}
-            else:
-                row = {"source": "learning", "key": f"l-{i}", "title": note(rng)[0],
-                       "content": f"{sentence(rng)}. {sentence(rng)}.", "category": rng.choice(LEARNING_CATEGORIES),
-                       "at": at}
+                row = {"source": "task", "key": f"t-{i}", "title": row["title"], "description": sentence(rng),
+                       "task_type": row["task_type"], "at": row["at"]}
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
     return path
 
