@@ -203,6 +203,26 @@ def test_a_file_in_a_folder_inside_an_owner_folder_goes_to_rejected_with_the_rea
     assert (inbox / "hank/.sync/tasks.jsonl").is_file()
 
 
+def test_an_exports_record_files_are_set_aside_and_its_item_files_imported(resource, tmp_path):
+    """An export's folder copied into inbox/hank/: its item files are imported as hank's; the manifest, the
+    replaced versions and the scoring configs are not (memory_versions.jsonl read as memories would have rejected
+    every line), and go to rejected/ saying what they are and what carries them over."""
+    instance = dg.DagsterInstance.ephemeral()
+    inbox = tmp_path / "inbox"
+    _drop(inbox, "hank/tasks.jsonl", [{"source": "task", "key": "t-1", "title": "exported task"}])
+    _drop(inbox, "hank/memory_versions.jsonl", [{"memory_id": "mem_1", "version": 1, "content": "old text"}])
+    _drop(inbox, "hank/manifest.json", ['{"format": 1, "owner": "hank", "files": {}}'])
+    _drop(inbox, "hank/scoring_configs.json", ["[]"])
+
+    result = _tick(instance, resource)
+    assert [r.partition_key for r in result.run_requests] == ["hank/tasks.jsonl"]
+    for name in ("memory_versions.jsonl", "manifest.json", "scoring_configs.json"):
+        moved = inbox / "rejected" / "hank" / name
+        assert moved.is_file() and not (inbox / "hank" / name).exists(), name
+        reason = (moved.parent / f"{name}.rejects.txt").read_text()
+        assert "an export's record" in reason and "scoring restore" in reason, reason
+
+
 @pytest.fixture
 def team_db(empty_db_url) -> str:
     """A team's own database (a second one on the test server) with a table of lessons."""

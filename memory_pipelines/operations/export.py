@@ -50,6 +50,9 @@ ITEM_COLUMNS: dict[str, tuple[str, dict[str, str]]] = {
     "event": ("events", {"type": "type", "payload": "payload"}),
 }
 """source -> (table, contract field -> column), as the write contract spells them."""
+MANIFEST, VERSIONS, CONFIGS = "manifest.json", "memory_versions.jsonl", "scoring_configs.json"
+RECORD_FILES = (MANIFEST, VERSIONS, CONFIGS)
+"""What an export writes for the record beside its item files: never imported."""
 FILES = {"task": "tasks.jsonl", "learning": "learnings.jsonl", "capability": "capabilities.jsonl",
          "goal": "goals.jsonl", "event": "events.jsonl", "memory": "memories.jsonl"}
 LOG_EVENT = LOG_EVENT_TYPE  # reserved in the write contract: no caller's event has it
@@ -218,16 +221,16 @@ def export_owner(pool: ConnectionPool, owner: str, directory: str | Path, *, inc
         for source in ITEM_COLUMNS:
             files[FILES[source]] = _write_lines(folder / FILES[source], _items(conn, owner, source))
         files[FILES["memory"]] = _write_lines(folder / FILES["memory"], _memories(conn, owner))
-        files["memory_versions.jsonl"] = _write_lines(folder / "memory_versions.jsonl", _versions(conn, owner))
+        files[VERSIONS] = _write_lines(folder / VERSIONS, _versions(conn, owner))
         configs = conn.execute(
             "SELECT version, half_lives, mode_weights, params, is_active, note, fitted_on, evaluation, created_at,"
             " activated_at FROM scoring_configs ORDER BY version").fetchall()
         names = ("version", "half_lives", "mode_weights", "params", "is_active", "note", "fitted_on", "evaluation",
                  "created_at", "activated_at")
-        (folder / "scoring_configs.json").write_text(json.dumps(
+        (folder / CONFIGS).write_text(json.dumps(
             [{k: _plain(v) for k, v in zip(names, c, strict=True)} for c in configs], ensure_ascii=False, indent=1),
             encoding="utf-8")
-        files["scoring_configs.json"] = len(configs)
+        files[CONFIGS] = len(configs)
         if include_log:
             files.update(_log(conn, owner, folder / "log"))
         copies, folded = conn.execute(
@@ -241,5 +244,5 @@ def export_owner(pool: ConnectionPool, owner: str, directory: str | Path, *, inc
     manifest = {"format": FORMAT_VERSION, "owner": owner, "exported_at": datetime.now(UTC).isoformat(),
                 "files": files, "left_out": left_out, "folded_memories_exported": int(folded),
                 "include_log": include_log}
-    (folder / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
     return manifest

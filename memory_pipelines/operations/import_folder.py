@@ -17,9 +17,7 @@ from psycopg_pool import ConnectionPool
 
 from ..infra.llm import ChatLLM
 from ..store.imports import ImportFileError, ImportInterrupted, ImportReport, import_file
-from .export import FILES
-
-MANIFEST = "manifest.json"
+from .export import FILES, MANIFEST
 
 
 @dataclass

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ..store.imports import FORMATS, IMPORT_SOURCES, ImportReport
+from .export import RECORD_FILES
 
 DONE, REJECTED = "done", "rejected"
 SETTLE_SECONDS = 5.0
@@ -67,9 +68,10 @@ def _dropped(inbox: Path) -> list[tuple[str, Path]]:
 
 
 def _importable(inbox: Path) -> list[tuple[str, Path]]:
-    """The dropped files (`_dropped`) with an importable suffix, at the top or in an owner's folder."""
+    """The dropped files (`_dropped`) with an importable suffix, at the top or in an owner's folder, but an
+    export's record files."""
     return [(relpath, path) for relpath, path in _dropped(inbox)
-            if path.suffix.lower() in FORMATS and relpath.count("/") <= 1]
+            if path.suffix.lower() in FORMATS and relpath.count("/") <= 1 and export_record_reason(relpath) is None]
 
 
 def _settled(path: Path, settle_seconds: float, now: float) -> bool:
@@ -111,6 +113,17 @@ def unreadable_format_reason(relpath: str) -> str | None:
             "in again")
 
 
+def export_record_reason(relpath: str) -> str | None:
+    """Why a file an export writes for the record (its manifest, the memories' replaced versions, the scoring
+    configs) is not imported, or None for any other file. Its item files beside it are."""
+    name = Path(relpath).name
+    if name not in RECORD_FILES:
+        return None
+    return (f"{relpath}: an export's record, not items: the inbox imports the item files beside it (tasks.jsonl ... "
+            "memories.jsonl). The scoring config is carried over by `memory-pipelines scoring restore "
+            "scoring_configs.json`; a whole export folder imports with `memory-pipelines import DIR`")
+
+
 def misplaced_reason(relpath: str) -> str | None:
     """Why a file is out of the inbox's reach (in a folder inside an owner's folder), or None."""
     if relpath.count("/") <= 1:
@@ -128,7 +141,8 @@ def reject_unusable_names(inbox: Path, *, settle_seconds: float = SETTLE_SECONDS
     now = time.time() if now is None else now
     moved: list[Path] = []
     for relpath, path in _dropped(inbox):
-        reason = misplaced_reason(relpath) or unreadable_format_reason(relpath) or unusable_name_reason(relpath)
+        reason = (misplaced_reason(relpath) or export_record_reason(relpath) or unreadable_format_reason(relpath)
+                  or unusable_name_reason(relpath))
         if reason is None or not _settled(path, settle_seconds, now):
             continue
         target = move(inbox, relpath, REJECTED)
