@@ -130,6 +130,8 @@ def print_report(report: Any, as_json: bool) -> None:
 
 def _print_folder(result: Any, folder: str) -> None:
     """Rejects on stderr; one line per file with rows; then what was written, or why nothing was."""
+    from ...operations.export import CONFIGS
+
     print(f"{folder} into owner {result.owner}:")
     empty = 0
     for report in result.reports:
@@ -151,7 +153,7 @@ def _print_folder(result: Any, folder: str) -> None:
     else:
         print("embeddings follow in the background (`serve`, the Dagster sensor) or with `memory-pipelines embed`; "
               f"the export's scoring config is carried over by `memory-pipelines scoring restore "
-              f"{Path(folder) / 'scoring_configs.json'}`")
+              f"{Path(folder) / CONFIGS}`")
     if result.stopped:
         print(f"stopped: {result.stopped}: the rows counted above are written; fix it and import again (rows "
               "already written come back unchanged)")
