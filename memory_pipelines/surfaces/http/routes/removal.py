@@ -1,8 +1,9 @@
-"""Ways out: forget an item of any source, drop a project, erase the key's owner, and read the audit trail.
+"""Ways out: forget an item of any source, drop a project, erase the key's owner, read the audit trail, export.
 
 Every removal is scoped to the key's owner: an id of another owner is a 404 exactly like an unknown one (and
 one already forgotten), and nothing is removed. The audit trail names the key that removed (its id), never the
 removed content. An erase removes the key's own owner only, and only with `confirm` repeating the owner id.
+The export streams the key's owner's items and memories as JSON Lines, which `import` reads back.
 """
 
 # No `from __future__ import annotations`: the per-source routes' parameter types are built in a loop, and FastAPI
