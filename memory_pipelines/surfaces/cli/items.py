@@ -94,20 +94,19 @@ def _print_rejects(report: Any) -> None:
         print(f"{name}:{r.line}: {r.field}: {r.reason}", file=sys.stderr)
 
 
-def _print_read(report: Any) -> None:
-    """Every reject on stderr, then what was read."""
-    _print_rejects(report)
-    print(f"{Path(report.path).name}: {report.rows} rows read, {report.valid} valid, {len(report.rejects)} rejected "
-          f"({report.read_seconds:.1f} s)")
+def _print_stopped(stopped: str) -> None:
+    print(f"stopped: {stopped}: the rows counted above are written; fix it and import again (rows already written "
+          "come back unchanged)")
 
 
 def print_report(report: Any, as_json: bool) -> None:
     """Every reject as `file:line: field: reason` on stderr, then the counts (or the whole report as JSON)."""
+    _print_rejects(report)
     if as_json:
-        _print_rejects(report)
         _print_json(report.as_dict())
         return
-    _print_read(report)
+    print(f"{Path(report.path).name}: {report.rows} rows read, {report.valid} valid, {len(report.rejects)} rejected "
+          f"({report.read_seconds:.1f} s)")
     if report.dry_run:
         for source, n in report.valid_by_source.items():
             print(f"  {source}: {n} valid")
@@ -124,18 +123,16 @@ def print_report(report: Any, as_json: bool) -> None:
     print(f"written in {report.write_seconds:.1f} s{rate}; embeddings follow in the background "
           "(`serve`, the Dagster sensor) or with `memory-pipelines embed`")
     if report.stopped:
-        print(f"stopped: {report.stopped}: the rows counted above are written; fix it and import again "
-              "(rows already written come back unchanged)")
+        _print_stopped(report.stopped)
 
 
 def _print_folder(result: Any, folder: str) -> None:
-    """Rejects on stderr; one line per file with rows; then what was written, or why nothing was."""
+    """One line per file with rows; then what was written, or why nothing was."""
     from ...operations.export import CONFIGS
 
     print(f"{folder} into owner {result.owner}:")
     empty = 0
     for report in result.reports:
-        _print_rejects(report)
         if not report.rows:
             empty += 1
             continue
@@ -155,8 +152,7 @@ def _print_folder(result: Any, folder: str) -> None:
               f"the export's scoring config is carried over by `memory-pipelines scoring restore "
               f"{Path(folder) / CONFIGS}`")
     if result.stopped:
-        print(f"stopped: {result.stopped}: the rows counted above are written; fix it and import again (rows "
-              "already written come back unchanged)")
+        _print_stopped(result.stopped)
 
 
 def _import_folder(args: argparse.Namespace) -> int:
@@ -172,6 +168,8 @@ def _import_folder(args: argparse.Namespace) -> int:
     result = import_folder(memory.pool if memory else None, args.path, embedder=memory and memory.embedder,
                            owner=args.owner, dry_run=args.dry_run, skip_invalid=args.skip_invalid,
                            bar=None if args.json else _bar)
+    for report in result.reports:
+        _print_rejects(report)
     if args.json:
         _print_json(result.as_dict())
     else:

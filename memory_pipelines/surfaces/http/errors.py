@@ -105,6 +105,9 @@ def errors(*groups: dict[int, dict[str, Any]]) -> dict[int | str, dict[str, Any]
 READ = errors()
 """A GET's error answers."""
 
+WRITE = errors(BAD_REQUEST, TOO_LARGE)
+"""A POST's error answers."""
+
 
 def json_errors(responses: dict[int | str, dict[str, Any]]) -> dict[int | str, dict[str, Any]]:
     """`responses` with each model named as JSON content: what a route whose own answer is not JSON (a stream)
@@ -119,8 +122,7 @@ def json_errors(responses: dict[int | str, dict[str, Any]]) -> dict[int | str, d
             spec["content"] = content
         out[code] = spec
     return out
-WRITE = errors(BAD_REQUEST, TOO_LARGE)
-"""A POST's error answers."""
+
 
 # -- handlers ------------------------------------------------------------------------------------------------------
 

@@ -27,7 +27,8 @@ function el(tag, attrs, ...children) {
 
 class Unauthorized extends Error {}
 
-async function api(path, body) {
+// The answer to a call with the key; a refusal as an error in the server's words.
+async function request(path, body) {
   const key = sessionStorage.getItem(KEY);
   const init = { headers: { Authorization: `Bearer ${key}` } };
   if (body !== undefined) {
@@ -37,9 +38,16 @@ async function api(path, body) {
   }
   const response = await fetch(new URL(path, API), init);
   if (response.status === 401) throw new Unauthorized("the key was not accepted (unknown or revoked)");
-  const data = await response.json().catch(() => ({}));
-  if (!response.ok) throw new Error(`${response.status}: ${said(data.detail) || response.statusText}`);
-  return data;
+  if (!response.ok) {
+    const data = await response.json().catch(() => ({}));
+    throw new Error(`${response.status}: ${said(data.detail) || response.statusText}`);
+  }
+  return response;
+}
+
+async function api(path, body) {
+  const response = await request(path, body);
+  return response.json().catch(() => ({}));
 }
 
 // A refusal in words: a 422's list of problems as `field: message` (the field without `body`/`query`).
@@ -282,13 +290,7 @@ async function showRelated(id) {
 
 // The download needs the key in a header, so it is fetched and saved from a blob rather than linked.
 async function downloadExport() {
-  const key = sessionStorage.getItem(KEY);
-  const response = await fetch(new URL("api/owner/export", API), { headers: { Authorization: `Bearer ${key}` } });
-  if (response.status === 401) throw new Unauthorized("the key was not accepted (unknown or revoked)");
-  if (!response.ok) {
-    const data = await response.json().catch(() => ({}));
-    throw new Error(`${response.status}: ${said(data.detail) || response.statusText}`);
-  }
+  const response = await request("api/owner/export");
   const url = URL.createObjectURL(await response.blob());
   const link = el("a", { href: url, download: `${$("export").dataset.owner || "memory"}-export.jsonl` });
   document.body.append(link);
