@@ -336,8 +336,8 @@ class Memory:
         return export_owner(self.pool, owner, directory, include_log=include_log)
 
     def export_lines(self, owner: str) -> Iterator[str]:
-        """Every item and memory of the owner as JSON lines (each naming its `source`), in one snapshot: one file
-        `import` reads back."""
+        """Every item and memory of the owner as JSON lines (each naming its `source`), in one snapshot on a
+        connection of its own (not the pool's): one file `import` reads back. Close the iterator to end it early."""
         from .operations.export import export_lines
 
         return export_lines(self.pool, _owner(owner))

@@ -5,6 +5,8 @@ owner's id answers exactly as an id nobody has, and nothing is removed)."""
 from __future__ import annotations
 
 import json
+import socket
+import time
 import uuid
 from typing import get_args
 
@@ -14,6 +16,7 @@ import pytest
 
 from memory_pipelines import Memory
 from memory_pipelines.infra.auth import create_key
+from memory_pipelines.operations import export
 from memory_pipelines.store.removal import FORGETTABLE
 from memory_pipelines.surfaces.http.routes import removal as routes
 from memory_pipelines.surfaces.mcp import Forgettable, build_http_app
@@ -293,3 +296,93 @@ def test_the_export_stream_joins_lines_in_chunks_and_loses_none():
     chunks = list(routes._chunks(iter(lines), size=3))
     assert [c.count("\n") for c in chunks] == [3, 3, 1] and "".join(chunks) == "".join(lines)
     assert list(routes._chunks(iter([]), size=3)) == []
+
+
+def _stalled_download(base_url: str, key: str) -> socket.socket:
+    """A client that asks for the export, reads its first bytes and then nothing more (a tiny receive buffer, so
+    the server's writes back up into the stream at once)."""
+    host, port = base_url.removeprefix("http://").split(":")
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect((host, int(port)))
+    s.sendall(f"GET /api/owner/export HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {key}\r\n\r\n".encode())
+    assert s.recv(64).startswith(b"HTTP/1.1 200"), "the download did not start"
+    return s
+
+
+def _downloads(pool) -> list[str]:
+    """The states of the server's export connections (`application_name`), in this database."""
+    with pool.connection() as conn:
+        return [r[0] for r in conn.execute(
+            "SELECT state FROM pg_stat_activity WHERE application_name = %s AND datname = current_database()",
+            (export.DOWNLOAD_APPLICATION,))]
+
+
+def test_stalled_downloads_hold_no_pooled_connection_and_the_one_past_the_cap_is_a_429(two, runtime, live):
+    """A client that stops reading its export keeps a connection of the download's own, not one of the pool's: with
+    as many stalled as the server streams at once, every other call still answers; the next download is a 429 with
+    Retry-After and changes nothing; a stalled client that goes away gives its place back."""
+    a, alice, _ = two["alice"]
+    with runtime.pool.connection() as conn:  # ~6 MB of export: far more than the sockets' buffers hold
+        conn.execute("INSERT INTO tasks (owner_id, title, description, task_type, status)"
+                     " SELECT 'alice', 'bulk task ' || i, repeat('rollout notes ', 20), 'dev', 'completed'"
+                     " FROM generate_series(1, 20000) i")
+    key = a.headers["Authorization"].removeprefix("Bearer ")
+    stalled = [_stalled_download(live, key) for _ in range(routes.EXPORT_DOWNLOADS)]
+    try:
+        assert len(_downloads(runtime.pool)) == routes.EXPORT_DOWNLOADS  # none of them the pool's
+        busy = a.get("/api/owner/export")
+        assert busy.status_code == 429 and busy.headers["Retry-After"] == str(routes.EXPORT_BUSY_RETRY_SECONDS)
+        assert busy.json() == {"detail": f"{routes.EXPORT_DOWNLOADS} exports are downloading already; retry later"}
+        for _ in range(routes.EXPORT_DOWNLOADS):  # each call its own pooled connection, while the downloads wait
+            assert a.get("/whoami").status_code == 200
+            assert a.get("/memories/search", params={"query": "ships"}).status_code == 200
+        stalled.pop().close()
+        for _ in range(200):  # the server notices the client gone at its next write
+            got = a.get("/api/owner/export")
+            if got.status_code != 429:
+                break
+            time.sleep(0.05)
+        assert got.status_code == 200 and got.text.count("\n") == 20_000 + len(alice), got.text[:200]
+    finally:
+        for s in stalled:
+            s.close()
+        for _ in range(200):  # each download ends, its connection closed, before the database goes
+            if not _downloads(runtime.pool):
+                break
+            time.sleep(0.05)
+    assert _downloads(runtime.pool) == []
+
+
+def test_a_download_whose_client_stops_reading_gives_up_its_snapshot_after_the_idle_limit(two, runtime, live,
+                                                                                           monkeypatch):
+    """The server ends a stalled download's database session once it has waited `DOWNLOAD_IDLE_SECONDS` (here 1):
+    its snapshot no longer holds back the server's clean-up; the client's stream ends cut, short of the memories."""
+    monkeypatch.setattr(export, "DOWNLOAD_IDLE_SECONDS", 1)
+    a, alice, _ = two["alice"]
+    with runtime.pool.connection() as conn:
+        conn.execute("INSERT INTO tasks (owner_id, title, description, task_type, status)"
+                     " SELECT 'alice', 'bulk task ' || i, repeat('rollout notes ', 20), 'dev', 'completed'"
+                     " FROM generate_series(1, 20000) i")
+    stalled = _stalled_download(live, a.headers["Authorization"].removeprefix("Bearer "))
+    try:
+        assert len(_downloads(runtime.pool)) == 1
+        for _ in range(200):
+            if not _downloads(runtime.pool):
+                break
+            time.sleep(0.05)
+        assert _downloads(runtime.pool) == []
+        stalled.settimeout(30)
+        received = b""
+        while chunk := stalled.recv(1 << 16):  # read on: what was sent, then the end, without the last line
+            received += chunk
+        assert 0 < received.count(b'"bulk task ') < 20_000 and b"ships" not in received  # no memory line
+        assert not received.endswith(b"\r\n0\r\n\r\n")  # cut: HTTP's last chunk never came
+    finally:
+        stalled.close()
+    for _ in range(200):  # its place given back
+        got = a.get("/api/owner/export")
+        if got.status_code != 429:
+            break
+        time.sleep(0.05)
+    assert got.status_code == 200 and got.text.count("\n") == 20_000 + len(alice)

@@ -37,6 +37,10 @@ from ..vocabulary import EXPORTED_ID_KEY, LOG_EVENT_TYPE
 
 FORMAT_VERSION = 1
 STREAM_ROWS = 2_000
+DOWNLOAD_IDLE_SECONDS = 300
+"""A streamed export (`export_lines`) whose reader takes nothing for this long is cut, releasing its snapshot."""
+DOWNLOAD_APPLICATION = "memory-pipelines export"
+"""The `application_name` of a streamed export's own connection (pg_stat_activity names it)."""
 
 ITEM_COLUMNS: dict[str, tuple[str, dict[str, str]]] = {
     "task": ("tasks", {"title": "title", "description": "description", "task_type": "task_type",
@@ -172,12 +176,18 @@ def _log(conn: psycopg.Connection, owner: str, folder: Path) -> dict[str, int]:
 def export_lines(pool: ConnectionPool, owner: str) -> Iterator[str]:
     """Every item and memory of `owner` as JSON lines, items first, then memories in the order they were written:
     the export's item and memory files in one, which `import` reads back whole (each line names its `source`).
-    One snapshot, streamed; the owner is checked before the first line."""
+    One snapshot, streamed on a connection of its own (the pool's are left to the requests a slow reader would
+    otherwise starve), cut when its reader takes nothing for `DOWNLOAD_IDLE_SECONDS`; the owner is checked before
+    the first line."""
     owner = validate_owner(owner)
 
     def lines() -> Iterator[str]:
-        with pool.connection() as conn, conn.transaction():
+        # Its own connection, not the pool's: a reader that stops reading holds it as long as it likes.
+        with psycopg.connect(pool.conninfo, connect_timeout=10, application_name=DOWNLOAD_APPLICATION) as conn, \
+                conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            conn.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, true),"
+                         " set_config('jit', 'off', true)", (f"{DOWNLOAD_IDLE_SECONDS}s",))  # as the pool's
             for source in ITEM_COLUMNS:
                 yield from map(_line, _items(conn, owner, source))
             yield from map(_line, _memories(conn, owner))

@@ -85,6 +85,8 @@ UNAVAILABLE = {503: _documented("The database is unreachable (retry later), or t
                                 "the database is unavailable; retry later")}
 BAD_REQUEST = {400: _documented("A request the library refused for a reason other than one field.",
                                 "the request cannot be served")}
+BUSY = {429: _documented("As many of these as the server runs at once are running (retry after the `Retry-After` "
+                         "seconds).", "4 exports are downloading already; retry later")}
 TOO_LARGE = {413: _documented(f"The request body is larger than {MAX_BODY_BYTES} bytes.",
                               f"the request body is larger than {MAX_BODY_BYTES} bytes")}
 

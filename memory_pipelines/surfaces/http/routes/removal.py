@@ -8,24 +8,32 @@ The export streams the key's owner's items and memories as JSON Lines, which `im
 
 # No `from __future__ import annotations`: the per-source routes' parameter types are built in a loop, and FastAPI
 # reads them from the function's own annotations.
-from collections.abc import Iterator
+import contextlib
+import threading
+from collections.abc import Generator, Iterator
 from itertools import chain, islice
 from typing import Annotated, Any
 
+import psycopg
 from fastapi import APIRouter, Path, Query, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.background import BackgroundTask
 
 from ....store.removal.audit import MAX_AUDIT_LIMIT
 from ....vocabulary import a_source
 from ...encode import to_json
 from .. import models as m
 from ..deps import MemoryDep, Owner
-from ..errors import READ, StrictJsonRoute, errors, json_errors, not_found
+from ..errors import BUSY, READ, StrictJsonRoute, error, errors, json_errors, not_found
 
 router = APIRouter(tags=["ways out"], route_class=StrictJsonRoute)
 
 EXPORT_CHUNK_LINES = 1_000
+EXPORT_DOWNLOADS = 4
+"""Downloads of an export at once in this process, each on a database connection of its own."""
+EXPORT_BUSY_RETRY_SECONDS = 30
+_downloads = threading.BoundedSemaphore(EXPORT_DOWNLOADS)
 
 ITEM_PATHS = {"task": "tasks", "learning": "learnings", "capability": "capabilities", "goal": "goals",
               "event": "events"}
@@ -195,19 +203,44 @@ class NdjsonResponse(StreamingResponse):
 
 
 @router.get("/api/owner/export", summary="Export everything of the key's owner as JSON Lines",
-            response_class=NdjsonResponse, responses={**json_errors(READ), 200: {
+            response_class=NdjsonResponse, responses={**json_errors(errors(BUSY)), 200: {
                 "description": "One `ExportedRow` a line: the items, then the memories in the order they were "
                 "written. `memory-pipelines import FILE --owner O` reads it back.",
                 "content": {NdjsonResponse.media_type: {"schema": ExportedRow.model_json_schema()}}}})
-def export_everything(owner: Owner, memory: MemoryDep) -> NdjsonResponse:
+def export_everything(owner: Owner, memory: MemoryDep) -> Response:
     """Everything the key's owner wrote, streamed in one snapshot (writes during the download are not in it), as
     the CLI's `export` writes it but in one file: every task, learning, capability, goal and event, then every
     memory. Not in it: the retrieval log, the memories' replaced versions, copies folded into another memory, and
-    the scoring config (shared by every owner)."""
-    lines = memory.export_lines(owner)
+    the scoring config (shared by every owner). A server streams a few downloads at once, each on a database
+    connection of its own (a download the client stops reading is cut after five idle minutes); beyond them, a 429
+    with Retry-After."""
+    if not _downloads.acquire(blocking=False):
+        busy = error(429, f"{EXPORT_DOWNLOADS} exports are downloading already; retry later")
+        busy.headers["Retry-After"] = str(EXPORT_BUSY_RETRY_SECONDS)
+        return busy
+    try:
+        lines = _holding_a_download(memory.export_lines(owner))
+    except BaseException:
+        _downloads.release()
+        raise
     first = next(lines, "")  # the snapshot opens here: a database down is a 503, not a 200 cut short
-    return NdjsonResponse(_chunks(chain([first], lines)),
+    return NdjsonResponse(_chunks(chain([first], lines)), background=BackgroundTask(_end_download, lines),
                           headers={"Content-Disposition": 'attachment; filename="export.jsonl"'})
+
+
+def _holding_a_download(lines: Iterator[str]) -> Generator[str, None, None]:
+    """`lines`, the download's place given back when they end or fail, or are closed (`_end_download`)."""
+    try:
+        yield from lines
+    finally:
+        _downloads.release()
+
+
+def _end_download(lines: Generator[str, None, None]) -> None:
+    """Run once the response is over, sent whole or its client gone: a download the client left is closed here, its
+    connection with it, rather than whenever the garbage collector gets to it."""
+    with contextlib.suppress(psycopg.Error):  # a session the server already ended (the idle limit) has nothing to close
+        lines.close()
 
 
 @router.get("/api/removals", summary="The audit trail of removals", response_model=Removals, responses=READ)
