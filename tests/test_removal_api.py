@@ -298,6 +298,17 @@ def test_the_export_stream_joins_lines_in_chunks_and_loses_none():
     assert list(routes._chunks(iter([]), size=3)) == []
 
 
+BULK_TASKS = 40_000
+"""~15 MB of export: several times what the kernel's socket buffers hold (tcp_wmem's 4 MB at most here)."""
+
+
+def _add_bulk_tasks(pool) -> None:
+    with pool.connection() as conn:
+        conn.execute("INSERT INTO tasks (owner_id, title, description, task_type, status)"
+                     " SELECT 'alice', 'bulk task ' || i, repeat('rollout notes ', 20), 'dev', 'completed'"
+                     " FROM generate_series(1, %s) i", (BULK_TASKS,))
+
+
 def _stalled_download(base_url: str, key: str) -> socket.socket:
     """A client that asks for the export, reads its first bytes and then nothing more (a tiny receive buffer, so
     the server's writes back up into the stream at once)."""
@@ -323,10 +334,7 @@ def test_stalled_downloads_hold_no_pooled_connection_and_the_one_past_the_cap_is
     as many stalled as the server streams at once, every other call still answers; the next download is a 429 with
     Retry-After and changes nothing; a stalled client that goes away gives its place back."""
     a, alice, _ = two["alice"]
-    with runtime.pool.connection() as conn:  # ~6 MB of export: far more than the sockets' buffers hold
-        conn.execute("INSERT INTO tasks (owner_id, title, description, task_type, status)"
-                     " SELECT 'alice', 'bulk task ' || i, repeat('rollout notes ', 20), 'dev', 'completed'"
-                     " FROM generate_series(1, 20000) i")
+    _add_bulk_tasks(runtime.pool)
     key = a.headers["Authorization"].removeprefix("Bearer ")
     stalled = [_stalled_download(live, key) for _ in range(routes.EXPORT_DOWNLOADS)]
     try:
@@ -343,7 +351,7 @@ def test_stalled_downloads_hold_no_pooled_connection_and_the_one_past_the_cap_is
             if got.status_code != 429:
                 break
             time.sleep(0.05)
-        assert got.status_code == 200 and got.text.count("\n") == 20_000 + len(alice), got.text[:200]
+        assert got.status_code == 200 and got.text.count("\n") == BULK_TASKS + len(alice), got.text[:200]
     finally:
         for s in stalled:
             s.close()
@@ -360,10 +368,7 @@ def test_a_download_whose_client_stops_reading_gives_up_its_snapshot_after_the_i
     its snapshot no longer holds back the server's clean-up; the client's stream ends cut, short of the memories."""
     monkeypatch.setattr(export, "DOWNLOAD_IDLE_SECONDS", 1)
     a, alice, _ = two["alice"]
-    with runtime.pool.connection() as conn:
-        conn.execute("INSERT INTO tasks (owner_id, title, description, task_type, status)"
-                     " SELECT 'alice', 'bulk task ' || i, repeat('rollout notes ', 20), 'dev', 'completed'"
-                     " FROM generate_series(1, 20000) i")
+    _add_bulk_tasks(runtime.pool)
     stalled = _stalled_download(live, a.headers["Authorization"].removeprefix("Bearer "))
     try:
         assert len(_downloads(runtime.pool)) == 1
@@ -376,7 +381,7 @@ def test_a_download_whose_client_stops_reading_gives_up_its_snapshot_after_the_i
         received = b""
         while chunk := stalled.recv(1 << 16):  # read on: what was sent, then the end, without the last line
             received += chunk
-        assert 0 < received.count(b'"bulk task ') < 20_000 and b"ships" not in received  # no memory line
+        assert 0 < received.count(b'"bulk task ') < BULK_TASKS and b"ships" not in received  # no memory line
         assert not received.endswith(b"\r\n0\r\n\r\n")  # cut: HTTP's last chunk never came
     finally:
         stalled.close()
@@ -385,4 +390,4 @@ def test_a_download_whose_client_stops_reading_gives_up_its_snapshot_after_the_i
         if got.status_code != 429:
             break
         time.sleep(0.05)
-    assert got.status_code == 200 and got.text.count("\n") == 20_000 + len(alice)
+    assert got.status_code == 200 and got.text.count("\n") == BULK_TASKS + len(alice)
