@@ -10,7 +10,7 @@ The export streams the key's owner's items and memories as JSON Lines, which `im
 # reads them from the function's own annotations.
 import contextlib
 import threading
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from itertools import chain, islice
 from typing import Annotated, Any
 
@@ -218,20 +218,17 @@ def export_everything(owner: Owner, memory: MemoryDep) -> Response:
         busy = error(429, f"{EXPORT_DOWNLOADS} exports are downloading already; retry later")
         busy.headers["Retry-After"] = str(EXPORT_BUSY_RETRY_SECONDS)
         return busy
-    try:
-        lines = _holding_a_download(memory.export_lines(owner))
-    except BaseException:
-        _downloads.release()
-        raise
+    lines = _holding_a_download(lambda: memory.export_lines(owner))
     first = next(lines, "")  # the snapshot opens here: a database down is a 503, not a 200 cut short
     return NdjsonResponse(_chunks(chain([first], lines)), background=BackgroundTask(_end_download, lines),
                           headers={"Content-Disposition": 'attachment; filename="export.jsonl"'})
 
 
-def _holding_a_download(lines: Iterator[str]) -> Generator[str, None, None]:
-    """`lines`, the download's place given back when they end or fail, or are closed (`_end_download`)."""
+def _holding_a_download(open_lines: Callable[[], Iterator[str]]) -> Generator[str, None, None]:
+    """The lines `open_lines` gives, the download's place given back when they end or fail (opening them included),
+    or are closed (`_end_download`)."""
     try:
-        yield from lines
+        yield from open_lines()
     finally:
         _downloads.release()
 
