@@ -391,3 +391,32 @@ def test_a_download_whose_client_stops_reading_gives_up_its_snapshot_after_the_i
             break
         time.sleep(0.05)
     assert got.status_code == 200 and got.text.count("\n") == BULK_TASKS + len(alice)
+
+
+def test_a_client_that_holds_its_download_open_without_reading_loses_its_place_after_the_idle_limit(
+        two, runtime, live, monkeypatch):
+    """Clients that keep their sockets open but read nothing are cut off once the server has waited
+    `DOWNLOAD_IDLE_SECONDS` (here 1) to send: their places come back while they still hold their sockets, and each
+    finds its stream closed without HTTP's last chunk."""
+    monkeypatch.setattr(export, "DOWNLOAD_IDLE_SECONDS", 1)
+    a, alice, _ = two["alice"]
+    _add_bulk_tasks(runtime.pool)
+    stalled = [_stalled_download(live, a.headers["Authorization"].removeprefix("Bearer "))
+               for _ in range(routes.EXPORT_DOWNLOADS)]
+    try:
+        for _ in range(200):  # none of them reads, none of them closes
+            got = a.get("/api/owner/export")
+            if got.status_code != 429:
+                break
+            time.sleep(0.05)
+        assert got.status_code == 200 and got.text.count("\n") == BULK_TASKS + len(alice)
+        for s in stalled:
+            s.settimeout(30)
+            received = b""
+            while chunk := s.recv(1 << 16):  # what was sent before the cut, then the server's close
+                received += chunk
+            assert b'"bulk task ' in received and not received.endswith(b"\r\n0\r\n\r\n")
+    finally:
+        for s in stalled:
+            s.close()
+    assert _downloads(runtime.pool) == []

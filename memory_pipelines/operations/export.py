@@ -21,6 +21,7 @@ own events (memory_retrieval) go with the log. Rows are streamed: an owner of an
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from collections.abc import Iterator
@@ -79,10 +80,15 @@ def _columns(conn: psycopg.Connection, table: str) -> set[str]:
 
 
 def _stream(conn: psycopg.Connection, name: str, query: str, params: tuple) -> Iterator[tuple]:
-    with conn.cursor(name=f"export_{name}") as cur:
+    cur = conn.cursor(name=f"export_{name}")
+    try:
         cur.itersize = STREAM_ROWS
         cur.execute(query, params)
-        yield from cur
+        for row in cur:  # noqa: UP028 (`yield from` would hand a close to the cursor, unguarded)
+            yield row
+    finally:
+        with contextlib.suppress(psycopg.Error):  # a download cut short: its session may be gone already
+            cur.close()
 
 
 def _line(row: dict[str, Any]) -> str:

@@ -8,7 +8,9 @@ The export streams the key's owner's items and memories as JSON Lines, which `im
 
 # No `from __future__ import annotations`: the per-source routes' parameter types are built in a loop, and FastAPI
 # reads them from the function's own annotations.
+import asyncio
 import contextlib
+import logging
 import threading
 from collections.abc import Callable, Generator, Iterator
 from itertools import chain, islice
@@ -19,7 +21,9 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.background import BackgroundTask
+from starlette.types import Message, Receive, Scope, Send
 
+from ....operations import export
 from ....store.removal.audit import MAX_AUDIT_LIMIT
 from ....vocabulary import a_source
 from ...encode import to_json
@@ -28,6 +32,7 @@ from ..deps import MemoryDep, Owner
 from ..errors import BUSY, READ, StrictJsonRoute, error, errors, json_errors, not_found
 
 router = APIRouter(tags=["ways out"], route_class=StrictJsonRoute)
+log = logging.getLogger(__name__)
 
 EXPORT_CHUNK_LINES = 1_000
 EXPORT_DOWNLOADS = 4
@@ -196,10 +201,35 @@ def _chunks(lines: Iterator[str], size: int = EXPORT_CHUNK_LINES) -> Iterator[st
         yield chunk
 
 
+class DownloadStalled(Exception):
+    """A download's client took nothing for the idle limit: the connection is closed, HTTP's last chunk unsent."""
+
+
 class NdjsonResponse(StreamingResponse):
-    """JSON Lines, streamed."""
+    """JSON Lines, streamed. A client that takes nothing for `export.DOWNLOAD_IDLE_SECONDS` is cut off (the server
+    closes the connection without HTTP's last chunk, so the client sees the file incomplete) and its background
+    task still runs: a socket held open but never read does not keep a download's place."""
 
     media_type = "application/x-ndjson"
+
+    async def stream_response(self, send: Send) -> None:
+        limit = export.DOWNLOAD_IDLE_SECONDS
+
+        async def within_limit(message: Message) -> None:
+            try:  # the server's send waits while the client's buffers are full
+                await asyncio.wait_for(send(message), limit)
+            except TimeoutError:
+                log.warning("an export download's client took nothing for %s s: cut off", limit)
+                raise DownloadStalled(f"the client took nothing for {limit} s") from None
+
+        await super().stream_response(within_limit)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except DownloadStalled:  # returning with the response unfinished: the server closes the connection
+            if self.background is not None:
+                await self.background()
 
 
 @router.get("/api/owner/export", summary="Export everything of the key's owner as JSON Lines",
