@@ -25,7 +25,6 @@ SHORT = [
     "嗨，AI伴侣，今天我学了一道新的菜，叫做清蒸鲈鱼，非常好吃！",
     "Stripe 返回 401 认证失败怎么办",
     "hi\nthanks",
-    "User: hi\nAI: hello\nUser: where is my passport?",
     "x",
 ]
 
@@ -64,6 +63,18 @@ def test_short_queries_are_left_exactly_as_they_are(query):
     assert f.long is False
     assert f.term_weights == dict.fromkeys(keyword_terms(query), 1.0)
     assert list(query_terms(query).items()) == list(_old_query_terms(query).items())  # same order too
+
+
+def test_a_short_querys_role_labels_are_not_its_keyword_terms():
+    """"User:" starting a line says who speaks, as a long dialogue's turns are read: it would match every memory
+    written with that speaker (indexed "User: …") and the memories that say "user". The text embedded is the
+    query as it is; a role word inside a line stays a term."""
+    query = "User: hi\nAI: hello\nUser: where is my passport?\n用户：护照在哪里"
+    f = focus(query)
+    assert split_turns(query) == [query] and f.embed_text == query and f.long is False
+    assert list(f.term_weights) == ["hi", "hello", "passport", "护照"]
+    assert focus("What did the user tell the AI: its name?").term_weights == dict.fromkeys(
+        ["user", "tell", "ai", "name"], 1.0)
 
 
 def test_a_long_dialogue_is_embedded_by_its_last_turns_within_the_budget():
@@ -216,3 +227,16 @@ def test_a_context_build_for_a_dialogue_leads_with_its_last_turns_topic(pool, fa
     ctx = build_memory_context(pool, fake_embedder, "alice", "\n".join(DIALOGUE), mode="chat", log_build=False)
     ids = [it.id for it in ctx.items]
     assert ids[0] == topics["dentist"]
+
+
+def test_a_short_dialogues_speaker_labels_match_no_memory_by_its_speaker(pool, fake_embedder):
+    """A short dialogue's "User:" lines used to be the keyword term "user", which every memory written with speaker
+    User holds in its indexed text ("User: I love travelling"): such memories were keyword hits of any dialogue."""
+    with pool.connection() as conn:
+        said = add_memory(conn, "alice", "I love travelling", speaker="User")
+        job = add_memory(conn, "alice", "I am looking for a job these days", speaker="Bot")
+    embed_all(pool, fake_embedder)
+    index_all(pool)
+    query = "User: hi, are you there?\nBot: Always here for you\nUser: the job search is getting me down"
+    hits = search(pool, fake_embedder, "alice", query, mode="keyword").hits
+    assert [h.id for h in hits] == [job] and said not in [h.id for h in hits]

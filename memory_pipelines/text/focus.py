@@ -67,6 +67,8 @@ _INLINE_ROLE = re.compile(
 )
 # A leading role label, whose words ("user", "ai", "助手") are not keyword terms.
 _ROLE_LABEL = re.compile(rf"^[ \t]*{_ROLES}[ \t]*[:：](?!//)[ \t]*", re.IGNORECASE)
+# The role labels starting a short query's lines ("User: hi\nBot: ..."): who speaks, not what is asked.
+_LINE_ROLE_LABELS = re.compile(rf"^[ \t]*{_ROLES}[ \t]*[:：](?!//)", re.IGNORECASE | re.MULTILINE)
 _BLANK = re.compile(r"\n[ \t]*\n")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])\s*")
 _CLAUSE_END = re.compile(r"(?<=[,;:])\s+|(?<=[，；：、])\s*")
@@ -166,7 +168,7 @@ def focus(query: str) -> Focused:
 def _focus(query: str) -> Focused:
     turns, dialogue = _split(query)
     if not dialogue and count_tokens(query) <= EMBED_BUDGET:
-        return Focused(query, dict.fromkeys(keyword_terms(query), 1.0), False)
+        return Focused(query, dict.fromkeys(keyword_terms(_LINE_ROLE_LABELS.sub("", query)), 1.0), False)
     kept = [(turn, words) for turn in turns if (words := _turn_terms(turn))]
     if not kept:  # nothing but filler: keep the last turn as it is
         kept = [(turns[-1], terms(turns[-1]))]
