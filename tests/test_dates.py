@@ -112,6 +112,35 @@ def days(text: str, anchor: datetime = ASKED) -> list[tuple[str, str]]:
     ("前两天", [("2023-07-05", "2023-07-13")]),
     ("两天前", [("2023-07-09", "2023-07-12")]),  # a number of days: a day either side
     ("半个月前", [("2023-06-22", "2023-07-02")]),
+    ("a fortnight ago", [("2023-06-25", "2023-07-02")]),
+    ("this past weekend", [("2023-07-08", "2023-07-10")]),
+    # a month or a day of a year named beside it: one span, that year's (not the year and the latest such month)
+    ("去年三月我学了什么", [("2022-03-01", "2022-04-01")]),
+    ("今年3月", [("2023-03-01", "2023-04-01")]),
+    ("去年的12月25号", [("2022-12-25", "2022-12-26")]),
+    ("前年五月初", [("2021-05-01", "2021-05-11")]),
+    ("上个月5号", [("2023-06-05", "2023-06-06")]),
+    ("What did I do in March last year?", [("2022-03-01", "2022-04-01")]),
+    ("last year in August", [("2022-08-01", "2022-09-01")]),
+    ("5 March of last year", [("2022-03-05", "2022-03-06")]),
+    ("June this year", [("2023-06-01", "2023-07-01")]),
+    ("我去年三个月都在出差", [("2022-01-01", "2023-01-01")]),  # 三个月 is a duration, not March
+    # the same days a year before; a day of the month alone; ahead, for plans
+    ("去年这个时候我在哪", [("2022-06-28", "2022-07-27")]),
+    ("this time last year", [("2022-06-28", "2022-07-27")]),
+    ("3号那天我做了什么", [("2023-07-03", "2023-07-04")]),
+    ("on the 20th", [("2023-06-20", "2023-06-21")]),  # the latest 20th at or before the question
+    ("坐3号线去公司", []),  # a metro line
+    ("tomorrow", [("2023-07-13", "2023-07-14")]),
+    ("明天有什么安排", [("2023-07-13", "2023-07-14")]),
+    ("后天", [("2023-07-14", "2023-07-15")]),
+    ("先天和后天", []),  # innate and acquired
+    ("下周三", [("2023-07-19", "2023-07-20")]),
+    ("next week", [("2023-07-17", "2023-07-24")]),
+    ("下个月", [("2023-08-01", "2023-09-01")]),
+    ("next weekend", [("2023-07-22", "2023-07-24")]),
+    ("明年", [("2024-01-01", "2025-01-01")]),
+    ("next to the window", []),
 ])
 def test_expressions_resolve_against_the_anchor(text, expected):
     assert days(text) == expected
@@ -212,6 +241,43 @@ def test_a_chinese_question_naming_last_month_prefers_that_months_memory(pool, f
     assert two_months[0].id == may
 
 
+def test_a_month_of_last_year_prefers_that_month_not_this_years(pool, fake_embedder):
+    """"去年三月" / "in March last year" name March 2022 alone (asked in July 2023): read as the year and the latest
+    March, they preferred this year's March trip and everything of last year just as much."""
+    trips = {"li": ("周末和家人去杭州西湖旅游，吃了很多小吃。", "周末和家人去苏州园林旅游，吃了很多小吃。",
+                    "周末和家人去南京旅游，吃了很多小吃。", "我去年三月和家人去哪里旅游了？"),
+             "sam": ("A weekend trip with the family to Hangzhou, lots of street food.",
+                     "A weekend trip with the family to Suzhou, lots of street food.",
+                     "A weekend trip with the family to Nanjing, lots of street food.",
+                     "Where did we go on a weekend trip with the family in March last year?")}
+    f = SearchFilters(as_of=ASKED)
+    for owner, (a, b, c, question) in trips.items():
+        last_march = remember(pool, fake_embedder, owner, a, datetime(2022, 3, 19, tzinfo=UTC))
+        this_march = remember(pool, fake_embedder, owner, b, datetime(2023, 3, 18, tzinfo=UTC))
+        last_june = remember(pool, fake_embedder, owner, c, datetime(2022, 6, 11, tzinfo=UTC))
+        hits = search(pool, fake_embedder, owner, question, filters=f).hits
+        prior = {h.id: h.extra.get("date_prior") for h in hits}
+        assert hits[0].id == last_march, question
+        assert prior.get(this_march) is None and prior.get(last_june) is None, question
+
+
+def test_a_question_about_a_plan_prefers_the_memory_that_tells_of_that_day(pool, fake_embedder):
+    """"What am I doing tomorrow?": a memory written this morning that says "tomorrow" tells of the day asked about;
+    one that tells of another day does not."""
+    plan = remember(pool, fake_embedder, "ana", "Tomorrow I am visiting grandma in the hospital.",
+                    datetime(2023, 7, 12, 8, tzinfo=UTC))
+    other = remember(pool, fake_embedder, "ana", "Tomorrow I am doing the shopping for grandma.",
+                     datetime(2023, 7, 3, 8, tzinfo=UTC))
+    zh_plan = remember(pool, fake_embedder, "ana", "明天下午去医院看奶奶。", datetime(2023, 7, 12, 8, tzinfo=UTC))
+    zh_other = remember(pool, fake_embedder, "ana", "明天下午去超市给奶奶买东西。", datetime(2023, 7, 3, 8, tzinfo=UTC))
+    f = SearchFilters(as_of=ASKED)
+    for question, told, not_told in (("What am I doing for grandma tomorrow?", plan, other),
+                                     ("我明天要为奶奶做什么？", zh_plan, zh_other)):
+        hits = search(pool, fake_embedder, "ana", question, filters=f).hits
+        prior = {h.id: h.extra.get("date_prior") for h in hits}
+        assert prior.get(told) == pytest.approx(1 + DATE_BOOST) and prior.get(not_told) is None, question
+
+
 JUNE_PASTA = "We cooked pasta at home, the neighbours came with their two kids and a big salad bowl."
 
 
@@ -287,6 +353,11 @@ def test_a_question_only_about_its_time_ranks_that_times_memories_first():
     first = dated(ranked, may3, first=True)
     assert [h.id for h in first] == ["may3-a", "may3-b", "other-day-strong", "other-day"]
     assert first[0].score == pytest.approx(0.05 * (1 + DATE_BOOST) + 0.30) and first[2].score == 0.30
+    # one of the day before that only tells of May 3 ("talk to you tomorrow") keeps the × boost, not the lead
+    told = H("may2-tomorrow", 0.10, datetime(2023, 5, 2, 21, tzinfo=UTC), "Let's talk again tomorrow.")
+    first = dated([*ranked, told], may3, first=True)
+    assert [h.id for h in first][:3] == ["may3-a", "may3-b", "other-day-strong"]
+    assert next(h for h in first if h.id == told.id).score == pytest.approx(0.10 * (1 + DATE_BOOST))
 
 
 def test_without_times_takes_the_expressions_out():

@@ -39,25 +39,34 @@ TOLD_CHARS = 1_000  # of a long text only the start is read: the bound on a long
 def in_span(hit: Any, asked: Sequence[Span], read_text: bool = True) -> bool:
     """Whether the hit was written in one of the spans, or (`read_text`) tells of a time, resolved against its
     date, inside one."""
+    return _placed(hit, asked, read_text) is not None
+
+
+def _placed(hit: Any, asked: Sequence[Span], read_text: bool = True) -> str | None:
+    """"written" when the hit was written in one of the spans, "told" when (`read_text`) it tells of a time inside
+    one ("tomorrow" in a memory of the day before), else None."""
     written = getattr(hit, "created_at", None)
     if written is None:
-        return False
+        return None
     if any(s.holds(written) for s in asked):
-        return True
+        return "written"
     told = spans((hit.text or "")[:TOLD_CHARS], written) if read_text else []
-    return any(t.within(a) for t in told for a in asked)
+    return "told" if any(t.within(a) for t in told for a in asked) else None
 
 
 def dated(ranked: Sequence[Any], asked: Sequence[Span], boost: float = DATE_BOOST, first: bool = False) -> list[Any]:
     """`ranked` with the hits `in_span` of the question's spans scored × (1 + boost), re-sorted; with `first` (a
-    question only about its time: `asks_only_when`) they also take the best other hit's score on top, so they all
-    rank before the rest, in their own order. The texts of the first TOLD_TOP only are read for times. Pure."""
+    question only about its time: `asks_only_when`) those written then also take the best other hit's score on top,
+    so they all rank before the rest, in their own order ("What did we talk about on May 3?" is answered by that
+    day's exchanges; one of May 2 that says "talk to you tomorrow" only tells of it, and keeps the × boost alone).
+    The texts of the first TOLD_TOP only are read for times. Pure."""
     if not asked:
         return list(ranked)
-    held = [in_span(h, asked, read_text=i < TOLD_TOP) for i, h in enumerate(ranked)]
-    lead = max((h.score for h, hit in zip(ranked, held, strict=True) if not hit), default=0.0) if first else 0.0
-    out = [rescored(h, score=h.score * (1.0 + boost) + lead, extra={**(h.extra or {}), "date_prior": 1.0 + boost})
-           if hit else h for h, hit in zip(ranked, held, strict=True)]
+    placed = [_placed(h, asked, read_text=i < TOLD_TOP) for i, h in enumerate(ranked)]
+    lead = max((h.score for h, p in zip(ranked, placed, strict=True) if p != "written"), default=0.0) if first else 0.0
+    out = [rescored(h, score=h.score * (1.0 + boost) + (lead if p == "written" else 0.0),
+                    extra={**(h.extra or {}), "date_prior": 1.0 + boost})
+           if p else h for h, p in zip(ranked, placed, strict=True)]
     return sorted(out, key=lambda h: (-h.score, h.source, h.id))
 
 

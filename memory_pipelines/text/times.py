@@ -6,18 +6,23 @@ relative to the day they were written. `spans(text, anchor)` reads such expressi
 `anchor` (when the question was asked, or when the memory was written) into half-open UTC spans:
 
 - days: today / tonight / yesterday / last night / the day before yesterday / N days ago / the other day, 今天 /
-  昨天 / 前天 / N天前 / 几天前 / 前两天, an ISO date, "June 8" / "8 June 2023" / 5月8日;
+  昨天 / 前天 / N天前 / 几天前 / 前两天, an ISO date, "June 8" / "8 June 2023" / 5月8日, a day of the month alone
+  ("on the 3rd", 3号, the latest at or before the anchor), this time last year / 去年这个时候 (a fortnight either
+  side of that day);
 - weeks: this week / last week / this or last weekend / N weeks ago, 这周 / 上周 / 上个星期 / 上周末 / N周前 /
   半个月前, last Monday / on Monday …, 上周三 / 周三 …, 前几天;
-- months: this month / last month / N months ago / a month name ("in June", "June 2023"), 这个月 / 上个月 /
-  N个月前 / 五月 / 2023年5月; their thirds: early / mid / late June, the end of last month, 5月初 / 五月中旬 /
-  上个月底;
+- months: this month / last month / N months ago / a month name ("in June", "June 2023", "March last year"), 这个月 /
+  上个月 / N个月前 / 五月 / 2023年5月 / 去年三月 / 上个月5号; their thirds: early / mid / late June, the end of last
+  month, 5月初 / 五月中旬 / 上个月底;
 - seasons (northern): last summer / during the summer / winter 2021, 去年夏天 / 冬天 / 2022年冬天;
 - years: this year / last year / N years ago / "in 2022", 今年 / 去年 / 前年 / N年前 / 2022年; their parts: early
   last year, 年初 / 去年年底 / 今年上半年;
 - holidays: on a fixed day (Christmas, New Year's Day, Halloween, …, 元旦 / 五一 / 国庆 / 圣诞节 …), on a weekday
   of a month (Thanksgiving, Mother's Day, Memorial Day, …, 母亲节), Easter, and the lunisolar festivals of
   2000–2040 (春节 / Chinese New Year, 除夕, 元宵节, 清明节, 端午, 中秋, 重阳: `lunar_dates.py`).
+
+- ahead (plans): tomorrow / the day after tomorrow / next week, weekend, month, year, 明天 / 后天 / 大后天 / 下周 /
+  下周三 / 下周末 / 下个月 / 明年.
 
 A month, a date or a holiday without its year is the latest one at or before the anchor. Month names are matched as
 written (capitalised), so the verb "may" is not May. Pure.
@@ -123,12 +128,22 @@ _EN: list[tuple[re.Pattern[str], str]] = [(re.compile(p, f), kind) for p, f, kin
      r"|spring festival|lantern festival|mid-autumn festival|dragon boat festival)"
      r"|New Year['’]s (?:Eve|Day)|New Year['’]s|Independence Day|(?:Fourth|4th) of July)"
      rf"(?:,? {_YEAR})?(?!\w)", 0, "holiday"),
+    # a month or a date of last / this year ("March last year", "5 March of last year", "last year in March"),
+    # read before "last year" alone, which would leave the month to the latest one
+    (rf"\b(?:(?P<day>\d{{1,2}})(?:st|nd|rd|th)? (?:of )?)?{_FULL_MONTH}(?: (?P<day2>\d{{1,2}})(?:st|nd|rd|th)?)?,?"
+     r" (?:of )?(?P<which>last|this) year\b", 0, "month_of_year"),
+    (rf"\b(?P<which>[Ll]ast|[Tt]his) year,? in {_FULL_MONTH}\b", 0, "month_of_year"),
     (r"\bthe day before yesterday\b", re.I, "day2"),
+    (r"\b(?:this time|around this time|this day) last year\b|\ba year ago today\b", re.I, "year_ago_now"),
+    (r"\bthe day after tomorrow\b", re.I, "ahead_day2"),
+    (r"\btomorrow\b", re.I, "ahead_day1"),
+    (r"\bnext weekend\b", re.I, "next_weekend"),
+    (r"\bnext (?P<unit>week|month|year)\b", re.I, "next"),
     (r"\b(?:yesterday|last night)\b", re.I, "day1"),
     (r"\b(?:today|tonight|this (?:morning|afternoon|evening))\b", re.I, "day0"),
     (r"\bthe other day\b", re.I, "few_days"),
-    (rf"\b{_NUMBER} (?P<unit>day|week|month|year)s? ago\b", re.I, "ago"),
-    (r"\blast weekend\b", re.I, "weekend"),
+    (rf"\b{_NUMBER} (?P<unit>day|week|fortnight|month|year)s? ago\b", re.I, "ago"),
+    (r"\b(?:last|this past|the past) weekend\b", re.I, "weekend"),
     (r"\bthis weekend\b", re.I, "this_weekend"),
     (rf"\b(?P<season>spring|summer|autumn|fall|winter),? (?:of )?{_YEAR}\b", re.I, "season"),
     (r"\b(?P<which>last|this|past|previous) (?P<season>spring|summer|autumn|fall|winter)\b", re.I, "season"),
@@ -145,6 +160,7 @@ _EN: list[tuple[re.Pattern[str], str]] = [(re.compile(p, f), kind) for p, f, kin
     (rf"\b{_FULL_MONTH},? (?:of )?{_YEAR}\b", 0, "month"),
     (rf"\b{_MONTH_LEAD}(?:the month of )?{_FULL_MONTH}\b", 0, "month"),
     (rf"\b(?:in|during|since|of|year) {_YEAR}\b", re.I, "year"),
+    (r"\bon the (?P<d>\d{1,2})(?:st|nd|rd|th)\b", re.I, "day_of_month"),
 ]]
 
 # --- Chinese --------------------------------------------------------------------------------------------------
@@ -164,6 +180,18 @@ _ZH: list[tuple[re.Pattern[str], str]] = [(re.compile(p), kind) for p, kind in [
     (r"(?:(?:(?P<year>(?:19|20)\d\d)年|(?P<which>去|今|前)年)的?)?(?P<holiday>元旦|情人节|五一|劳动节|儿童节|教师节|国庆节?"
      r"|万圣节|平安夜|圣诞节?|感恩节|春节|除夕|大年三十|元宵节|清明(?=节|假)|端午节?|中秋节?|重阳节?|母亲节|父亲节)",
      "holiday"),
+    (r"(?P<which>去|今|前)年的?(?<![个\d一二两三四五六七八九十])" + _ZH_MONTH + "月份?" + _ZH_PART, "zh_month_part"),
+    (r"(?P<which>去|今|前)年的?" + _ZH_DATE, "zh_date"),
+    (r"(?P<rel>上上个?|上个?|这个?|本)月的?(?P<d>\d{1,2}|[一二三]?十[一二三四五六七八九]?|[一二三四五六七八九])[日号]",
+     "zh_month_day"),
+    (r"去年的?(?:这个时候|这时候|此时|同期|今天|这一天)", "year_ago_now"),
+    (r"大后天", "ahead_day3"),
+    (r"(?<!先天和)(?<!先天)后天", "ahead_day2"),
+    (r"明(?:天|早|晚|日)", "ahead_day1"),
+    (r"下(?:个)?(?:周|星期|礼拜)末", "next_weekend"),
+    (r"下(?:个)?(?:周|星期|礼拜)(?P<weekday>[一二三四五六日天])", "next_weekday"),
+    (r"下(?:个)?(?P<unit>周|星期|礼拜|月)", "next"),
+    (r"明年", "next_year"),
     (r"大前天", "day3"),
     (r"几天(?:以|之)?前|(?:前|这|近|最近)(?:两|几)天", "few_days"),
     (r"半个月(?:以|之)?前", "half_month"),
@@ -195,6 +223,8 @@ _ZH: list[tuple[re.Pattern[str], str]] = [(re.compile(p), kind) for p, kind in [
     (r"今年", "year0"),
     (_ZH_DATE, "zh_date"),
     (r"(?P<year>(?:19|20)\d\d)年(?!\d{1,2}月|[一二三四五六七八九十]{1,2}月)", "zh_year"),
+    # a day of the month alone ("3号那天"): not a number of a line, a building, a room ("3号线", "5号楼")
+    (r"(?<![\d./\-月年第])(?P<d>\d{1,2})[号日](?![线楼房门院床机口])", "day_of_month"),
 ]]
 
 
@@ -218,6 +248,8 @@ def _number(text: str) -> int | None:
 def _ago(anchor: datetime, n: int, unit: str) -> Span:
     if unit in ("day", "天"):
         return _day(anchor, back=n + 1, days=3)  # a day either side: "three days ago" is rarely exact
+    if unit == "fortnight":
+        n, unit = 2 * n, "week"
     if unit in ("week", "周", "个星期", "个礼拜"):
         return Span(_day(anchor, back=7 * n + 3).start, _day(anchor, back=7 * n - 4).start)
     if unit in ("month", "个月"):
@@ -372,6 +404,27 @@ def _resolve(kind: str, m: re.Match[str], anchor: datetime) -> Span | None:  # n
     if kind == "ago":
         n = _number(g["n"])
         return _ago(anchor, n, g["unit"].lower()) if n is not None and 0 < n < 100 else None
+    if kind.startswith("ahead_day"):
+        return _day(anchor, back=-int(kind[-1]))
+    if kind == "next":
+        return _months_back(anchor, -1) if g["unit"].lower() in ("month", "月") else (
+            _year(_utc(anchor).year + 1) if g["unit"].lower() == "year" else _week(anchor, -1))
+    if kind == "next_year":
+        return _year(_utc(anchor).year + 1)
+    if kind == "next_weekend":
+        saturday = _week(anchor, -1).start + timedelta(days=5)
+        return Span(saturday, saturday + timedelta(days=2))
+    if kind == "next_weekday":
+        start = _week(anchor, -1).start + timedelta(days=_ZH_WEEKDAYS[g["weekday"]])
+        return Span(start, start + timedelta(days=1))
+    if kind == "year_ago_now":  # the same days a year before, give or take a fortnight
+        a = _day(anchor).start
+        then = a.replace(year=a.year - 1, day=min(a.day, 28))
+        return Span(then - timedelta(days=14), then + timedelta(days=15))
+    if kind == "day_of_month":
+        a, day = _utc(anchor), int(g["d"])
+        month = _months_back(anchor, 0 if day <= a.day else 1).start
+        return _date(anchor, month.month, day, month.year)
     if kind == "this_weekend":
         saturday = _week(anchor, 0).start + timedelta(days=5)
         return Span(saturday, saturday + timedelta(days=2))
@@ -386,6 +439,16 @@ def _resolve(kind: str, m: re.Match[str], anchor: datetime) -> Span | None:  # n
         if g["unit"].lower() == "month":
             return _month_part(_months_back(anchor, back), g["part"])
         return _year_part(_utc(anchor).year - back, g["part"])
+    if kind == "month_of_year":
+        which_year = _utc(anchor).year - (g["which"].lower() == "last")
+        day = g.get("day") or g.get("day2")
+        month = _MONTHS[g["month"]]
+        return _date(anchor, month, int(day), which_year) if day else _month(which_year, month)
+    if kind == "zh_month_day":
+        back = {"上上": 2, "上": 1}.get(g["rel"].rstrip("个"), 0)
+        month = _months_back(anchor, back).start
+        day = _zh_number(g["d"])
+        return _date(anchor, month.month, day, month.year) if day else None
     if kind == "month_part":
         return _month_part(_latest_month(anchor, _MONTHS[g["month"]], year), g["part"])
     if kind == "zh_month_part":
@@ -393,6 +456,8 @@ def _resolve(kind: str, m: re.Match[str], anchor: datetime) -> Span | None:  # n
             month = _zh_number(g["m"])
             if month is None or not 1 <= month <= 12:
                 return None
+            if g.get("which"):  # 去年 / 今年 / 前年
+                year = _utc(anchor).year - _ZH_YEARS_BACK[g["which"]]
             return _month_part(_latest_month(anchor, month, year), g["part"])
         back = {"上上": 2, "上": 1}.get((g.get("rel") or "").rstrip("个"), 0)
         return _month_part(_months_back(anchor, back), g["part"])
@@ -434,6 +499,8 @@ def _resolve(kind: str, m: re.Match[str], anchor: datetime) -> Span | None:  # n
         month = _zh_number(g["m"])
         if month is None or not 1 <= month <= 12:
             return None
+        if g.get("which"):  # 去年 / 今年 / 前年
+            year = _utc(anchor).year - _ZH_YEARS_BACK[g["which"]]
         if g.get("d"):
             day = _zh_number(g["d"])
             return _date(anchor, month, day, year) if day else None
@@ -448,13 +515,15 @@ _EN_TRIGGERS = frozenset(
     {"yesterday", "today", "tonight", "ago", "last", "this", "past", "previous", "weekend",
      "spring", "summer", "autumn", "fall", "winter", "christmas", "halloween", "thanksgiving", "valentine", "year",
      "independence", "other", "early", "mid", "late", "beginning", "start", "middle", "end", "easter", "mother",
-     "mothers", "father", "fathers", "memorial", "labor", "labour", "lunar", "chinese", "lantern", "dragon"}
+     "mothers", "father", "fathers", "memorial", "labor", "labour", "lunar", "chinese", "lantern", "dragon",
+     "fortnight", "fortnights", "tomorrow", "next", "time", "day", "on"}
     | set(_WEEKDAYS)
 )
 _ZH_TRIGGER = re.compile(
     r"昨|今[天晚早日年]|去年|前[天年几]|(?:天|周|星期|礼拜|月|年)(?:以|之)?前|[上这本]个?(?:周|星期|礼拜|月)"
     r"|[周期拜][一二三四五六日天]|[\d一二三四五六七八九十]月|[春夏秋冬][天季]"
     r"|元旦|情人节|五一|劳动节|儿童节|教师节|国庆|万圣节|平安夜|圣诞|感恩节"
+    r"|明[天早晚日年]|后天|下个?(?:周|星期|礼拜|月)|\d[号日]"
     r"|[几两]天|半个?月|半年|月[初底末中]|年[初底末]|[上下]半年|[上中下]旬|春节|除夕|大年三十|元宵|清明|端午|中秋|重阳|[母父]亲节"
 )
 
