@@ -516,7 +516,7 @@ _EN_TRIGGERS = frozenset(
      "spring", "summer", "autumn", "fall", "winter", "christmas", "halloween", "thanksgiving", "valentine", "year",
      "independence", "other", "early", "mid", "late", "beginning", "start", "middle", "end", "easter", "mother",
      "mothers", "father", "fathers", "memorial", "labor", "labour", "lunar", "chinese", "lantern", "dragon",
-     "fortnight", "fortnights", "tomorrow", "next", "time", "day", "on"}
+     "fortnight", "fortnights", "tomorrow", "next", "st", "nd", "rd", "th"}
     | set(_WEEKDAYS)
 )
 _ZH_TRIGGER = re.compile(
