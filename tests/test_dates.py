@@ -20,7 +20,7 @@ from memory_pipelines.retrieval.dates import (
 from memory_pipelines.retrieval.filters import SearchFilters
 from memory_pipelines.retrieval.search import search
 from memory_pipelines.store.ingest import ingest_memory
-from memory_pipelines.text.times import spans, without_times
+from memory_pipelines.text.times import spans, without_relative_past, without_times
 
 ASKED = datetime(2023, 7, 12, 10, 30, tzinfo=UTC)  # a Wednesday
 
@@ -278,6 +278,17 @@ def test_a_question_about_a_plan_prefers_the_memory_that_tells_of_that_day(pool,
         assert prior.get(told) == pytest.approx(1 + DATE_BOOST) and prior.get(not_told) is None, question
 
 
+def test_a_question_about_last_month_does_not_match_a_memory_that_says_last_month(pool, fake_embedder):
+    """"我上个月买了什么？" asked in July: June's memory says 今天, not 上个月; January's that says 上个月 meant
+    December. The question's 上个月 goes to the date prior, not to the keyword channel (the text embedded keeps it)."""
+    june = remember(pool, fake_embedder, "li", "今天买了一台新电脑。", datetime(2023, 6, 20, tzinfo=UTC))
+    january = remember(pool, fake_embedder, "li", "上个月买了一部新手机，上个月真是花了不少钱。",
+                       datetime(2023, 1, 5, tzinfo=UTC))
+    f = SearchFilters(as_of=ASKED)
+    keyword = search(pool, fake_embedder, "li", "我上个月买了什么？", mode="keyword", filters=f).hits
+    assert [h.id for h in keyword] == [june, january]  # both by 买; 上个月 no longer ranks January first
+
+
 JUNE_PASTA = "We cooked pasta at home, the neighbours came with their two kids and a big salad bowl."
 
 
@@ -358,6 +369,22 @@ def test_a_question_only_about_its_time_ranks_that_times_memories_first():
     first = dated([*ranked, told], may3, first=True)
     assert [h.id for h in first][:3] == ["may3-a", "may3-b", "other-day-strong"]
     assert next(h for h in first if h.id == told.id).score == pytest.approx(0.10 * (1 + DATE_BOOST))
+
+
+@pytest.mark.parametrize(("text", "kept"), [
+    ("我上个月去哪儿旅游了？", "我 去哪儿旅游了？"),
+    ("What did I cook last weekend?", "What did I cook  ?"),
+    ("今天我学了一道新菜", "今天我学了一道新菜"),  # a memory of today says today too
+    ("What am I doing tomorrow?", "What am I doing tomorrow?"),  # and one announcing tomorrow says tomorrow
+    ("上个月底我搬家了", " 我搬家了"),
+    ("这个月底我要搬家", "这个月底我要搬家"),
+    ("early last month", " "),
+    ("When did Melanie go camping in June?", "When did Melanie go camping in June?"),  # a month names the same time
+    ("去年三月我学了什么", "去年三月我学了什么"),
+    ("What did I do on 8 May 2023?", "What did I do on 8 May 2023?"),
+])
+def test_without_relative_past_keeps_only_times_that_mean_the_same_in_any_text(text, kept):
+    assert without_relative_past(text) == kept
 
 
 def test_without_times_takes_the_expressions_out():

@@ -14,6 +14,7 @@ from memory_pipelines.text.dictionary import expand_terms
 from memory_pipelines.text.focus import DECAY, EMBED_BUDGET, FLOOR, focus, split_turns
 from memory_pipelines.text.glossary import expand
 from memory_pipelines.text.keywords import keyword_terms, terms
+from memory_pipelines.text.times import without_relative_past
 from memory_pipelines.text.tokens import count_tokens
 from tests.factories import add_memory
 
@@ -61,8 +62,9 @@ def test_short_queries_are_left_exactly_as_they_are(query):
     assert split_turns(query) == [query]
     assert f.embed_text is query or f.embed_text == query
     assert f.long is False
-    assert f.term_weights == dict.fromkeys(keyword_terms(query), 1.0)
-    assert list(query_terms(query).items()) == list(_old_query_terms(query).items())  # same order too
+    # its terms are the keyword terms of its words, less the times relative to when it was asked (below)
+    assert f.term_weights == dict.fromkeys(keyword_terms(without_relative_past(query)), 1.0)
+    assert list(query_terms(query).items()) == list(_old_query_terms(without_relative_past(query)).items())
 
 
 def test_a_short_querys_role_labels_are_not_its_keyword_terms():
@@ -75,6 +77,15 @@ def test_a_short_querys_role_labels_are_not_its_keyword_terms():
     assert list(f.term_weights) == ["hi", "hello", "passport", "护照"]
     assert focus("What did the user tell the AI: its name?").term_weights == dict.fromkeys(
         ["user", "tell", "ai", "name"], 1.0)
+
+
+def test_a_short_querys_relative_times_are_not_its_keyword_terms():
+    """"yesterday" or 上个月 in a memory means another time than in the question (the date prior reads the question's);
+    a month's name means the same in both and stays. The text embedded is the question as it is."""
+    assert list(focus("我上个月去哪儿旅游了？").term_weights) == ["旅游"]
+    assert list(focus("What did I cook last weekend?").term_weights) == ["cook"]
+    assert list(focus("When did Melanie go camping in June?").term_weights) == ["melani", "go", "camp", "june"]
+    assert focus("What did I cook last weekend?").embed_text == "What did I cook last weekend?"
 
 
 def test_a_long_dialogue_is_embedded_by_its_last_turns_within_the_budget():

@@ -12,7 +12,9 @@ topic of the first turn as much as the last one's. `focus` splits such a query i
   (greetings, acknowledgements, chit-chat, in English and Chinese) dropped besides the stop words.
 
 A short query (under `SHORT_TOKENS` tokens), and any query that is one turn within the budget, is left
-exactly as it is: `embed_text` is the query and every term weighs 1.0, as without focusing.
+as it is: `embed_text` is the query and every term weighs 1.0, as without focusing; only its lines' role labels
+("User:") and the times before it it names relative to when it was asked ("yesterday", 上个月) are not keyword
+terms.
 
 Pure; `focus` is cached (one context build asks for the same query's focus several times).
 """
@@ -24,6 +26,7 @@ import re
 from dataclasses import dataclass
 
 from .keywords import keyword_terms, terms, word_forms
+from .times import without_relative_past
 from .tokens import count_tokens, truncate_to_tokens
 
 SHORT_TOKENS = 40
@@ -168,7 +171,7 @@ def focus(query: str) -> Focused:
 def _focus(query: str) -> Focused:
     turns, dialogue = _split(query)
     if not dialogue and count_tokens(query) <= EMBED_BUDGET:
-        return Focused(query, dict.fromkeys(keyword_terms(_LINE_ROLE_LABELS.sub("", query)), 1.0), False)
+        return Focused(query, dict.fromkeys(keyword_terms(_keyword_text(query)), 1.0), False)
     kept = [(turn, words) for turn in turns if (words := _turn_terms(turn))]
     if not kept:  # nothing but filler: keep the last turn as it is
         kept = [(turns[-1], terms(turns[-1]))]
@@ -181,6 +184,13 @@ def _focus(query: str) -> Focused:
                 weights[term] = weight
     text = _dialogue_text(kept) if dialogue else cut_to_budget(query.strip())
     return Focused(text, weights, True)
+
+
+def _keyword_text(query: str) -> str:
+    """What of a short query the keyword channel reads: not its lines' role labels (who speaks), nor the times
+    before it that it names relative to when it was asked ("yesterday", 上个月: a memory of that time says "today",
+    and one holding the same words means another time; the search's date prior reads them instead)."""
+    return without_relative_past(_LINE_ROLE_LABELS.sub("", query))
 
 
 def _dialogue_text(kept: list[tuple[str, list[str]]], budget: int = EMBED_BUDGET) -> str:

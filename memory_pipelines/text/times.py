@@ -555,14 +555,51 @@ def without_times(text: str, anchor: datetime) -> str:
 
 def expressions(text: str, anchor: datetime) -> list[tuple[int, int, Span]]:
     """(start, end, span) of every time expression of `text`, in the order written (see `spans`)."""
-    found: list[tuple[int, int, Span]] = []
+    return [(start, end, span) for start, end, span, _relative in _expressions(text, anchor)]
+
+
+# Expressions of a time before the one they are written at, whose words a text written in that time does not use:
+# the memory of yesterday says "today", not "yesterday" ("last week", 上个月, 前天, "two days ago", 上周三). Words of
+# the current time (today, 这个月) or ahead (明天) are what a memory written then, or announcing it, says too.
+_PAST_KINDS = frozenset({
+    "week2", "month2", "year2", "day1", "day2", "day3", "few_days", "half_month", "half_year", "ago", "weekend",
+    "weekday", "week1", "month1", "year1", "year_ago_now",
+})
+
+
+def without_relative_past(text: str) -> str:
+    """`text` without its expressions of a time before it was written (`_PAST_KINDS`; "the end of last month",
+    上个月底, 上个月5号 too), which a text written in that time does not hold: a question's "yesterday" is not a
+    memory's."""
+    out, at = [], 0
+    for start, end, _span, past in _expressions(text, datetime.now(UTC)):
+        if past:
+            out.append(text[at:start])
+            at = end
+    return " ".join([*out, text[at:]]) if out else text
+
+
+def _is_past(kind: str, m: re.Match[str]) -> bool:
+    g = m.groupdict()
+    if kind in _PAST_KINDS:
+        return True
+    if kind in ("part_of", "this_last"):
+        return g["which"].lower() != "this"
+    if kind in ("zh_month_part", "zh_month_day"):
+        return (g.get("rel") or "").startswith("上")
+    return False
+
+
+def _expressions(text: str, anchor: datetime) -> list[tuple[int, int, Span, bool]]:
+    """`expressions`, each with whether it names a time before the text's own (`_is_past`)."""
+    found: list[tuple[int, int, Span, bool]] = []
     if not _may_hold_time(text):
         return []
     for pattern, kind in _EN + _ZH:
         for m in pattern.finditer(text):
-            if any(m.start() < e and s < m.end() for s, e, _ in found):
+            if any(m.start() < e and s < m.end() for s, e, _, _ in found):
                 continue
             span = _resolve(kind, m, anchor)
             if span is not None:
-                found.append((m.start(), m.end(), span))
+                found.append((m.start(), m.end(), span, _is_past(kind, m)))
     return sorted(found, key=lambda f: f[0])
