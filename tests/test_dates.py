@@ -344,6 +344,9 @@ def test_span_filters_keep_the_searchs_own_time_limits():
     ("Do you remember what I said yesterday?", True),
     ("我5月3号跟你聊了些什么？", True),
     ("昨天发生了什么？", True),
+    ("5月3号那天我经历了什么", True),
+    ("明天有什么安排", True),
+    ("What is planned for tomorrow?", True),
     ("What did I cook last week?", False),  # cooking is evidence beside the time
     ("When did Melanie go camping in June?", False),
     ("我上个月去哪儿旅游了？", False),
@@ -369,6 +372,11 @@ def test_a_question_only_about_its_time_ranks_that_times_memories_first():
     first = dated([*ranked, told], may3, first=True)
     assert [h.id for h in first][:3] == ["may3-a", "may3-b", "other-day-strong"]
     assert next(h for h in first if h.id == told.id).score == pytest.approx(0.10 * (1 + DATE_BOOST))
+    # a day ahead has nothing written yet: the memories announcing it lead
+    tomorrow = spans("tomorrow", ASKED)
+    plans = [H("other", 0.30, datetime(2023, 7, 1, tzinfo=UTC)),
+             H("announced", 0.05, datetime(2023, 7, 12, 8, tzinfo=UTC), "Tomorrow I am visiting grandma.")]
+    assert [h.id for h in dated(plans, tomorrow, first=True)] == ["announced", "other"]
 
 
 @pytest.mark.parametrize(("text", "kept"), [

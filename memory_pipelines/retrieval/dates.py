@@ -29,8 +29,8 @@ from .fusion import rescored
 DATE_BOOST = 0.25
 # Words that ask what happened, besides the time: a question holding no other term asks only about its time.
 _HAPPENED = word_forms("""
-    tell told say said talk chat discuss do did happen remember mention
-    聊 聊天 说 讲 谈 提到 发生 做 干 记得 那天 那时 事 事情
+    tell told say said talk chat discuss do did happen remember mention plan planned schedule
+    聊 聊天 说 讲 谈 提到 发生 做 干 记得 那天 那时 事 事情 经历 过得 安排 计划
 """)
 TOLD_TOP = 30  # the candidates whose own texts are read for times: reading one costs 25-250 µs
 TOLD_CHARS = 1_000  # of a long text only the start is read: the bound on a long document's cost
@@ -58,13 +58,16 @@ def dated(ranked: Sequence[Any], asked: Sequence[Span], boost: float = DATE_BOOS
     """`ranked` with the hits `in_span` of the question's spans scored × (1 + boost), re-sorted; with `first` (a
     question only about its time: `asks_only_when`) those written then also take the best other hit's score on top,
     so they all rank before the rest, in their own order ("What did we talk about on May 3?" is answered by that
-    day's exchanges; one of May 2 that says "talk to you tomorrow" only tells of it, and keeps the × boost alone).
+    day's exchanges; one of May 2 that says "talk to you tomorrow" only tells of it, and keeps the × boost alone;
+    when nothing was written then yet, "What is planned for tomorrow?", the memories announcing it lead).
     The texts of the first TOLD_TOP only are read for times. Pure."""
     if not asked:
         return list(ranked)
     placed = [_placed(h, asked, read_text=i < TOLD_TOP) for i, h in enumerate(ranked)]
-    lead = max((h.score for h, p in zip(ranked, placed, strict=True) if p != "written"), default=0.0) if first else 0.0
-    out = [rescored(h, score=h.score * (1.0 + boost) + (lead if p == "written" else 0.0),
+    # the memories written then lead; none written yet (tomorrow, next week), those announcing it do
+    leader = "written" if "written" in placed else "told"
+    lead = max((h.score for h, p in zip(ranked, placed, strict=True) if p != leader), default=0.0) if first else 0.0
+    out = [rescored(h, score=h.score * (1.0 + boost) + (lead if p == leader else 0.0),
                     extra={**(h.extra or {}), "date_prior": 1.0 + boost})
            if p else h for h, p in zip(ranked, placed, strict=True)]
     return sorted(out, key=lambda h: (-h.score, h.source, h.id))
