@@ -251,3 +251,35 @@ def test_a_short_dialogues_speaker_labels_match_no_memory_by_its_speaker(pool, f
     query = "User: hi, are you there?\nBot: Always here for you\nUser: the job search is getting me down"
     hits = search(pool, fake_embedder, "alice", query, mode="keyword").hits
     assert [h.id for h in hits] == [job] and said not in [h.id for h in hits]
+
+
+MAGIC_SHOW = [
+    "User: 元旦晚会我要表演魔术，我已经练习了好几个星期了。",
+    "Assistant: 听起来很棒！你准备表演什么魔术呢？",
+    "User: 我准备表演扑克牌魔术，还有一个消失的硬币。",
+    "Assistant: 太厉害了，大家一定会很惊喜的。",
+    "User: 我特别期待那天晚上，我想让它变得很特别！",
+]
+
+
+def test_a_chinese_last_turn_that_names_no_thing_is_embedded_with_the_turns_before_it():
+    """The issue's example: the last turn has enough words to stand alone, but none names what it is about
+    (那天 and 它 point back); the turns before it that fit the budget say it (魔术). A last turn that names a thing,
+    and an English one (no tagger to tell), stay alone."""
+    text = focus("\n".join(MAGIC_SHOW)).embed_text
+    assert text.endswith(MAGIC_SHOW[-1]) and "魔术" in text and count_tokens(text) <= EMBED_BUDGET
+    named = [*MAGIC_SHOW[:-1], "User: 我打算在晚会上表演扑克牌魔术，还准备了一套新衣服！"]
+    assert focus("\n".join(named)).embed_text == named[-1]
+    english = [*DIALOGUE[:-1], "User: I'm really looking forward to that night, I want to make it very special!"]
+    assert focus("\n".join(english)).embed_text == english[-1]
+
+
+def test_a_chinese_dialogue_whose_last_turn_names_no_thing_finds_its_topic(pool, fake_embedder):
+    with pool.connection() as conn:
+        magic = add_memory(conn, "li", "扑克牌魔术和消失的硬币是我最拿手的表演")
+        add_memory(conn, "li", "晚上我喜欢安静地看书，感觉很特别")
+        add_memory(conn, "li", "周末去爬山")
+    embed_all(pool, fake_embedder)
+    index_all(pool)
+    hits = search(pool, fake_embedder, "li", "\n".join(MAGIC_SHOW), mode="semantic").hits
+    assert hits[0].id == magic

@@ -5,8 +5,10 @@ touched (and the local model reads only its first 512 tokens), and its keyword t
 topic of the first turn as much as the last one's. `focus` splits such a query into turns and keeps:
 
 - `embed_text`: a dialogue's last turn (filler turns such as "thanks!" or "哈哈" skipped), with the turns
-  before it only while it does not say enough by itself (`CONTEXT_TERMS`), within `EMBED_BUDGET` tokens; a
-  turn or a single-block prompt longer than the budget is cut to its last sentences that fit;
+  before it only while it does not say enough by itself (`CONTEXT_TERMS`), or all that fit when it names no
+  thing its topic could be (`names_a_thing`: "我特别期待那天晚上，我想让它变得很特别！" after turns about a magic
+  show), within `EMBED_BUDGET` tokens; a turn or a single-block prompt longer than the budget is cut to its
+  last sentences that fit;
 - `term_weights`: the keyword terms of every turn weighted by recency — the last turn 1.0, each earlier
   one `DECAY` times the next, never below `FLOOR`; a term takes its highest weight; filler words
   (greetings, acknowledgements, chit-chat, in English and Chinese) dropped besides the stop words.
@@ -25,7 +27,7 @@ import functools
 import re
 from dataclasses import dataclass
 
-from .keywords import keyword_terms, terms, word_forms
+from .keywords import _jieba, has_cjk, keyword_terms, terms, word_forms
 from .times import without_relative_past
 from .tokens import count_tokens, truncate_to_tokens
 
@@ -41,6 +43,10 @@ FLOOR = 0.2
 CONTEXT_TERMS = 3
 """A dialogue's last turn with this many distinct terms says what it asks by itself and is embedded alone;
 a shorter one ("and the second one?") is embedded with the turns before it until the text has as many."""
+
+THING_TAGS = frozenset({"n", "nr", "ns", "nt", "nz", "nw", "nrt", "nrfg", "vn", "an", "s", "eng"})
+"""jieba's part-of-speech tags of words that name a thing: nouns (people, places, organisations, other proper and
+common ones), verbal and adjectival nouns, place words, English words in Chinese text."""
 
 _FILLER = """
     hi hello hey hiya howdy yo thank thanks thx ty tysm cheers yeah yea yep yup nope nah ok okay
@@ -193,12 +199,26 @@ def _keyword_text(query: str) -> str:
     return without_relative_past(_LINE_ROLE_LABELS.sub("", query))
 
 
+def names_a_thing(turn: str) -> bool:
+    """Whether a turn names something its topic could be: for a Chinese turn, a word jieba tags as one
+    (`THING_TAGS`); "我特别期待那天晚上，我想让它变得很特别！" names none (那天 and 它 point back, 晚上 is a
+    time). A turn of another language cannot be told here and counts as naming one."""
+    body = _ROLE_LABEL.sub("", turn, count=1)
+    if not has_cjk(body):
+        return True
+    _jieba()  # initialised once, its logging silenced
+    import jieba.posseg
+
+    return any(w.flag in THING_TAGS for w in jieba.posseg.cut(body))
+
+
 def _dialogue_text(kept: list[tuple[str, list[str]]], budget: int = EMBED_BUDGET) -> str:
     """The last turn (cut to the budget when longer), with the turns before it, newest first, while it has
-    fewer than `CONTEXT_TERMS` distinct terms and they fit in the budget."""
+    fewer than `CONTEXT_TERMS` distinct terms, or (a last turn that names no thing) while they fit in the budget."""
     chosen: list[str] = []
     seen: set[str] = set()
     used = 0
+    vague = len(kept) > 1 and not names_a_thing(kept[-1][0])
     for turn, words in reversed(kept):
         cost = count_tokens(turn) + (1 if chosen else 0)
         if used + cost > budget:
@@ -208,7 +228,7 @@ def _dialogue_text(kept: list[tuple[str, list[str]]], budget: int = EMBED_BUDGET
         chosen.append(turn)
         used += cost
         seen.update(words)
-        if len(seen) >= CONTEXT_TERMS:
+        if len(seen) >= CONTEXT_TERMS and not vague:
             break
     return "\n".join(reversed(chosen))
 
