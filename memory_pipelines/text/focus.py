@@ -15,8 +15,7 @@ topic of the first turn as much as the last one's. `focus` splits such a query i
 
 A short query (under `SHORT_TOKENS` tokens), and any query that is one turn within the budget, is left
 as it is: `embed_text` is the query and every term weighs 1.0, as without focusing; only its lines' role labels
-("User:") and the times before it it names relative to when it was asked ("yesterday", 上个月) are not keyword
-terms.
+("User:") and the past times it names relative to when it was asked ("yesterday", 上个月) are not keyword terms.
 
 Pure; `focus` is cached (one context build asks for the same query's focus several times).
 """
@@ -27,7 +26,7 @@ import functools
 import re
 from dataclasses import dataclass
 
-from .keywords import _jieba, has_cjk, keyword_terms, terms, word_forms
+from .keywords import has_cjk, keyword_terms, terms, word_forms, zh_word_tags
 from .times import without_relative_past
 from .tokens import count_tokens, truncate_to_tokens
 
@@ -193,9 +192,9 @@ def _focus(query: str) -> Focused:
 
 
 def _keyword_text(query: str) -> str:
-    """What of a short query the keyword channel reads: not its lines' role labels (who speaks), nor the times
-    before it that it names relative to when it was asked ("yesterday", 上个月: a memory of that time says "today",
-    and one holding the same words means another time; the search's date prior reads them instead)."""
+    """What of a short query the keyword channel reads: not its lines' role labels (who speaks), nor the past times
+    it names relative to when it was asked ("yesterday", 上个月: a memory of that time says "today", and one holding
+    the same words means another time; the search's date prior reads them instead)."""
     return without_relative_past(_LINE_ROLE_LABELS.sub("", query))
 
 
@@ -204,12 +203,7 @@ def names_a_thing(turn: str) -> bool:
     (`THING_TAGS`); "我特别期待那天晚上，我想让它变得很特别！" names none (那天 and 它 point back, 晚上 is a
     time). A turn of another language cannot be told here and counts as naming one."""
     body = _ROLE_LABEL.sub("", turn, count=1)
-    if not has_cjk(body):
-        return True
-    _jieba()  # initialised once, its logging silenced
-    import jieba.posseg
-
-    return any(w.flag in THING_TAGS for w in jieba.posseg.cut(body))
+    return not has_cjk(body) or any(tag in THING_TAGS for _word, tag in zh_word_tags(body))
 
 
 def _dialogue_text(kept: list[tuple[str, list[str]]], budget: int = EMBED_BUDGET) -> str:

@@ -77,6 +77,14 @@ def _jieba() -> ModuleType:
     return _jieba_module
 
 
+def zh_word_tags(text: str) -> list[tuple[str, str]]:
+    """(word, part-of-speech tag) of each word of a Chinese text, by jieba's tagger (loaded on first use)."""
+    _jieba()
+    import jieba.posseg
+
+    return [(w.word, w.flag) for w in jieba.posseg.cut(text)]
+
+
 _stemmers = threading.local()
 
 
