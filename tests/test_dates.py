@@ -141,6 +141,12 @@ def days(text: str, anchor: datetime = ASKED) -> list[tuple[str, str]]:
     ("next weekend", [("2023-07-22", "2023-07-24")]),
     ("明年", [("2024-01-01", "2025-01-01")]),
     ("next to the window", []),
+    ("这周一", [("2023-07-10", "2023-07-11")]),  # that day of this week, not the whole week
+    ("本周五", [("2023-07-14", "2023-07-15")]),
+    ("over the weekend", [("2023-07-08", "2023-07-10")]),
+    ("the weekend before last", [("2023-07-01", "2023-07-03")]),
+    ("this past Monday", [("2023-07-10", "2023-07-11")]),
+    ("the night before last", [("2023-07-10", "2023-07-11")]),
 ])
 def test_expressions_resolve_against_the_anchor(text, expected):
     assert days(text) == expected

@@ -9,8 +9,9 @@ relative to the day they were written. `spans(text, anchor)` reads such expressi
   昨天 / 前天 / N天前 / 几天前 / 前两天, an ISO date, "June 8" / "8 June 2023" / 5月8日, a day of the month alone
   ("on the 3rd", 3号, the latest at or before the anchor), this time last year / 去年这个时候 (a fortnight either
   side of that day);
-- weeks: this week / last week / this or last weekend / N weeks ago, 这周 / 上周 / 上个星期 / 上周末 / N周前 /
-  半个月前, last Monday / on Monday …, 上周三 / 周三 …, 前几天;
+- weeks: this week / last week / this or last weekend / over the weekend / the weekend before last / N weeks ago,
+  这周 / 上周 / 上个星期 / 上周末 / N周前 / 半个月前, last Monday / this past Monday / on Monday …, 上周三 / 这周三 /
+  周三 …, 前几天;
 - months: this month / last month / N months ago / a month name ("in June", "June 2023", "March last year"), 这个月 /
   上个月 / N个月前 / 五月 / 2023年5月 / 去年三月 / 上个月5号; their thirds: early / mid / late June, the end of last
   month, 5月初 / 五月中旬 / 上个月底;
@@ -133,7 +134,7 @@ _EN: list[tuple[re.Pattern[str], str]] = [(re.compile(p, f), kind) for p, f, kin
     (rf"\b(?:(?P<day>\d{{1,2}})(?:st|nd|rd|th)? (?:of )?)?{_FULL_MONTH}(?: (?P<day2>\d{{1,2}})(?:st|nd|rd|th)?)?,?"
      r" (?:of )?(?P<which>last|this) year\b", 0, "month_of_year"),
     (rf"\b(?P<which>[Ll]ast|[Tt]his) year,? in {_FULL_MONTH}\b", 0, "month_of_year"),
-    (r"\bthe day before yesterday\b", re.I, "day2"),
+    (r"\bthe (?:day|night) before (?:yesterday|last)\b", re.I, "day2"),
     (r"\b(?:this time|around this time|this day) last year\b|\ba year ago today\b", re.I, "year_ago_now"),
     (r"\bthe day after tomorrow\b", re.I, "ahead_day2"),
     (r"\btomorrow\b", re.I, "ahead_day1"),
@@ -143,7 +144,8 @@ _EN: list[tuple[re.Pattern[str], str]] = [(re.compile(p, f), kind) for p, f, kin
     (r"\b(?:today|tonight|this (?:morning|afternoon|evening))\b", re.I, "day0"),
     (r"\bthe other day\b", re.I, "few_days"),
     (rf"\b{_NUMBER} (?P<unit>day|week|fortnight|month|year)s? ago\b", re.I, "ago"),
-    (r"\b(?:last|this past|the past) weekend\b", re.I, "weekend"),
+    (r"\bthe weekend before last\b", re.I, "weekend_before_last"),
+    (r"\b(?:last|this past|the past|over the) weekend\b", re.I, "weekend"),
     (r"\bthis weekend\b", re.I, "this_weekend"),
     (rf"\b(?P<season>spring|summer|autumn|fall|winter),? (?:of )?{_YEAR}\b", re.I, "season"),
     (r"\b(?P<which>last|this|past|previous) (?P<season>spring|summer|autumn|fall|winter)\b", re.I, "season"),
@@ -151,7 +153,7 @@ _EN: list[tuple[re.Pattern[str], str]] = [(re.compile(p, f), kind) for p, f, kin
     (r"\b(?P<part>early|late)(?: in)? (?P<which>this|last) (?P<unit>month|year)\b", re.I, "part_of"),
     (r"\bthe (?P<part>beginning|start|middle|end) of (?P<which>this|last) (?P<unit>month|year)\b", re.I, "part_of"),
     (r"\b(?P<which>this|last|past|previous) (?P<unit>week|month|year)\b", re.I, "this_last"),
-    (r"\blast (?P<weekday>" + "|".join(_WEEKDAYS) + r")\b", re.I, "weekday"),
+    (r"\b(?:last|this past|the past) (?P<weekday>" + "|".join(_WEEKDAYS) + r")\b", re.I, "weekday"),
     (r"\bon (?P<weekday>" + "|".join(_WEEKDAYS) + r")\b", re.I, "on_weekday"),
     (rf"\b{_MONTH} (?P<day>\d{{1,2}})(?:st|nd|rd|th)?\b(?:,? {_YEAR}\b)?", 0, "month_day"),
     (rf"\b(?P<day>\d{{1,2}})(?:st|nd|rd|th)? (?:of )?{_MONTH}(?:,? {_YEAR}\b)?", 0, "day_month"),
@@ -205,6 +207,7 @@ _ZH: list[tuple[re.Pattern[str], str]] = [(re.compile(p), kind) for p, kind in [
     (r"(?:(?P<year>(?:19|20)\d\d)年|(?P<which>去年|今年|前年))?的?(?P<season>春天|夏天|秋天|冬天|春季|夏季|秋季|冬季)",
      "season"),
     (r"上(?:个)?(?:周|星期|礼拜)(?P<weekday>[一二三四五六日天])", "weekday"),
+    (r"(?:这|本)(?:个)?(?:周|星期|礼拜)(?P<weekday>[一二三四五六日天])", "this_weekday"),
     (r"上上(?:个)?(?:周|星期|礼拜)", "week2"),
     (r"上(?:个)?(?:周|星期|礼拜)", "week1"),
     (r"(?:这|本)(?:个)?(?:周|星期|礼拜)", "week0"),
@@ -425,6 +428,12 @@ def _resolve(kind: str, m: re.Match[str], anchor: datetime) -> Span | None:  # n
         a, day = _utc(anchor), int(g["d"])
         month = _months_back(anchor, 0 if day <= a.day else 1).start
         return _date(anchor, month.month, day, month.year)
+    if kind == "weekend_before_last":
+        monday = _week(anchor, 1).start
+        return Span(monday - timedelta(days=2), monday)
+    if kind == "this_weekday":  # 这周三: that day of this calendar week, before or after the anchor
+        start = _week(anchor, 0).start + timedelta(days=_ZH_WEEKDAYS[g["weekday"]])
+        return Span(start, start + timedelta(days=1))
     if kind == "this_weekend":
         saturday = _week(anchor, 0).start + timedelta(days=5)
         return Span(saturday, saturday + timedelta(days=2))
@@ -563,6 +572,7 @@ def expressions(text: str, anchor: datetime) -> list[tuple[int, int, Span]]:
 # the current time (today, 这个月) or ahead (明天) are what a memory written then, or announcing it, says too.
 _PAST_KINDS = frozenset({
     "week2", "month2", "year2", "day1", "day2", "day3", "few_days", "half_month", "half_year", "ago", "weekend",
+    "weekend_before_last",
     "weekday", "week1", "month1", "year1", "year_ago_now",
 })
 
