@@ -339,6 +339,9 @@ MAX_ITEM_KEY = 200
 EXPORTED_ID_KEY = "id:"
 """The key an export gives an item written without one (`id:<its id>`); a write of that key to the same owner
 is that item."""
+DOWNLOAD_IDLE_SECONDS = 300
+"""A streamed export whose reader takes nothing for this long is cut: its database session ends (releasing its
+snapshot) and a server closes the connection (operations/export.py, the HTTP export route)."""
 MAX_TITLE = 1_000
 """Characters of a title or a capability's name."""
 MAX_ITEM_TEXT = MAX_CONTENT

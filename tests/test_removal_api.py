@@ -14,7 +14,7 @@ import anyio
 import httpx
 import pytest
 
-from memory_pipelines import Memory
+from memory_pipelines import Memory, vocabulary
 from memory_pipelines.infra.auth import create_key
 from memory_pipelines.operations import export
 from memory_pipelines.store.removal import FORGETTABLE
@@ -366,7 +366,7 @@ def test_a_download_whose_client_stops_reading_gives_up_its_snapshot_after_the_i
                                                                                            monkeypatch):
     """The server ends a stalled download's database session once it has waited `DOWNLOAD_IDLE_SECONDS` (here 1):
     its snapshot no longer holds back the server's clean-up; the client's stream ends cut, short of the memories."""
-    monkeypatch.setattr(export, "DOWNLOAD_IDLE_SECONDS", 1)
+    monkeypatch.setattr(vocabulary, "DOWNLOAD_IDLE_SECONDS", 1)
     a, alice, _ = two["alice"]
     _add_bulk_tasks(runtime.pool)
     stalled = _stalled_download(live, a.headers["Authorization"].removeprefix("Bearer "))
@@ -398,7 +398,7 @@ def test_a_client_that_holds_its_download_open_without_reading_loses_its_place_a
     """Clients that keep their sockets open but read nothing are cut off once the server has waited
     `DOWNLOAD_IDLE_SECONDS` (here 1) to send: their places come back while they still hold their sockets, and each
     finds its stream closed without HTTP's last chunk."""
-    monkeypatch.setattr(export, "DOWNLOAD_IDLE_SECONDS", 1)
+    monkeypatch.setattr(vocabulary, "DOWNLOAD_IDLE_SECONDS", 1)
     a, alice, _ = two["alice"]
     _add_bulk_tasks(runtime.pool)
     stalled = [_stalled_download(live, a.headers["Authorization"].removeprefix("Bearer "))

@@ -32,14 +32,13 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from .. import vocabulary
 from ..infra.errors import ValidationError
 from ..store.ingest import validate_owner
 from ..vocabulary import EXPORTED_ID_KEY, LOG_EVENT_TYPE
 
 FORMAT_VERSION = 1
 STREAM_ROWS = 2_000
-DOWNLOAD_IDLE_SECONDS = 300
-"""A streamed export (`export_lines`) whose reader takes nothing for this long is cut, releasing its snapshot."""
 DOWNLOAD_APPLICATION = "memory-pipelines export"
 """The `application_name` of a streamed export's own connection (pg_stat_activity names it)."""
 
@@ -183,8 +182,8 @@ def export_lines(pool: ConnectionPool, owner: str) -> Iterator[str]:
     """Every item and memory of `owner` as JSON lines, items first, then memories in the order they were written:
     the export's item and memory files in one, which `import` reads back whole (each line names its `source`).
     One snapshot, streamed on a connection of its own (the pool's are left to the requests a slow reader would
-    otherwise starve), cut when its reader takes nothing for `DOWNLOAD_IDLE_SECONDS`; the owner is checked before
-    the first line."""
+    otherwise starve), cut when its reader takes nothing for `vocabulary.DOWNLOAD_IDLE_SECONDS`; the owner is
+    checked before the first line."""
     owner = validate_owner(owner)
 
     def lines() -> Iterator[str]:
@@ -193,7 +192,7 @@ def export_lines(pool: ConnectionPool, owner: str) -> Iterator[str]:
                 conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             conn.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, true),"
-                         " set_config('jit', 'off', true)", (f"{DOWNLOAD_IDLE_SECONDS}s",))  # as the pool's
+                         " set_config('jit', 'off', true)", (f"{vocabulary.DOWNLOAD_IDLE_SECONDS}s",))  # as the pool's
             for source in ITEM_COLUMNS:
                 yield from map(_line, _items(conn, owner, source))
             yield from map(_line, _memories(conn, owner))

@@ -33,73 +33,12 @@ from __future__ import annotations
 
 import calendar
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TypeVar
 
-from .lunar_dates import festival
+from . import calendar_spans as cal
+from .calendar_spans import Span
 
-
-@dataclass(frozen=True)
-class Span:
-    """[start, end) in UTC."""
-
-    start: datetime
-    end: datetime
-
-    def holds(self, moment: datetime) -> bool:
-        return self.start <= _utc(moment) < self.end
-
-    def within(self, other: Span) -> bool:
-        return other.start <= self.start and self.end <= other.end
-
-
-def _utc(moment: datetime) -> datetime:
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
-
-
-def _day(anchor: datetime, back: int = 0, days: int = 1) -> Span:
-    start = _utc(anchor).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=back)
-    return Span(start, start + timedelta(days=days))
-
-
-def _week(anchor: datetime, back: int) -> Span:
-    """The calendar week (Monday first) `back` weeks before the anchor's."""
-    monday = _day(anchor).start - timedelta(days=_utc(anchor).weekday()) - timedelta(weeks=back)
-    return Span(monday, monday + timedelta(weeks=1))
-
-
-def _month(year: int, month: int) -> Span:
-    start = datetime(year, month, 1, tzinfo=UTC)
-    end = datetime(year + (month == 12), month % 12 + 1, 1, tzinfo=UTC)
-    return Span(start, end)
-
-
-def _months_back(anchor: datetime, back: int) -> Span:
-    a = _utc(anchor)
-    index = a.year * 12 + a.month - 1 - back
-    return _month(index // 12, index % 12 + 1)
-
-
-def _year(year: int) -> Span:
-    return Span(datetime(year, 1, 1, tzinfo=UTC), datetime(year + 1, 1, 1, tzinfo=UTC))
-
-
-def _latest_month(anchor: datetime, month: int, year: int | None) -> Span:
-    """The month of that year, or the latest such month at or before the anchor."""
-    a = _utc(anchor)
-    return _month(year if year is not None else (a.year if month <= a.month else a.year - 1), month)
-
-
-def _date(anchor: datetime, month: int, day: int, year: int | None) -> Span | None:
-    """That day, or the latest such day at or before the anchor; None when it does not exist."""
-    a = _utc(anchor)
-    y = year if year is not None else (a.year if (month, day) <= (a.month, a.day) else a.year - 1)
-    if not 1 <= month <= 12 or not 1 <= day <= calendar.monthrange(y, month)[1]:
-        return None
-    start = datetime(y, month, day, tzinfo=UTC)
-    return Span(start, start + timedelta(days=1))
+__all__ = ["Span", "expressions", "spans", "without_relative_past", "without_times"]
 
 
 # --- English --------------------------------------------------------------------------------------------------
@@ -173,7 +112,6 @@ _ZH_NUM = r"(?P<n>\d{1,3}|[一二两三四五六七八九十]{1,3})"
 _ZH_MONTH = r"(?P<m>\d{1,2}|十[一二]?|[一二三四五六七八九])"
 _ZH_DATE = (r"(?:(?P<year>(?:19|20)\d\d)年)?(?<![个\d一二两三四五六七八九十])" + _ZH_MONTH + "月份?"
             r"(?:(?P<d>\d{1,2}|[一二三]?十[一二三四五六七八九]?|[一二三四五六七八九])[日号])?")
-_ZH_YEARS_BACK = {"今": 0, "去": 1, "前": 2}  # 今年 / 去年 / 前年
 # 月初 / 上旬 …, and 月中 only where 中 ends the word (月中旬, 月中的, not 5月中国…)
 _ZH_PART = r"(?P<part>初|上旬|中旬|下旬|底|末|中(?=[的时左，。,.？?！!\s]|$))"
 _ZH_WEEKDAYS = {"一": 0, "二": 1, "三": 2, "四": 3, "五": 4, "六": 5, "日": 6, "天": 6}
@@ -248,272 +186,126 @@ def _number(text: str) -> int | None:
     return int(t) if t.isdigit() else _NUMBERS.get(t, _zh_number(text))
 
 
-def _ago(anchor: datetime, n: int, unit: str) -> Span:
-    if unit in ("day", "天"):
-        return _day(anchor, back=n + 1, days=3)  # a day either side: "three days ago" is rarely exact
-    if unit == "fortnight":
-        n, unit = 2 * n, "week"
-    if unit in ("week", "周", "个星期", "个礼拜"):
-        return Span(_day(anchor, back=7 * n + 3).start, _day(anchor, back=7 * n - 4).start)
-    if unit in ("month", "个月"):
-        return _months_back(anchor, n)
-    return _year(_utc(anchor).year - n)
-
-
-_SEASONS = {"spring": 3, "summer": 6, "autumn": 9, "fall": 9, "winter": 12,
-            "春天": 3, "夏天": 6, "秋天": 9, "冬天": 12, "春季": 3, "夏季": 6, "秋季": 9, "冬季": 12}
-
-
-_S = TypeVar("_S", Span, Span | None)
-
-
-def _latest(anchor: datetime, of: Callable[[int], _S]) -> _S:
-    """`of` the anchor's year if it has begun by the anchor, else of the year before (None where `of` has none)."""
-    a = _utc(anchor)
-    this = of(a.year)
-    return this if this is not None and this.start <= a else of(a.year - 1)
-
-
-def _season(anchor: datetime, first_month: int, which: str | None, year: int | None) -> Span:
-    """Three months from `first_month` (northern seasons; a winter runs into the next year): of that year, this
-    year's (this / 今年), the last one ended before the anchor (last / previous / past), last year's (去年), the one
-    before (前年), else the latest one begun at or before the anchor."""
-    a = _utc(anchor)
-    which = (which or "").lower()
-
-    def of(y: int) -> Span:
-        return Span(_month(y, first_month).start, _months_back(datetime(y, first_month, 1, tzinfo=UTC), -3).start)
-
-    if year is not None:
-        return of(year)
-    if which in ("this", "今年"):
-        return of(a.year)
-    if which in ("去年", "前年"):
-        return of(a.year - _ZH_YEARS_BACK[which[0]])
-    latest = _latest(a, of)
-    if which in ("last", "previous", "past") and latest.end > a:
-        return of(latest.start.year - 1)
-    return latest
-
-
-# Holidays on a fixed day: (month, first day, days); names lower case, without apostrophes.
-_HOLIDAYS: dict[str, tuple[int, int, int]] = {
-    "christmas eve": (12, 24, 1), "christmas": (12, 24, 3), "new years eve": (12, 31, 1),
-    "new years day": (1, 1, 1), "new years": (12, 31, 2), "valentines day": (2, 14, 1), "halloween": (10, 31, 1),
-    "independence day": (7, 4, 1), "fourth of july": (7, 4, 1), "4th of july": (7, 4, 1),
-    "元旦": (1, 1, 1), "情人节": (2, 14, 1), "五一": (5, 1, 5), "劳动节": (5, 1, 5), "儿童节": (6, 1, 1),
-    "教师节": (9, 10, 1), "国庆": (10, 1, 7), "国庆节": (10, 1, 7), "万圣节": (10, 31, 1), "平安夜": (12, 24, 1),
-    "圣诞": (12, 24, 3), "圣诞节": (12, 24, 3),
-}
-# Holidays on the nth weekday of a month (US): (month, weekday, n; -1 the last).
-_WEEKDAY_HOLIDAYS: dict[str, tuple[int, int, int]] = {
-    "thanksgiving": (11, 3, 4), "感恩节": (11, 3, 4), "mothers day": (5, 6, 2), "母亲节": (5, 6, 2),
-    "fathers day": (6, 6, 3), "父亲节": (6, 6, 3), "memorial day": (5, 0, -1), "labor day": (9, 0, 1),
-    "labour day": (9, 0, 1),
-}
-# Lunisolar festivals (text/lunar_dates.py): (festival, days from it to the first day, days).
-_LUNAR_HOLIDAYS: dict[str, tuple[str, int, int]] = {
-    "春节": ("lunar_new_year", -1, 8), "chinese new year": ("lunar_new_year", -1, 8),
-    "lunar new year": ("lunar_new_year", -1, 8), "spring festival": ("lunar_new_year", -1, 8),
-    "除夕": ("lunar_new_year", -1, 1), "大年三十": ("lunar_new_year", -1, 1),
-    "元宵节": ("lunar_new_year", 14, 1), "lantern festival": ("lunar_new_year", 14, 1),
-    "清明": ("qingming", 0, 1),
-    "端午": ("dragon_boat", 0, 1), "端午节": ("dragon_boat", 0, 1), "dragon boat festival": ("dragon_boat", 0, 1),
-    "中秋": ("mid_autumn", 0, 1), "中秋节": ("mid_autumn", 0, 1), "mid-autumn festival": ("mid_autumn", 0, 1),
-    "重阳": ("double_ninth", 0, 1), "重阳节": ("double_ninth", 0, 1),
-}
-
-
-def _nth_weekday(year: int, month: int, weekday: int, n: int) -> datetime:
-    """The nth `weekday` (Monday 0) of the month; n = -1 the last."""
-    if n < 0:
-        last = datetime(year, month, calendar.monthrange(year, month)[1], tzinfo=UTC)
-        return last - timedelta(days=(last.weekday() - weekday) % 7)
-    first = datetime(year, month, 1, tzinfo=UTC)
-    return first + timedelta(days=(weekday - first.weekday()) % 7 + 7 * (n - 1))
-
-
-def _easter(year: int) -> datetime:
-    """Western Easter Sunday (the anonymous Gregorian computus)."""
-    a, b, c = year % 19, year // 100, year % 100
-    d, e = divmod(b, 4)
-    g = (8 * b + 13) // 25
-    h = (19 * a + b - d - g + 15) % 30
-    i, k = divmod(c, 4)
-    l_ = (32 + 2 * e + 2 * i - h - k) % 7
-    m = (a + 11 * h + 22 * l_) // 451
-    month, day = divmod(h + l_ - 7 * m + 114, 31)
-    return datetime(year, month, day + 1, tzinfo=UTC)
-
-
-def _holiday_of(key: str, year: int) -> Span | None:
-    """The holiday's span in `year`; None for a lunisolar festival outside the table's years."""
-    if key == "easter":
-        start, days = _easter(year), 1
-    elif key in _WEEKDAY_HOLIDAYS:
-        start, days = _nth_weekday(year, *_WEEKDAY_HOLIDAYS[key]), 1
-    elif key in _LUNAR_HOLIDAYS:
-        name, offset, days = _LUNAR_HOLIDAYS[key]
-        day = festival(name, year)
-        if day is None:
-            return None
-        start = datetime(day.year, day.month, day.day, tzinfo=UTC) + timedelta(days=offset)
-    else:
-        month, first, days = _HOLIDAYS[key]
-        start = datetime(year, month, first, tzinfo=UTC)
-    return Span(start, start + timedelta(days=days))
-
-
-def _holiday(anchor: datetime, name: str, year: int | None) -> Span | None:
-    """The holiday of that year, or the latest one begun at or before the anchor."""
-    key = re.sub(r"['’]", "", name.lower())
-    return _holiday_of(key, year) if year is not None else _latest(anchor, lambda y: _holiday_of(key, y))
-
-
-# Thirds of a month (days 1–10, 11–20, 21–end) and of a year (January–April, May–August, September–December).
-_PARTS = {"early": 0, "beginning": 0, "start": 0, "初": 0, "上旬": 0, "mid": 1, "middle": 1, "中": 1, "中旬": 1,
-          "late": 2, "end": 2, "底": 2, "末": 2, "下旬": 2}
-
-
-def _month_part(month: Span, part: str) -> Span:
-    third = _PARTS[part.lower()]
-    start = month.start + timedelta(days=10 * third)
-    return Span(start, month.end if third == 2 else start + timedelta(days=10))
-
-
-def _year_part(year: int, part: str) -> Span:
-    if part.endswith("半年"):
-        first, months = (1 if part == "上半年" else 7), 6
-    else:
-        first, months = 1 + 4 * _PARTS[part.lstrip("年").lower()], 4
-    return Span(_month(year, first).start, _month(year, first + months - 1).end)
-
-
-def _last_weekday(anchor: datetime, weekday: int) -> Span:
-    back = (_utc(anchor).weekday() - weekday - 1) % 7 + 1  # strictly before the anchor's day
-    return _day(anchor, back=back)
-
-
 def _resolve(kind: str, m: re.Match[str], anchor: datetime) -> Span | None:  # noqa: PLR0911 - one case a kind
     g = m.groupdict()
     year = int(g["year"]) if g.get("year") else None
     if kind.startswith(("day", "week", "month", "year")) and kind[-1].isdigit():
         back = int(kind[-1])
-        return {"day": lambda: _day(anchor, back=back), "week": lambda: _week(anchor, back),
-                "month": lambda: _months_back(anchor, back),
-                "year": lambda: _year(_utc(anchor).year - back)}[kind[:-1]]()
+        return {"day": lambda: cal.day_span(anchor, back=back), "week": lambda: cal.week_span(anchor, back),
+                "month": lambda: cal.months_back(anchor, back),
+                "year": lambda: cal.year_span(cal.utc(anchor).year - back)}[kind[:-1]]()
     if kind == "iso":
-        return _date(anchor, int(g["m"]), int(g["d"]), int(g["y"]))
+        return cal.date_span(anchor, int(g["m"]), int(g["d"]), int(g["y"]))
     if kind == "ago":
         n = _number(g["n"])
-        return _ago(anchor, n, g["unit"].lower()) if n is not None and 0 < n < 100 else None
+        return cal.ago(anchor, n, g["unit"].lower()) if n is not None and 0 < n < 100 else None
     if kind.startswith("ahead_day"):
-        return _day(anchor, back=-int(kind[-1]))
+        return cal.day_span(anchor, back=-int(kind[-1]))
     if kind == "next":
-        return _months_back(anchor, -1) if g["unit"].lower() in ("month", "月") else (
-            _year(_utc(anchor).year + 1) if g["unit"].lower() == "year" else _week(anchor, -1))
+        return cal.months_back(anchor, -1) if g["unit"].lower() in ("month", "月") else (
+            cal.year_span(cal.utc(anchor).year + 1) if g["unit"].lower() == "year" else cal.week_span(anchor, -1))
     if kind == "next_year":
-        return _year(_utc(anchor).year + 1)
+        return cal.year_span(cal.utc(anchor).year + 1)
     if kind == "next_weekend":
-        saturday = _week(anchor, -1).start + timedelta(days=5)
+        saturday = cal.week_span(anchor, -1).start + timedelta(days=5)
         return Span(saturday, saturday + timedelta(days=2))
     if kind == "next_weekday":
-        start = _week(anchor, -1).start + timedelta(days=_ZH_WEEKDAYS[g["weekday"]])
+        start = cal.week_span(anchor, -1).start + timedelta(days=_ZH_WEEKDAYS[g["weekday"]])
         return Span(start, start + timedelta(days=1))
     if kind == "year_ago_now":  # the same days a year before, give or take a fortnight
-        a = _day(anchor).start
+        a = cal.day_span(anchor).start
         then = a.replace(year=a.year - 1, day=min(a.day, 28))
         return Span(then - timedelta(days=14), then + timedelta(days=15))
     if kind == "day_of_month":
-        a, day = _utc(anchor), int(g["d"])
-        month = _months_back(anchor, 0 if day <= a.day else 1).start
-        return _date(anchor, month.month, day, month.year)
+        a, day = cal.utc(anchor), int(g["d"])
+        month = cal.months_back(anchor, 0 if day <= a.day else 1).start
+        return cal.date_span(anchor, month.month, day, month.year)
     if kind == "weekend_before_last":
-        monday = _week(anchor, 1).start
+        monday = cal.week_span(anchor, 1).start
         return Span(monday - timedelta(days=2), monday)
     if kind == "this_weekday":  # 这周三: that day of this calendar week, before or after the anchor
-        start = _week(anchor, 0).start + timedelta(days=_ZH_WEEKDAYS[g["weekday"]])
+        start = cal.week_span(anchor, 0).start + timedelta(days=_ZH_WEEKDAYS[g["weekday"]])
         return Span(start, start + timedelta(days=1))
     if kind == "this_weekend":
-        saturday = _week(anchor, 0).start + timedelta(days=5)
+        saturday = cal.week_span(anchor, 0).start + timedelta(days=5)
         return Span(saturday, saturday + timedelta(days=2))
     if kind == "few_days":
-        return Span(_day(anchor, back=7).start, _day(anchor).end)
+        return Span(cal.day_span(anchor, back=7).start, cal.day_span(anchor).end)
     if kind == "half_month":
-        return Span(_day(anchor, back=20).start, _day(anchor, back=10).start)
+        return Span(cal.day_span(anchor, back=20).start, cal.day_span(anchor, back=10).start)
     if kind == "half_year":
-        return _months_back(anchor, 6)
+        return cal.months_back(anchor, 6)
     if kind == "part_of":
         back = 0 if g["which"].lower() == "this" else 1
         if g["unit"].lower() == "month":
-            return _month_part(_months_back(anchor, back), g["part"])
-        return _year_part(_utc(anchor).year - back, g["part"])
+            return cal.month_part(cal.months_back(anchor, back), g["part"])
+        return cal.year_part(cal.utc(anchor).year - back, g["part"])
     if kind == "month_of_year":
-        which_year = _utc(anchor).year - (g["which"].lower() == "last")
+        which_year = cal.utc(anchor).year - (g["which"].lower() == "last")
         day = g.get("day") or g.get("day2")
         month = _MONTHS[g["month"]]
-        return _date(anchor, month, int(day), which_year) if day else _month(which_year, month)
+        return cal.date_span(anchor, month, int(day), which_year) if day else cal.month_span(which_year, month)
     if kind == "zh_month_day":
         back = {"上上": 2, "上": 1}.get(g["rel"].rstrip("个"), 0)
-        month = _months_back(anchor, back).start
+        month = cal.months_back(anchor, back).start
         day = _zh_number(g["d"])
-        return _date(anchor, month.month, day, month.year) if day else None
+        return cal.date_span(anchor, month.month, day, month.year) if day else None
     if kind == "month_part":
-        return _month_part(_latest_month(anchor, _MONTHS[g["month"]], year), g["part"])
+        return cal.month_part(cal.latest_month(anchor, _MONTHS[g["month"]], year), g["part"])
     if kind == "zh_month_part":
         if g.get("m"):
             month = _zh_number(g["m"])
             if month is None or not 1 <= month <= 12:
                 return None
             if g.get("which"):  # 去年 / 今年 / 前年
-                year = _utc(anchor).year - _ZH_YEARS_BACK[g["which"]]
-            return _month_part(_latest_month(anchor, month, year), g["part"])
+                year = cal.utc(anchor).year - cal.YEARS_BACK[g["which"]]
+            return cal.month_part(cal.latest_month(anchor, month, year), g["part"])
         back = {"上上": 2, "上": 1}.get((g.get("rel") or "").rstrip("个"), 0)
-        return _month_part(_months_back(anchor, back), g["part"])
+        return cal.month_part(cal.months_back(anchor, back), g["part"])
     if kind == "zh_year_part":
-        back = _ZH_YEARS_BACK.get(g.get("which") or "", 0)
-        return _year_part(year if year is not None else _utc(anchor).year - back, g["part"])
+        back = cal.YEARS_BACK.get(g.get("which") or "", 0)
+        return cal.year_part(year if year is not None else cal.utc(anchor).year - back, g["part"])
     if kind == "on_weekday":
         w = g["weekday"]
         weekday = _ZH_WEEKDAYS[w] if w in _ZH_WEEKDAYS else _WEEKDAYS[w.lower()]
-        return _day(anchor, back=(_utc(anchor).weekday() - weekday) % 7)
+        return cal.day_span(anchor, back=(cal.utc(anchor).weekday() - weekday) % 7)
     if kind == "season":
-        return _season(anchor, _SEASONS[g["season"].lower()], g.get("which"), year)
+        return cal.season(anchor, cal.SEASONS[g["season"].lower()], g.get("which"), year)
     if kind == "weekend":
-        monday = _week(anchor, 0).start
+        monday = cal.week_span(anchor, 0).start
         return Span(monday - timedelta(days=2), monday)
     if kind == "this_last":
         back = 0 if g["which"].lower() == "this" else 1
         unit = g["unit"].lower()
         if unit == "week":
-            return _week(anchor, back)
-        return _months_back(anchor, back) if unit == "month" else _year(_utc(anchor).year - back)
+            return cal.week_span(anchor, back)
+        return cal.months_back(anchor, back) if unit == "month" else cal.year_span(cal.utc(anchor).year - back)
     if kind == "weekday":
         w = g["weekday"]
         if w in _ZH_WEEKDAYS:  # 上周三: that day of the previous calendar week
-            start = _week(anchor, 1).start + timedelta(days=_ZH_WEEKDAYS[w])
+            start = cal.week_span(anchor, 1).start + timedelta(days=_ZH_WEEKDAYS[w])
             return Span(start, start + timedelta(days=1))
-        return _last_weekday(anchor, _WEEKDAYS[w.lower()])
+        return cal.last_weekday(anchor, _WEEKDAYS[w.lower()])
     if kind in ("month_day", "day_month"):
-        return _date(anchor, _MONTHS[g["month"]], int(g["day"]), year)
+        return cal.date_span(anchor, _MONTHS[g["month"]], int(g["day"]), year)
     if kind == "month":
-        return _latest_month(anchor, _MONTHS[g["month"]], year)
+        return cal.latest_month(anchor, _MONTHS[g["month"]], year)
     if kind in ("year", "zh_year"):
-        return _year(int(g["year"]))
+        return cal.year_span(int(g["year"]))
     if kind == "holiday":
         if g.get("which"):  # 去年 / 今年 / 前年
-            year = _utc(anchor).year - _ZH_YEARS_BACK[g["which"]]
-        return _holiday(anchor, g["holiday"], year)
+            year = cal.utc(anchor).year - cal.YEARS_BACK[g["which"]]
+        return cal.holiday(anchor, g["holiday"], year)
     if kind == "zh_date":
         month = _zh_number(g["m"])
         if month is None or not 1 <= month <= 12:
             return None
         if g.get("which"):  # 去年 / 今年 / 前年
-            year = _utc(anchor).year - _ZH_YEARS_BACK[g["which"]]
+            year = cal.utc(anchor).year - cal.YEARS_BACK[g["which"]]
         if g.get("d"):
             day = _zh_number(g["d"])
-            return _date(anchor, month, day, year) if day else None
-        return _latest_month(anchor, month, year)
+            return cal.date_span(anchor, month, day, year) if day else None
+        return cal.latest_month(anchor, month, year)
     return None
 
 

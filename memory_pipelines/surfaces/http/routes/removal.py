@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.background import BackgroundTask
 from starlette.types import Message, Receive, Scope, Send
 
-from ....operations import export
+from .... import vocabulary
 from ....store.removal.audit import MAX_AUDIT_LIMIT
 from ....vocabulary import a_source
 from ...encode import to_json
@@ -207,14 +207,14 @@ class DownloadStalled(Exception):
 
 class NdjsonResponse(StreamingResponse):
     """JSON Lines, streamed. A client that has not taken a chunk (`EXPORT_CHUNK_LINES`) within
-    `export.DOWNLOAD_IDLE_SECONDS` is cut off (the server
+    `vocabulary.DOWNLOAD_IDLE_SECONDS` is cut off (the server
     closes the connection without HTTP's last chunk, so the client sees the file incomplete) and its background
     task still runs: a socket held open but never read does not keep a download's place."""
 
     media_type = "application/x-ndjson"
 
     async def stream_response(self, send: Send) -> None:
-        limit = export.DOWNLOAD_IDLE_SECONDS
+        limit = vocabulary.DOWNLOAD_IDLE_SECONDS
 
         async def within_limit(message: Message) -> None:
             try:  # the server's send waits while the client's buffers are full
