@@ -75,8 +75,8 @@ _INLINE_ROLE = re.compile(
 )
 # A leading role label, whose words ("user", "ai", "助手") are not keyword terms.
 _ROLE_LABEL = re.compile(rf"^[ \t]*{_ROLES}[ \t]*[:：](?!//)[ \t]*", re.IGNORECASE)
-# The role labels starting a short query's lines ("User: hi\nBot: ..."): who speaks, not what is asked.
-_LINE_ROLE_LABELS = re.compile(rf"^[ \t]*{_ROLES}[ \t]*[:：](?!//)", re.IGNORECASE | re.MULTILINE)
+# The same label starting any line of a short query ("User: hi\nBot: ..."): who speaks, not what is asked.
+_LINE_ROLE_LABELS = re.compile(_ROLE_LABEL.pattern, re.IGNORECASE | re.MULTILINE)
 _BLANK = re.compile(r"\n[ \t]*\n")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])\s*")
 _CLAUSE_END = re.compile(r"(?<=[,;:])\s+|(?<=[，；：、])\s*")

@@ -207,9 +207,9 @@ class DownloadStalled(Exception):
 
 class NdjsonResponse(StreamingResponse):
     """JSON Lines, streamed. A client that has not taken a chunk (`EXPORT_CHUNK_LINES`) within
-    `vocabulary.DOWNLOAD_IDLE_SECONDS` is cut off (the server
-    closes the connection without HTTP's last chunk, so the client sees the file incomplete) and its background
-    task still runs: a socket held open but never read does not keep a download's place."""
+    `vocabulary.DOWNLOAD_IDLE_SECONDS` is cut off (the server closes the connection without HTTP's last chunk, so
+    the client sees the file incomplete) and its background task still runs: a socket held open but never read
+    does not keep a download's place."""
 
     media_type = "application/x-ndjson"
 
