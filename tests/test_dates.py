@@ -147,6 +147,21 @@ def days(text: str, anchor: datetime = ASKED) -> list[tuple[str, str]]:
     ("the weekend before last", [("2023-07-01", "2023-07-03")]),
     ("this past Monday", [("2023-07-10", "2023-07-11")]),
     ("the night before last", [("2023-07-10", "2023-07-11")]),
+    # three years back; a year and a half; "back" for "ago"; a while ago, vaguer than a few days
+    ("大前年", [("2020-01-01", "2021-01-01")]),  # not 前年 inside it
+    ("大前年的春节", [("2020-01-24", "2020-02-01")]),  # from its eve
+    ("大前年夏天", [("2020-06-01", "2020-09-01")]),
+    ("a year and a half ago", [("2021-11-01", "2022-04-01")]),
+    ("一年半前", [("2021-11-01", "2022-04-01")]),
+    ("three months back", [("2023-04-01", "2023-05-01")]),
+    ("a month or so ago", [("2023-06-01", "2023-07-01")]),
+    ("several days ago", [("2023-07-07", "2023-07-10")]),
+    ("a while ago", [("2023-05-13", "2023-07-05")]),
+    ("前段时间我换了工作", [("2023-05-13", "2023-07-05")]),
+    ("前阵子", [("2023-05-13", "2023-07-05")]),
+    ("前些天", [("2023-07-05", "2023-07-13")]),
+    ("end of last month", [("2023-06-21", "2023-07-01")]),
+    ("at the beginning of May", [("2023-05-01", "2023-05-11")]),
 ])
 def test_expressions_resolve_against_the_anchor(text, expected):
     assert days(text) == expected
@@ -164,6 +179,10 @@ def test_expressions_resolve_against_the_anchor(text, expected):
     "a new year begins",  # not the holiday
     "我头脑很清明",  # clear-headed, not the festival
     "我们吃了元宵",  # the dumplings
+    "眼前一段路很难走",  # a stretch of road ahead
+    "前一天我去了",  # the day before some other day
+    "I'll be back in a while",
+    "I went back to school",
 ])
 def test_words_that_are_not_times_name_none(text):
     assert spans(text, ASKED) == []
@@ -395,6 +414,8 @@ def test_a_question_only_about_its_time_ranks_that_times_memories_first():
     ("early last month", " "),
     ("When did Melanie go camping in June?", "When did Melanie go camping in June?"),  # a month names the same time
     ("去年三月我学了什么", "去年三月我学了什么"),
+    ("前阵子我换了什么工作", " 我换了什么工作"),
+    ("What did I buy a while ago?", "What did I buy  ?"),
     ("What did I do on 8 May 2023?", "What did I do on 8 May 2023?"),
 ])
 def test_without_relative_past_keeps_only_times_that_mean_the_same_in_any_text(text, kept):

@@ -53,7 +53,7 @@ _MONTH_LEAD = r"(?:[Ii]n|[Dd]uring|[Ss]ince|[Ff]rom|[Uu]ntil|[Bb]y|[Oo]f|[Ee]arl
 _WEEKDAYS = {name.lower(): i for i, name in enumerate(calendar.day_name)}
 _NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
             "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "a couple of": 2, "couple of": 2,
-            "a couple": 2, "a few": 3, "few": 3}
+            "a couple": 2, "a few": 3, "few": 3, "several": 4}
 _NUMBER = r"(?P<n>\d{1,3}|" + "|".join(sorted(_NUMBERS, key=len, reverse=True)) + r")"
 _YEAR = r"(?P<year>(?:19|20)\d\d)"
 
@@ -82,7 +82,9 @@ _EN: list[tuple[re.Pattern[str], str]] = [(re.compile(p, f), kind) for p, f, kin
     (r"\b(?:yesterday|last night)\b", re.I, "day1"),
     (r"\b(?:today|tonight|this (?:morning|afternoon|evening))\b", re.I, "day0"),
     (r"\bthe other day\b", re.I, "few_days"),
-    (rf"\b{_NUMBER} (?P<unit>day|week|fortnight|month|year)s? ago\b", re.I, "ago"),
+    (r"\b(?:a|one) year and a half (?:ago|back)\b", re.I, "year_and_half"),
+    (rf"\b{_NUMBER} (?P<unit>day|week|fortnight|month|year)s?(?: or so)? (?:ago|back)\b", re.I, "ago"),
+    (r"\ba (?:little |good )?while (?:ago|back)\b|\bsome time ago\b", re.I, "while_ago"),
     (r"\bthe weekend before last\b", re.I, "weekend_before_last"),
     (r"\b(?:last|this past|the past|over the) weekend\b", re.I, "weekend"),
     (r"\bthis weekend\b", re.I, "this_weekend"),
@@ -90,14 +92,15 @@ _EN: list[tuple[re.Pattern[str], str]] = [(re.compile(p, f), kind) for p, f, kin
     (r"\b(?P<which>last|this|past|previous) (?P<season>spring|summer|autumn|fall|winter)\b", re.I, "season"),
     (r"\b(?:in|during|over)(?: the)? (?P<season>spring|summer|autumn|fall|winter)\b", re.I, "season"),
     (r"\b(?P<part>early|late)(?: in)? (?P<which>this|last) (?P<unit>month|year)\b", re.I, "part_of"),
-    (r"\bthe (?P<part>beginning|start|middle|end) of (?P<which>this|last) (?P<unit>month|year)\b", re.I, "part_of"),
+    (r"\b(?:the )?(?P<part>beginning|start|middle|end) of (?P<which>this|last) (?P<unit>month|year)\b", re.I,
+     "part_of"),
     (r"\b(?P<which>this|last|past|previous) (?P<unit>week|month|year)\b", re.I, "this_last"),
     (r"\b(?:last|this past|the past) (?P<weekday>" + "|".join(_WEEKDAYS) + r")\b", re.I, "weekday"),
     (r"\bon (?P<weekday>" + "|".join(_WEEKDAYS) + r")\b", re.I, "on_weekday"),
     (rf"\b{_MONTH} (?P<day>\d{{1,2}})(?:st|nd|rd|th)?\b(?:,? {_YEAR}\b)?", 0, "month_day"),
     (rf"\b(?P<day>\d{{1,2}})(?:st|nd|rd|th)? (?:of )?{_MONTH}(?:,? {_YEAR}\b)?", 0, "day_month"),
     (rf"\b(?P<part>[Ee]arly|[Mm]id|[Ll]ate)[- ]?{_FULL_MONTH}(?:,? {_YEAR}\b)?", 0, "month_part"),
-    (rf"\bthe (?P<part>beginning|start|middle|end) of {_FULL_MONTH}(?:,? {_YEAR}\b)?", re.I, "month_part"),
+    (rf"\b(?:the )?(?P<part>beginning|start|middle|end) of {_FULL_MONTH}(?:,? {_YEAR}\b)?", re.I, "month_part"),
     (rf"\b{_FULL_MONTH},? (?:of )?{_YEAR}\b", 0, "month"),
     (rf"\b{_MONTH_LEAD}(?:the month of )?{_FULL_MONTH}\b", 0, "month"),
     (rf"\b(?:in|during|since|of|year) {_YEAR}\b", re.I, "year"),
@@ -114,14 +117,15 @@ _ZH_DATE = (r"(?:(?P<year>(?:19|20)\d\d)年)?(?<![个\d一二两三四五六七�
             r"(?:(?P<d>\d{1,2}|[一二三]?十[一二三四五六七八九]?|[一二三四五六七八九])[日号])?")
 # 月初 / 上旬 …, and 月中 only where 中 ends the word (月中旬, 月中的, not 5月中国…)
 _ZH_PART = r"(?P<part>初|上旬|中旬|下旬|底|末|中(?=[的时左，。,.？?！!\s]|$))"
+_ZH_WHICH_YEAR = r"(?P<which>大前|去|今|前)年"  # 大前年 / 去年 / 今年 / 前年: cal.YEARS_BACK
 _ZH_WEEKDAYS = {"一": 0, "二": 1, "三": 2, "四": 3, "五": 4, "六": 5, "日": 6, "天": 6}
 
 _ZH: list[tuple[re.Pattern[str], str]] = [(re.compile(p), kind) for p, kind in [
-    (r"(?:(?:(?P<year>(?:19|20)\d\d)年|(?P<which>去|今|前)年)的?)?(?P<holiday>元旦|情人节|五一|劳动节|儿童节|教师节|国庆节?"
-     r"|万圣节|平安夜|圣诞节?|感恩节|春节|除夕|大年三十|元宵节|清明(?=节|假)|端午节?|中秋节?|重阳节?|母亲节|父亲节)",
+    (r"(?:(?:(?P<year>(?:19|20)\d\d)年|" + _ZH_WHICH_YEAR + r")的?)?"
+     r"(?P<holiday>元旦|情人节|五一|劳动节|儿童节|教师节|国庆节?|万圣节|平安夜|圣诞节?|感恩节|春节|除夕|大年三十|元宵节|清明(?=节|假)|端午节?|中秋节?|重阳节?|母亲节|父亲节)",
      "holiday"),
-    (r"(?P<which>去|今|前)年的?(?<![个\d一二两三四五六七八九十])" + _ZH_MONTH + "月份?" + _ZH_PART, "zh_month_part"),
-    (r"(?P<which>去|今|前)年的?" + _ZH_DATE, "zh_date"),
+    (_ZH_WHICH_YEAR + r"的?(?<![个\d一二两三四五六七八九十])" + _ZH_MONTH + "月份?" + _ZH_PART, "zh_month_part"),
+    (_ZH_WHICH_YEAR + r"的?" + _ZH_DATE, "zh_date"),
     (r"(?P<rel>上上个?|上个?|这个?|本)月的?(?P<d>\d{1,2}|[一二三]?十[一二三四五六七八九]?|[一二三四五六七八九])[日号]",
      "zh_month_day"),
     (r"去年的?(?:这个时候|这时候|此时|同期|今天|这一天)", "year_ago_now"),
@@ -135,6 +139,9 @@ _ZH: list[tuple[re.Pattern[str], str]] = [(re.compile(p), kind) for p, kind in [
     (r"大前天", "day3"),
     (r"几天(?:以|之)?前|(?:前|这|近|最近)(?:两|几)天", "few_days"),
     (r"半个月(?:以|之)?前", "half_month"),
+    (r"[一1]年半(?:以|之)?前", "year_and_half"),
+    (r"前一?段(?:时间|日子)|前一?阵子?|前些(?:日子|时候)", "while_ago"),
+    (r"前些天", "few_days"),
     (r"半年(?:以|之)?前", "half_year"),
     (r"前天", "day2"),
     (r"昨(?:天|晚|日|夜)", "day1"),
@@ -142,7 +149,7 @@ _ZH: list[tuple[re.Pattern[str], str]] = [(re.compile(p), kind) for p, kind in [
     (rf"{_ZH_NUM}(?P<unit>天|周|个星期|个礼拜|个月|年)(?:以|之)?前", "ago"),
     (r"上(?:个)?(?:周|星期|礼拜)末", "weekend"),
     (r"(?:这|本)(?:个)?(?:周|星期|礼拜)末", "this_weekend"),
-    (r"(?:(?P<year>(?:19|20)\d\d)年|(?P<which>去年|今年|前年))?的?(?P<season>春天|夏天|秋天|冬天|春季|夏季|秋季|冬季)",
+    (r"(?:(?P<year>(?:19|20)\d\d)年|(?P<which>大前年|去年|今年|前年))?的?(?P<season>春天|夏天|秋天|冬天|春季|夏季|秋季|冬季)",
      "season"),
     (r"上(?:个)?(?:周|星期|礼拜)(?P<weekday>[一二三四五六日天])", "weekday"),
     (r"(?:这|本)(?:个)?(?:周|星期|礼拜)(?P<weekday>[一二三四五六日天])", "this_weekday"),
@@ -154,11 +161,12 @@ _ZH: list[tuple[re.Pattern[str], str]] = [(re.compile(p), kind) for p, kind in [
     (r"(?:(?P<year>(?:19|20)\d\d)年)?(?<![个\d一二两三四五六七八九十])" + _ZH_MONTH + "月份?" + _ZH_PART,
      "zh_month_part"),
     (r"(?<![\d一二三四五六七八九十个上这本])月(?P<part>初|底|末)", "zh_month_part"),
-    (r"(?:(?P<year>(?:19|20)\d\d)年|(?P<which>去|今|前)年)(?P<part>年?初|年?底|年?末|上半年|下半年)", "zh_year_part"),
+    (r"(?:(?P<year>(?:19|20)\d\d)年|" + _ZH_WHICH_YEAR + r")(?P<part>年?初|年?底|年?末|上半年|下半年)", "zh_year_part"),
     (r"(?<![\d去今前明])(?P<part>年初|年底|年末|上半年|下半年)", "zh_year_part"),
     (r"上上个月", "month2"),
     (r"上(?:个)?月", "month1"),
     (r"(?:这个|本)月", "month0"),
+    (r"大前年", "year3"),
     (r"前年", "year2"),
     (r"去年", "year1"),
     (r"今年", "year0"),
@@ -235,6 +243,10 @@ def _resolve(kind: str, m: re.Match[str], anchor: datetime) -> Span | None:  # n
         return Span(cal.day_span(anchor, back=20).start, cal.day_span(anchor, back=10).start)
     if kind == "half_year":
         return cal.months_back(anchor, 6)
+    if kind == "year_and_half":
+        return Span(cal.months_back(anchor, 20).start, cal.months_back(anchor, 16).end)
+    if kind == "while_ago":  # vaguer than a few days: from a week to two months back
+        return Span(cal.day_span(anchor, back=60).start, cal.day_span(anchor, back=7).start)
     if kind == "part_of":
         back = 0 if g["which"].lower() == "this" else 1
         if g["unit"].lower() == "month":
@@ -317,11 +329,11 @@ _EN_TRIGGERS = frozenset(
      "spring", "summer", "autumn", "fall", "winter", "christmas", "halloween", "thanksgiving", "valentine", "year",
      "independence", "other", "early", "mid", "late", "beginning", "start", "middle", "end", "easter", "mother",
      "mothers", "father", "fathers", "memorial", "labor", "labour", "lunar", "chinese", "lantern", "dragon",
-     "fortnight", "fortnights", "tomorrow", "next", "st", "nd", "rd", "th"}
+     "fortnight", "fortnights", "tomorrow", "next", "st", "nd", "rd", "th", "back", "while"}
     | set(_WEEKDAYS)
 )
 _ZH_TRIGGER = re.compile(
-    r"昨|今[天晚早日年]|去年|前[天年几]|(?:天|周|星期|礼拜|月|年)(?:以|之)?前|[上这本]个?(?:周|星期|礼拜|月)"
+    r"昨|今[天晚早日年]|去年|前[天年几段阵些一]|年半|(?:天|周|星期|礼拜|月|年)(?:以|之)?前|[上这本]个?(?:周|星期|礼拜|月)"
     r"|[周期拜][一二三四五六日天]|[\d一二三四五六七八九十]月|[春夏秋冬][天季]"
     r"|元旦|情人节|五一|劳动节|儿童节|教师节|国庆|万圣节|平安夜|圣诞|感恩节"
     r"|明[天早晚日年]|后天|下个?(?:周|星期|礼拜|月)|\d[号日]"
@@ -364,7 +376,7 @@ def expressions(text: str, anchor: datetime) -> list[tuple[int, int, Span]]:
 # the current time (today, 这个月) or ahead (明天) are what a memory written then, or announcing it, says too.
 _PAST_KINDS = frozenset({
     "week2", "month2", "year2", "day1", "day2", "day3", "few_days", "half_month", "half_year", "ago", "weekend",
-    "weekend_before_last",
+    "weekend_before_last", "year3", "year_and_half", "while_ago",
     "weekday", "week1", "month1", "year1", "year_ago_now",
 })
 
