@@ -11,7 +11,7 @@ from memory_pipelines.index.vectors import embed_all
 from memory_pipelines.retrieval.query import DICTIONARY_WEIGHT, EXPANSION_WEIGHT, query_terms
 from memory_pipelines.retrieval.search import SearchFilters, search
 from memory_pipelines.text.dictionary import expand_terms
-from memory_pipelines.text.focus import DECAY, EMBED_BUDGET, FLOOR, focus, split_turns
+from memory_pipelines.text.focus import DECAY, EMBED_BUDGET, FLOOR, focus, names_a_thing, split_turns
 from memory_pipelines.text.glossary import expand
 from memory_pipelines.text.keywords import keyword_terms, terms
 from memory_pipelines.text.times import without_relative_past
@@ -272,6 +272,20 @@ def test_a_chinese_last_turn_that_names_no_thing_is_embedded_with_the_turns_befo
     assert focus("\n".join(named)).embed_text == named[-1]
     english = [*DIALOGUE[:-1], "User: I'm really looking forward to that night, I want to make it very special!"]
     assert focus("\n".join(english)).embed_text == english[-1]
+
+
+@pytest.mark.parametrize(("turn", "named"), [
+    ("User: 我特别期待那天晚上，我想让它变得很特别！", False),
+    ("User: 我喜欢吃火锅", True),  # a set phrase (吃火锅, tagged l) holding a noun (火锅)
+    ("User: 他现在好多了，还能跟我一起打游戏", True),
+    ("User: 那怎么办呢？", False),  # a set phrase of no noun
+    ("User: 好的，谢谢你", False),  # 谢谢 is tagged a name
+    ("User: 我会努力的", False),  # 我会 is tagged a noun
+    ("User: 我家的猫生病了", True),
+    ("User: I am looking forward to it", True),  # no tagger for English: counts as naming one
+])
+def test_names_a_thing_reads_what_a_chinese_turn_names(turn, named):
+    assert names_a_thing(turn) is named
 
 
 def test_a_chinese_dialogue_whose_last_turn_names_no_thing_finds_its_topic(pool, fake_embedder):

@@ -26,7 +26,7 @@ import functools
 import re
 from dataclasses import dataclass
 
-from .keywords import has_cjk, keyword_terms, terms, word_forms, zh_word_tags
+from .keywords import has_cjk, keyword_terms, terms, word_forms, zh_dictionary_tag, zh_word_tags
 from .times import without_relative_past
 from .tokens import count_tokens, truncate_to_tokens
 
@@ -46,6 +46,7 @@ a shorter one ("and the second one?") is embedded with the turns before it until
 THING_TAGS = frozenset({"n", "nr", "ns", "nt", "nz", "nw", "nrt", "nrfg", "vn", "an", "s", "eng"})
 """jieba's part-of-speech tags of words that name a thing: nouns (people, places, organisations, other proper and
 common ones), verbal and adjectival nouns, place words, English words in Chinese text."""
+_MISTAGGED = frozenset({"谢谢", "我会", "试试"})  # jieba tags them nr, n, vn: "thanks", "I will", "try it"
 
 _FILLER = """
     hi hello hey hiya howdy yo thank thanks thx ty tysm cheers yeah yea yep yup nope nah ok okay
@@ -203,7 +204,18 @@ def names_a_thing(turn: str) -> bool:
     (`THING_TAGS`); "我特别期待那天晚上，我想让它变得很特别！" names none (那天 and 它 point back, 晚上 is a
     time). A turn of another language cannot be told here and counts as naming one."""
     body = _ROLE_LABEL.sub("", turn, count=1)
-    return not has_cjk(body) or any(tag in THING_TAGS for _word, tag in zh_word_tags(body))
+    return not has_cjk(body) or any(_a_thing(word, tag) for word, tag in zh_word_tags(body))
+
+
+def _a_thing(word: str, tag: str) -> bool:
+    """Whether a tagged word names a thing: a `THING_TAGS` word, or a set phrase holding one (吃火锅: 火锅); not a
+    word jieba's dictionary mistags (谢谢 as a name, 我会 as a noun, 试试 as a verbal noun)."""
+    if word in _MISTAGGED:
+        return False
+    if tag in THING_TAGS:
+        return True
+    return tag in ("l", "i") and any(zh_dictionary_tag(word[i:j]) in THING_TAGS
+                                     for i in range(len(word)) for j in range(i + 2, len(word) + 1))
 
 
 def _dialogue_text(kept: list[tuple[str, list[str]]], budget: int = EMBED_BUDGET) -> str:

@@ -85,6 +85,14 @@ def zh_word_tags(text: str) -> list[tuple[str, str]]:
     return [(w.word, w.flag) for w in jieba.posseg.cut(text)]
 
 
+def zh_dictionary_tag(word: str) -> str | None:
+    """jieba's dictionary tag of a Chinese word, or None when the dictionary does not hold it."""
+    _jieba()
+    import jieba.posseg
+
+    return jieba.posseg.dt.word_tag_tab.get(word)
+
+
 _stemmers = threading.local()
 
 
