@@ -223,6 +223,31 @@ def test_an_exports_record_files_are_set_aside_and_its_item_files_imported(resou
         assert "an export's record" in reason and "scoring restore" in reason, reason
 
 
+def test_an_export_folder_dropped_in_whole_is_not_imported_as_the_folders_name(resource, tmp_path):
+    """`memory-pipelines export --owner ivy backup-1128` dropped into the inbox as it is: its item files would have
+    become the owner "backup-1128"'s. They go to rejected/ saying whose export it is and where to put them; the
+    manifest follows once they are gone. An export in its owner's own folder imports as before."""
+    instance = dg.DagsterInstance.ephemeral()
+    inbox = tmp_path / "inbox"
+    _drop(inbox, "backup-1128/tasks.jsonl", [{"source": "task", "key": "t-1", "title": "exported task"}])
+    _drop(inbox, "backup-1128/manifest.json", ['{"format": 1, "owner": "ivy", "files": {}}'])
+    _drop(inbox, "ivy/learnings.jsonl", [{"source": "learning", "key": "l-1", "title": "a lesson"}])
+    _drop(inbox, "ivy/manifest.json", ['{"format": 1, "owner": "ivy", "files": {}}'])
+
+    result = _tick(instance, resource)
+    assert [r.partition_key for r in result.run_requests] == ["ivy/learnings.jsonl"]
+    moved = inbox / "rejected" / "backup-1128" / "tasks.jsonl"
+    assert moved.is_file() and not (inbox / "backup-1128" / "tasks.jsonl").exists()
+    reason = (moved.parent / "tasks.jsonl.rejects.txt").read_text()
+    assert "an export of owner 'ivy'" in reason and "inbox/ivy/" in reason and "manifest.json" in reason, reason
+    assert (inbox / "backup-1128" / "manifest.json").is_file()  # it told the tasks apart: it goes last
+
+    result = _tick(instance, resource, cursor=result.cursor)
+    assert not result.run_requests
+    assert (inbox / "rejected" / "backup-1128" / "manifest.json").is_file()
+    assert not (inbox / "backup-1128" / "manifest.json").exists()
+
+
 @pytest.fixture
 def team_db(empty_db_url) -> str:
     """A team's own database (a second one on the test server) with a table of lessons."""

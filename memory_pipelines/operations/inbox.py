@@ -9,6 +9,7 @@ top its rows need an `owner` column or get MEMORY_PIPELINES_OWNER. A file named 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -17,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ..store.imports import FORMATS, IMPORT_SOURCES, ImportReport
-from .export import RECORD_FILES
+from .export import MANIFEST, RECORD_FILES
 
 DONE, REJECTED = "done", "rejected"
 SETTLE_SECONDS = 5.0
@@ -69,9 +70,41 @@ def _dropped(inbox: Path) -> list[tuple[str, Path]]:
 
 def _importable(inbox: Path) -> list[tuple[str, Path]]:
     """The dropped files (`_dropped`) with an importable suffix, at the top or in an owner's folder, but an
-    export's record files."""
+    export's record files and the files of another owner's export (`foreign_exports`)."""
+    foreign = foreign_exports(inbox)
     return [(relpath, path) for relpath, path in _dropped(inbox)
-            if path.suffix.lower() in FORMATS and relpath.count("/") <= 1 and export_record_reason(relpath) is None]
+            if path.suffix.lower() in FORMATS and relpath.count("/") <= 1 and export_record_reason(relpath) is None
+            and owner_of(relpath) not in foreign]
+
+
+def foreign_exports(inbox: Path) -> dict[str, str]:
+    """{folder: the owner its export's manifest names} for each folder of the inbox holding an export of another
+    owner than the folder's name: an export folder dropped in whole (`inbox/alice-backup/`), whose items would
+    otherwise become the folder name's."""
+    found: dict[str, str] = {}
+    if not inbox.is_dir():
+        return found
+    for manifest in sorted(inbox.glob(f"*/{MANIFEST}")):
+        folder = manifest.parent.name
+        try:
+            owner = json.loads(manifest.read_text(encoding="utf-8")).get("owner")
+        except (OSError, ValueError, AttributeError):
+            continue  # not an export's manifest: the folder's files are its name's, as any owner folder's
+        if isinstance(owner, str) and owner and owner != folder and folder not in (DONE, REJECTED):
+            found[folder] = owner
+    return found
+
+
+def foreign_export_reason(relpath: str, foreign: dict[str, str]) -> str | None:
+    """Why a file of another owner's export folder (`foreign_exports`) is not imported, or None."""
+    folder = owner_of(relpath)
+    if folder not in foreign:
+        return None
+    owner = foreign[folder]
+    return (f"{relpath}: an export of owner '{owner}' in the folder '{folder}', whose files would become "
+            f"'{folder}''s: put its files in inbox/{owner}/ to restore {owner}'s items; to give them to '{folder}', "
+            f"drop them in again without {MANIFEST}; or import the whole folder with `memory-pipelines import DIR "
+            "[--owner O]`")
 
 
 def _settled(path: Path, settle_seconds: float, now: float) -> bool:
@@ -135,16 +168,22 @@ def misplaced_reason(relpath: str) -> str | None:
 
 def reject_unusable_names(inbox: Path, *, settle_seconds: float = SETTLE_SECONDS,
                           now: float | None = None) -> list[Path]:
-    """Move each settled file whose name a partition key cannot hold, whose format no import reads, or that lies
-    in a folder inside an owner's folder, to `rejected/`, with a `.rejects.txt` that says why; where they went.
+    """Move each settled file whose name a partition key cannot hold, whose format no import reads, that lies
+    in a folder inside an owner's folder, or in another owner's export folder, to `rejected/`, with a
+    `.rejects.txt` that says why; where they went.
     Without this such a file would wait in the inbox forever, unnoticed."""
     now = time.time() if now is None else now
     moved: list[Path] = []
-    for relpath, path in _dropped(inbox):
-        reason = (misplaced_reason(relpath) or export_record_reason(relpath) or unreadable_format_reason(relpath)
-                  or unusable_name_reason(relpath))
+    foreign = foreign_exports(inbox)
+    dropped = _dropped(inbox)
+    for relpath, path in dropped:
+        reason = (misplaced_reason(relpath) or foreign_export_reason(relpath, foreign) or export_record_reason(relpath)
+                  or unreadable_format_reason(relpath) or unusable_name_reason(relpath))
         if reason is None or not _settled(path, settle_seconds, now):
             continue
+        if Path(relpath).name == MANIFEST and owner_of(relpath) in foreign and any(
+                owner_of(other) == owner_of(relpath) and other != relpath for other, _p in dropped):
+            continue  # the manifest stays until its folder's other files are set aside: it is what tells them apart
         target = move(inbox, relpath, REJECTED)
         write_rejects(target, None, reason)
         moved.append(target)
