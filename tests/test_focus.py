@@ -264,14 +264,17 @@ MAGIC_SHOW = [
 
 def test_a_chinese_last_turn_that_names_no_thing_is_embedded_with_the_turns_before_it():
     """The issue's example: the last turn has enough words to stand alone, but none names what it is about
-    (那天 and 它 point back); the turns before it that fit the budget say it (魔术). A last turn that names a thing,
-    and an English one (no tagger to tell), stay alone."""
+    (那天 and 它 point back); the turns before it that fit the budget say it (魔术). A last turn that names a thing
+    stays alone. The same in English, where the words that name nothing are listed (`GENERIC_WORDS`)."""
     text = focus("\n".join(MAGIC_SHOW)).embed_text
     assert text.endswith(MAGIC_SHOW[-1]) and "魔术" in text and count_tokens(text) <= EMBED_BUDGET
     named = [*MAGIC_SHOW[:-1], "User: 我打算在晚会上表演扑克牌魔术，还准备了一套新衣服！"]
     assert focus("\n".join(named)).embed_text == named[-1]
     english = [*DIALOGUE[:-1], "User: I'm really looking forward to that night, I want to make it very special!"]
-    assert focus("\n".join(english)).embed_text == english[-1]
+    text = focus("\n".join(english)).embed_text
+    assert text.endswith(english[-1]) and text != english[-1] and count_tokens(text) <= EMBED_BUDGET
+    named = [*DIALOGUE[:-1], "User: I'm really looking forward to the concert, I want to make it very special!"]
+    assert focus("\n".join(named)).embed_text == named[-1]
 
 
 @pytest.mark.parametrize(("turn", "named"), [
@@ -282,7 +285,12 @@ def test_a_chinese_last_turn_that_names_no_thing_is_embedded_with_the_turns_befo
     ("User: 好的，谢谢你", False),  # 谢谢 is tagged a name
     ("User: 我会努力的", False),  # 我会 is tagged a noun
     ("User: 我家的猫生病了", True),
-    ("User: I am looking forward to it", True),  # no tagger for English: counts as naming one
+    ("User: I am looking forward to it", False),
+    ("User: That sounds great, I can't wait!", False),
+    ("User: Thanks, I'll definitely try that tomorrow", False),
+    ("User: Yes, I loved it so much, it was the best time ever", False),
+    ("User: I'm going to Paris next week", True),
+    ("User: My dog got sick yesterday", True),
 ])
 def test_names_a_thing_reads_what_a_chinese_turn_names(turn, named):
     assert names_a_thing(turn) is named
@@ -296,4 +304,24 @@ def test_a_chinese_dialogue_whose_last_turn_names_no_thing_finds_its_topic(pool,
     embed_all(pool, fake_embedder)
     index_all(pool)
     hits = search(pool, fake_embedder, "li", "\n".join(MAGIC_SHOW), mode="semantic").hits
+    assert hits[0].id == magic
+
+
+MAGIC_SHOW_EN = [
+    "User: I'm doing a magic show at the New Year's party, I've been practising for weeks.",
+    "Assistant: That sounds great! Which tricks are you going to do?",
+    "User: A card trick with a borrowed deck, and a vanishing coin.",
+    "Assistant: Your friends will love it.",
+    "User: I'm really looking forward to that night, I want to make it very special!",
+]
+
+
+def test_an_english_dialogue_whose_last_turn_names_no_thing_finds_its_topic(pool, fake_embedder):
+    with pool.connection() as conn:
+        magic = add_memory(conn, "lee", "My best tricks are a card trick and a vanishing coin")
+        add_memory(conn, "lee", "I love quiet nights in, they feel very special")
+        add_memory(conn, "lee", "Hiking on weekends")
+    embed_all(pool, fake_embedder)
+    index_all(pool)
+    hits = search(pool, fake_embedder, "lee", "\n".join(MAGIC_SHOW_EN), mode="semantic").hits
     assert hits[0].id == magic

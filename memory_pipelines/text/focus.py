@@ -48,6 +48,28 @@ THING_TAGS = frozenset({"n", "nr", "ns", "nt", "nz", "nw", "nrt", "nrfg", "vn", 
 common ones), verbal and adjectival nouns, place words, English words in Chinese text."""
 _MISTAGGED = frozenset({"谢谢", "我会", "试试"})  # jieba tags them nr, n, vn: "thanks", "I will", "try it"
 
+_GENERIC = """
+    be am is are was were been being have has had do does did done go goes going went gone get gets got make made
+    take took want wanted like liked love loved think thought know knew feel felt look looking looked see saw seen
+    come came need needed try tried hope wish wait say said tell told talk talked let give gave keep kept put find
+    found seem mean meant guess believe sound sounded happen happened start started finish finished enjoy enjoyed
+    help helped can cannot won ll ve re don didn doesn isn wasn aren weren haven hasn couldn wouldn shouldn
+    good great nice fine happy glad excited exciting fun funny hard easy new old big small little amazing beautiful
+    wonderful special best better bad worse worst fantastic incredible favorite favourite busy tired ready real
+    important different same whole full long short early late next last first
+    really very so too also just still always never ever often sometimes usually probably maybe perhaps actually
+    definitely totally absolutely quite pretty much more most less least soon later already again forward back
+    together even only though almost enough
+    day days night nights time times week weekend morning evening afternoon today tonight tomorrow yesterday moment
+    year month thing things stuff something anything everything nothing someone anyone everyone one way lot lots bit
+    kind sort part idea place people everybody
+"""
+GENERIC_WORDS: frozenset[str] = word_forms(_GENERIC)
+"""Common English verbs (and the pieces of their contractions: I'll, don't), adjectives, adverbs and time or
+placeholder nouns: an English turn of only these (and filler) names nothing its topic could be ("I'm really
+looking forward to that night, I want to make it very special!"). No tagger reads English here: this list stands
+for the parts of speech jieba's tags tell apart in Chinese (`THING_TAGS`)."""
+
 _FILLER = """
     hi hello hey hiya howdy yo thank thanks thx ty tysm cheers yeah yea yep yup nope nah ok okay
     lol lmao rofl haha hahaha hehe hah heh ha sure awesome wow oh ooh ah ahh uh uhh um umm hmm hm
@@ -202,9 +224,12 @@ def _keyword_text(query: str) -> str:
 def names_a_thing(turn: str) -> bool:
     """Whether a turn names something its topic could be: for a Chinese turn, a word jieba tags as one
     (`THING_TAGS`); "我特别期待那天晚上，我想让它变得很特别！" names none (那天 and 它 point back, 晚上 is a
-    time). A turn of another language cannot be told here and counts as naming one."""
+    time). Any other turn, a word outside `GENERIC_WORDS` and filler: "I'm really looking forward to that night"
+    names none, "I'm going to Paris next week" names Paris."""
     body = _ROLE_LABEL.sub("", turn, count=1)
-    return not has_cjk(body) or any(_a_thing(word, tag) for word, tag in zh_word_tags(body))
+    if not has_cjk(body):
+        return any(t not in GENERIC_WORDS and t not in SOFT_FILLER_WORDS for t in _turn_terms(body))
+    return any(_a_thing(word, tag) for word, tag in zh_word_tags(body))
 
 
 def _a_thing(word: str, tag: str) -> bool:
