@@ -292,19 +292,8 @@ def test_a_chinese_last_turn_that_names_no_thing_is_embedded_with_the_turns_befo
     ("User: I'm going to Paris next week", True),
     ("User: My dog got sick yesterday", True),
 ])
-def test_names_a_thing_reads_what_a_chinese_turn_names(turn, named):
+def test_names_a_thing_reads_what_a_turn_names(turn, named):
     assert names_a_thing(turn) is named
-
-
-def test_a_chinese_dialogue_whose_last_turn_names_no_thing_finds_its_topic(pool, fake_embedder):
-    with pool.connection() as conn:
-        magic = add_memory(conn, "li", "扑克牌魔术和消失的硬币是我最拿手的表演")
-        add_memory(conn, "li", "晚上我喜欢安静地看书，感觉很特别")
-        add_memory(conn, "li", "周末去爬山")
-    embed_all(pool, fake_embedder)
-    index_all(pool)
-    hits = search(pool, fake_embedder, "li", "\n".join(MAGIC_SHOW), mode="semantic").hits
-    assert hits[0].id == magic
 
 
 MAGIC_SHOW_EN = [
@@ -316,12 +305,17 @@ MAGIC_SHOW_EN = [
 ]
 
 
-def test_an_english_dialogue_whose_last_turn_names_no_thing_finds_its_topic(pool, fake_embedder):
+@pytest.mark.parametrize(("dialogue", "topic", "others"), [
+    (MAGIC_SHOW, "扑克牌魔术和消失的硬币是我最拿手的表演", ["晚上我喜欢安静地看书，感觉很特别", "周末去爬山"]),
+    (MAGIC_SHOW_EN, "My best tricks are a card trick and a vanishing coin",
+     ["I love quiet nights in, they feel very special", "Hiking on weekends"]),
+])
+def test_a_dialogue_whose_last_turn_names_no_thing_finds_its_topic(pool, fake_embedder, dialogue, topic, others):
     with pool.connection() as conn:
-        magic = add_memory(conn, "lee", "My best tricks are a card trick and a vanishing coin")
-        add_memory(conn, "lee", "I love quiet nights in, they feel very special")
-        add_memory(conn, "lee", "Hiking on weekends")
+        wanted = add_memory(conn, "li", topic)
+        for text in others:
+            add_memory(conn, "li", text)
     embed_all(pool, fake_embedder)
     index_all(pool)
-    hits = search(pool, fake_embedder, "lee", "\n".join(MAGIC_SHOW_EN), mode="semantic").hits
-    assert hits[0].id == magic
+    hits = search(pool, fake_embedder, "li", "\n".join(dialogue), mode="semantic").hits
+    assert hits[0].id == wanted
