@@ -50,6 +50,7 @@ from memory_pipelines.embeddings import Embedder
 from memory_pipelines.index.owner_indexes import drop_owner_indexes, missing_owner_indexes
 from memory_pipelines.index.vectors import count_pending, embed_buckets
 from memory_pipelines.infra.db import get_pool
+from memory_pipelines.infra.embedded import exit_on_termination
 from memory_pipelines.vocabulary import EXACT_SCAN_MAX_ROWS
 
 BUCKETS = 8
@@ -241,4 +242,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    exit_on_termination()  # SIGTERM leaves the embedded server as Ctrl-C does
     main()

@@ -69,7 +69,7 @@ from memory_pipelines.context.builder import build_memory_context
 from memory_pipelines.embeddings import FakeEmbedder
 from memory_pipelines.index.keywords import index_source
 from memory_pipelines.infra.db import connect, get_pool
-from memory_pipelines.infra.embedded import embedded_pgdata
+from memory_pipelines.infra.embedded import embedded_pgdata, exit_on_termination
 from memory_pipelines.infra.prewarm import prewarm
 from memory_pipelines.infra.settings import get_settings
 from memory_pipelines.runtime import warm_up
@@ -475,4 +475,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    exit_on_termination()  # SIGTERM leaves the embedded server as Ctrl-C does
     main()

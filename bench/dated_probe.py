@@ -28,6 +28,8 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import eval_dev  # noqa: E402
 
+from memory_pipelines.infra.embedded import exit_on_termination  # noqa: E402
+
 OUT = REPO / "bench" / "out" / "dated_probe"
 RESULT = REPO / "bench" / "results" / "dated_probe.json"
 ASKED = "2023-06-01T00:00:00+00:00"
@@ -102,4 +104,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    exit_on_termination()  # SIGTERM leaves the embedded server as Ctrl-C does
     raise SystemExit(main())

@@ -35,6 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from memory_pipelines.evaluation.run import METHODS  # noqa: E402
+from memory_pipelines.infra.embedded import exit_on_termination  # noqa: E402
 
 RESULT = REPO / "bench" / "results" / "eval_dev.json"
 PARTIAL = REPO / "bench" / "out" / "eval_dev.json"
@@ -245,4 +246,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    exit_on_termination()  # SIGTERM leaves the embedded server as Ctrl-C does
     raise SystemExit(main())

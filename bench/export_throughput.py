@@ -28,6 +28,7 @@ from import_throughput import learning, serving
 
 from memory_pipelines.infra.auth import create_key
 from memory_pipelines.infra.db import get_pool
+from memory_pipelines.infra.embedded import exit_on_termination
 from memory_pipelines.operations.export import export_lines, export_owner
 from memory_pipelines.store.imports import import_file
 
@@ -110,4 +111,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    exit_on_termination()  # SIGTERM leaves the embedded server as Ctrl-C does
     main()

@@ -43,6 +43,7 @@ from _common import (
 from memory_pipelines.embeddings import FakeEmbedder
 from memory_pipelines.index.owner_indexes import existing_owner_indexes
 from memory_pipelines.infra.db import connect, get_pool
+from memory_pipelines.infra.embedded import exit_on_termination
 from memory_pipelines.retrieval.planning import PLANS
 from memory_pipelines.retrieval.search import SearchFilters, search
 
@@ -218,4 +219,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    exit_on_termination()  # SIGTERM leaves the embedded server as Ctrl-C does
     main()

@@ -31,6 +31,7 @@ from _common import (
 
 from memory_pipelines.index.owner_indexes import owner_index_name
 from memory_pipelines.infra.db import get_pool
+from memory_pipelines.infra.embedded import exit_on_termination
 
 HALF = "tasks_embedding_half_hnsw"
 
@@ -101,4 +102,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    exit_on_termination()  # SIGTERM leaves the embedded server as Ctrl-C does
     main()

@@ -45,6 +45,7 @@ from backfill_throughput import BUCKETS, InstantEmbedder
 from memory_pipelines.index.vectors import count_pending, embed_buckets
 from memory_pipelines.infra.auth import create_key
 from memory_pipelines.infra.db import get_pool
+from memory_pipelines.infra.embedded import exit_on_termination
 from memory_pipelines.infra.settings import get_settings
 from memory_pipelines.retrieval.search import search
 from memory_pipelines.store.imports import import_file
@@ -240,4 +241,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    exit_on_termination()  # SIGTERM leaves the embedded server as Ctrl-C does
     main()

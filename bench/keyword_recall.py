@@ -28,6 +28,7 @@ from _common import add_out_argument, emit, loaded_facts, log, machine, out_path
 from context_latency import make_queries
 
 from memory_pipelines.infra.db import get_pool
+from memory_pipelines.infra.embedded import exit_on_termination
 from memory_pipelines.retrieval import keyword as s
 from memory_pipelines.text.focus import focus
 
@@ -161,4 +162,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    exit_on_termination()  # SIGTERM leaves the embedded server as Ctrl-C does
     main()

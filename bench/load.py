@@ -56,6 +56,7 @@ import psutil
 from _common import cpu_seconds, emit, log, out_path, pyplot, save_plot, serve_until_stopped
 
 from memory_pipelines.demo.corpus import read_demo
+from memory_pipelines.infra.embedded import exit_on_termination
 from memory_pipelines.vocabulary import CONTENT_TYPES, CONTEXT_MODES
 
 OWNER = "team-alpha"
@@ -614,4 +615,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    exit_on_termination()  # SIGTERM leaves the embedded server as Ctrl-C does
     main()

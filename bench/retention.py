@@ -34,6 +34,7 @@ from memory_pipelines.context.history import hit_rates
 from memory_pipelines.embeddings import FakeEmbedder
 from memory_pipelines.index.keywords import index_source
 from memory_pipelines.infra.db import get_pool
+from memory_pipelines.infra.embedded import exit_on_termination
 from memory_pipelines.operations.retention import RetentionPolicy, log_status, prune
 from memory_pipelines.runtime import warm_up
 
@@ -182,4 +183,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    exit_on_termination()  # SIGTERM leaves the embedded server as Ctrl-C does
     main()

@@ -34,6 +34,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from memory_pipelines.infra.db import get_pool
+from memory_pipelines.infra.embedded import exit_on_termination
 from memory_pipelines.operations.source_sync import SyncSpec, sync
 
 RESULTS = Path(__file__).parent / "results" / "sync_extract.json"
@@ -139,4 +140,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    exit_on_termination()  # SIGTERM leaves the embedded server as Ctrl-C does
     main()

@@ -46,7 +46,7 @@ from memory_pipelines.evaluation.run import Query, load_memories, memory_id_for,
 from memory_pipelines.index.keywords import index_source
 from memory_pipelines.index.vectors import embed_source
 from memory_pipelines.infra.db import get_pool
-from memory_pipelines.infra.embedded import database_url
+from memory_pipelines.infra.embedded import database_url, exit_on_termination
 from memory_pipelines.infra.settings import get_settings
 from memory_pipelines.tuning.fit import FitOptions
 from memory_pipelines.tuning.frames import LogFrames, load_log
@@ -302,4 +302,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    exit_on_termination()  # SIGTERM leaves the embedded server as Ctrl-C does
     sys.exit(main())

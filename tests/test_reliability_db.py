@@ -336,6 +336,32 @@ def test_sigterm_to_serve_stops_the_postgres_it_started(home, procs):
 
 
 @pytest.mark.slow
+def test_sigterm_to_a_bench_stops_the_postgres_it_started(home, tmp_path):
+    """A bench runs for minutes on the embedded server it starts: SIGTERM's default action ended it at once and
+    left that PostgreSQL running with nobody registered to stop it (seen with bench/context_latency.py)."""
+    pgdata = home / "pgdata"
+    bench = Path(__file__).resolve().parents[1] / "bench" / "context_latency.py"
+    args = [sys.executable, str(bench), "--sizes", "3000", "--builds", "5", "--out", str(tmp_path / "out.json")]
+    log = tmp_path / "bench.log"
+    proc = subprocess.Popen(args, env=_env(home), stdout=subprocess.DEVNULL, stderr=log.open("wb"),
+                            preexec_fn=_default_signals)
+    try:
+        deadline = time.monotonic() + 120
+        while proc.pid not in registrants(pgdata):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
+            time.sleep(0.1)
+        pid = postmaster_pid(pgdata)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 128 + signal.SIGTERM, log.read_text(errors="replace")[-3000:]
+        _assert_stopped(pgdata, pid)
+        assert registrants(pgdata) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 128 + signal.SIGTERM), (signal.SIGINT, 130)])
 def test_a_signal_while_the_database_starts_still_stops_it(home, procs, sig, code):
     """The signal lands once the postmaster exists but before pgserver has registered the process: it used to

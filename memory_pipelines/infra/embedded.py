@@ -387,3 +387,21 @@ def supervise(settings: Settings, pool: ConnectionPool, *, interval: float = PRO
 def database_url(settings: Settings) -> str:
     """DATABASE_URL when set, else the embedded server's URL."""
     return settings.database_url or embedded_url(settings)
+
+
+def exit_on_termination() -> None:
+    """SIGTERM (what systemd, Docker and Kubernetes send) and SIGHUP end the process the way Ctrl-C does:
+    through Python's exit, so exit handlers run and the process leaves the embedded server (the last one out
+    stops it). Their default action ends it at once, leaving that server running. Called by the CLI's entry point
+    and by every bench's. uvicorn (`serve`, `mcp --transport http`) handles both itself while it serves and
+    re-raises the signal once it has shut down gracefully: it lands here. A signal set to be ignored (`nohup`)
+    stays ignored."""
+
+    def leave(signum: int, _frame: object) -> None:
+        for sig in caught:  # the exit is under way: a second signal must not cut its clean-up short
+            signal.signal(sig, signal.SIG_IGN)
+        raise SystemExit(128 + signum)
+
+    caught = [sig for sig in (signal.SIGTERM, signal.SIGHUP) if signal.getsignal(sig) is signal.SIG_DFL]
+    for sig in caught:
+        signal.signal(sig, leave)

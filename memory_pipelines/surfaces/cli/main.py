@@ -7,7 +7,6 @@ import contextlib
 import importlib
 import json
 import logging
-import signal
 import sys
 import warnings
 from collections.abc import Callable
@@ -15,6 +14,7 @@ from collections.abc import Callable
 import psycopg
 
 from ...embeddings.base import EmbeddingError
+from ...infra.embedded import exit_on_termination
 from ...infra.errors import UserError, ValidationError, database_failed
 from ...infra.redact import install_redaction, redact
 from ...vocabulary import CONTEXT_MODES, DEFAULT_BUDGET, MAX_BUDGET, MIN_BUDGET, SEARCH_MODES, SEARCH_SOURCES
@@ -322,23 +322,6 @@ def check_args(args: argparse.Namespace) -> None:
         except ValidationError as exc:
             message = exc.message.replace("(no lone surrogates)", "(bytes that are not UTF-8)")
             raise ValidationError(name, message) from None
-
-
-def exit_on_termination() -> None:
-    """SIGTERM (what systemd, Docker and Kubernetes send) and SIGHUP end the process the way Ctrl-C does:
-    through Python's exit, so exit handlers run and the process leaves the embedded server (the last one out
-    stops it). Their default action ends it at once, leaving that server running. uvicorn (`serve`, `mcp
-    --transport http`) handles both itself while it serves and re-raises the signal once it has shut down
-    gracefully: it lands here. A signal set to be ignored (`nohup`) stays ignored."""
-
-    def leave(signum: int, _frame: object) -> None:
-        for sig in caught:  # the exit is under way: a second signal must not cut its clean-up short
-            signal.signal(sig, signal.SIG_IGN)
-        raise SystemExit(128 + signum)
-
-    caught = [sig for sig in (signal.SIGTERM, signal.SIGHUP) if signal.getsignal(sig) is signal.SIG_DFL]
-    for sig in caught:
-        signal.signal(sig, leave)
 
 
 def main(argv: list[str] | None = None) -> int:
