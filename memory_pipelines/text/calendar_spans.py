@@ -46,6 +46,13 @@ def week_span(anchor: datetime, back: int) -> Span:
     return Span(monday, monday + timedelta(weeks=1))
 
 
+def days_of_week(anchor: datetime, back: int, weekday: int, days: int = 1) -> Span:
+    """`days` days from the `weekday` (Monday 0) of the calendar week `back` weeks before the anchor's (−1: the
+    next week): 上周三 (1, 2), 这周五 (0, 4), next weekend (−1, 5, 2 days)."""
+    start = week_span(anchor, back).start + timedelta(days=weekday)
+    return Span(start, start + timedelta(days=days))
+
+
 def month_span(year: int, month: int) -> Span:
     start = datetime(year, month, 1, tzinfo=UTC)
     end = datetime(year + (month == 12), month % 12 + 1, 1, tzinfo=UTC)

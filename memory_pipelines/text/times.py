@@ -119,6 +119,7 @@ _ZH_DATE = (r"(?:(?P<year>(?:19|20)\d\d)年)?(?<![个\d一二两三四五六七�
 _ZH_PART = r"(?P<part>初|上旬|中旬|下旬|底|末|中(?=[的时左，。,.？?！!\s]|$))"
 _ZH_WHICH_YEAR = r"(?P<which>大前|去|今|前)年"  # 大前年 / 去年 / 今年 / 前年: cal.YEARS_BACK
 _ZH_WEEKDAYS = {"一": 0, "二": 1, "三": 2, "四": 3, "五": 4, "六": 5, "日": 6, "天": 6}
+_SATURDAY = 5  # a weekend: Saturday and Sunday
 
 _ZH: list[tuple[re.Pattern[str], str]] = [(re.compile(p), kind) for p, kind in [
     (r"(?:(?:(?P<year>(?:19|20)\d\d)年|" + _ZH_WHICH_YEAR + r")的?)?"
@@ -215,11 +216,9 @@ def _resolve(kind: str, m: re.Match[str], anchor: datetime) -> Span | None:  # n
     if kind == "next_year":
         return cal.year_span(cal.utc(anchor).year + 1)
     if kind == "next_weekend":
-        saturday = cal.week_span(anchor, -1).start + timedelta(days=5)
-        return Span(saturday, saturday + timedelta(days=2))
+        return cal.days_of_week(anchor, -1, _SATURDAY, days=2)
     if kind == "next_weekday":
-        start = cal.week_span(anchor, -1).start + timedelta(days=_ZH_WEEKDAYS[g["weekday"]])
-        return Span(start, start + timedelta(days=1))
+        return cal.days_of_week(anchor, -1, _ZH_WEEKDAYS[g["weekday"]])
     if kind == "year_ago_now":  # the same days a year before, give or take a fortnight
         a = cal.day_span(anchor).start
         then = a.replace(year=a.year - 1, day=min(a.day, 28))
@@ -229,14 +228,11 @@ def _resolve(kind: str, m: re.Match[str], anchor: datetime) -> Span | None:  # n
         month = cal.months_back(anchor, 0 if day <= a.day else 1).start
         return cal.date_span(anchor, month.month, day, month.year)
     if kind == "weekend_before_last":
-        monday = cal.week_span(anchor, 1).start
-        return Span(monday - timedelta(days=2), monday)
+        return cal.days_of_week(anchor, 2, _SATURDAY, days=2)
     if kind == "this_weekday":  # 这周三: that day of this calendar week, before or after the anchor
-        start = cal.week_span(anchor, 0).start + timedelta(days=_ZH_WEEKDAYS[g["weekday"]])
-        return Span(start, start + timedelta(days=1))
+        return cal.days_of_week(anchor, 0, _ZH_WEEKDAYS[g["weekday"]])
     if kind == "this_weekend":
-        saturday = cal.week_span(anchor, 0).start + timedelta(days=5)
-        return Span(saturday, saturday + timedelta(days=2))
+        return cal.days_of_week(anchor, 0, _SATURDAY, days=2)
     if kind == "few_days":
         return Span(cal.day_span(anchor, back=7).start, cal.day_span(anchor).end)
     if kind == "half_month":
@@ -284,8 +280,7 @@ def _resolve(kind: str, m: re.Match[str], anchor: datetime) -> Span | None:  # n
     if kind == "season":
         return cal.season(anchor, cal.SEASONS[g["season"].lower()], g.get("which"), year)
     if kind == "weekend":
-        monday = cal.week_span(anchor, 0).start
-        return Span(monday - timedelta(days=2), monday)
+        return cal.days_of_week(anchor, 1, _SATURDAY, days=2)
     if kind == "this_last":
         back = 0 if g["which"].lower() == "this" else 1
         unit = g["unit"].lower()
@@ -295,8 +290,7 @@ def _resolve(kind: str, m: re.Match[str], anchor: datetime) -> Span | None:  # n
     if kind == "weekday":
         w = g["weekday"]
         if w in _ZH_WEEKDAYS:  # 上周三: that day of the previous calendar week
-            start = cal.week_span(anchor, 1).start + timedelta(days=_ZH_WEEKDAYS[w])
-            return Span(start, start + timedelta(days=1))
+            return cal.days_of_week(anchor, 1, _ZH_WEEKDAYS[w])
         return cal.last_weekday(anchor, _WEEKDAYS[w.lower()])
     if kind in ("month_day", "day_month"):
         return cal.date_span(anchor, _MONTHS[g["month"]], int(g["day"]), year)
