@@ -113,8 +113,8 @@ def latest(anchor: datetime, of: Callable[[int], S]) -> S:
 
 def season(anchor: datetime, first_month: int, which: str | None, year: int | None) -> Span:
     """Three months from `first_month` (northern seasons; a winter runs into the next year): of that year, this
-    year's (this / 今年), the last one ended before the anchor (last / previous / past), last year's (去年), the ones
-    before (前年, 大前年), else the latest one begun at or before the anchor."""
+    year's (this), the last one ended before the anchor (last / previous / past), else the latest one begun at or
+    before the anchor."""
     a = utc(anchor)
     which = (which or "").lower()
 
@@ -123,10 +123,8 @@ def season(anchor: datetime, first_month: int, which: str | None, year: int | No
 
     if year is not None:
         return of(year)
-    if which in ("this", "今年"):
+    if which == "this":
         return of(a.year)
-    if which in ("去年", "前年", "大前年"):
-        return of(a.year - YEARS_BACK[which[:-1]])
     found = latest(a, of)
     if which in ("last", "previous", "past") and found.end > a:
         return of(found.start.year - 1)

@@ -150,7 +150,7 @@ _ZH: list[tuple[re.Pattern[str], str]] = [(re.compile(p), kind) for p, kind in [
     (rf"{_ZH_NUM}(?P<unit>天|周|个星期|个礼拜|个月|年)(?:以|之)?前", "ago"),
     (r"上(?:个)?(?:周|星期|礼拜)末", "weekend"),
     (r"(?:这|本)(?:个)?(?:周|星期|礼拜)末", "this_weekend"),
-    (r"(?:(?P<year>(?:19|20)\d\d)年|(?P<which>大前年|去年|今年|前年))?的?(?P<season>春天|夏天|秋天|冬天|春季|夏季|秋季|冬季)",
+    (r"(?:(?P<year>(?:19|20)\d\d)年|" + _ZH_WHICH_YEAR + r")?的?(?P<season>春天|夏天|秋天|冬天|春季|夏季|秋季|冬季)",
      "season"),
     (r"上(?:个)?(?:周|星期|礼拜)(?P<weekday>[一二三四五六日天])", "weekday"),
     (r"(?:这|本)(?:个)?(?:周|星期|礼拜)(?P<weekday>[一二三四五六日天])", "this_weekday"),
@@ -198,6 +198,8 @@ def _number(text: str) -> int | None:
 def _resolve(kind: str, m: re.Match[str], anchor: datetime) -> Span | None:  # noqa: PLR0911 - one case a kind
     g = m.groupdict()
     year = int(g["year"]) if g.get("year") else None
+    if g.get("which") in cal.YEARS_BACK:  # 今年 / 去年 / 前年 / 大前年 before a month, date, season or holiday
+        year = cal.utc(anchor).year - cal.YEARS_BACK[g["which"]]
     if kind.startswith(("day", "week", "month", "year")) and kind[-1].isdigit():
         back = int(kind[-1])
         return {"day": lambda: cal.day_span(anchor, back=back), "week": lambda: cal.week_span(anchor, back),
@@ -265,14 +267,11 @@ def _resolve(kind: str, m: re.Match[str], anchor: datetime) -> Span | None:  # n
             month = _zh_number(g["m"])
             if month is None or not 1 <= month <= 12:
                 return None
-            if g.get("which"):  # 去年 / 今年 / 前年
-                year = cal.utc(anchor).year - cal.YEARS_BACK[g["which"]]
             return cal.month_part(cal.latest_month(anchor, month, year), g["part"])
         back = {"上上": 2, "上": 1}.get((g.get("rel") or "").rstrip("个"), 0)
         return cal.month_part(cal.months_back(anchor, back), g["part"])
     if kind == "zh_year_part":
-        back = cal.YEARS_BACK.get(g.get("which") or "", 0)
-        return cal.year_part(year if year is not None else cal.utc(anchor).year - back, g["part"])
+        return cal.year_part(year if year is not None else cal.utc(anchor).year, g["part"])
     if kind == "on_weekday":
         w = g["weekday"]
         weekday = _ZH_WEEKDAYS[w] if w in _ZH_WEEKDAYS else _WEEKDAYS[w.lower()]
@@ -299,15 +298,11 @@ def _resolve(kind: str, m: re.Match[str], anchor: datetime) -> Span | None:  # n
     if kind in ("year", "zh_year"):
         return cal.year_span(int(g["year"]))
     if kind == "holiday":
-        if g.get("which"):  # 去年 / 今年 / 前年
-            year = cal.utc(anchor).year - cal.YEARS_BACK[g["which"]]
         return cal.holiday(anchor, g["holiday"], year)
     if kind == "zh_date":
         month = _zh_number(g["m"])
         if month is None or not 1 <= month <= 12:
             return None
-        if g.get("which"):  # 去年 / 今年 / 前年
-            year = cal.utc(anchor).year - cal.YEARS_BACK[g["which"]]
         if g.get("d"):
             day = _zh_number(g["d"])
             return cal.date_span(anchor, month, day, year) if day else None
