@@ -155,10 +155,10 @@ class Probe:
             self.add(f"{name}_ms", (time.perf_counter() - t) * 1000)
             return out
 
-        def read_exchanges(conn, ids, top, clauses, params):
-            out = timed("neighbours", rows, conn, ids, top, clauses, params)
+        def read_exchanges(conn, ids, top, clauses, params, speaker=None):
+            out = timed("neighbours", rows, conn, ids, top, clauses, params, speaker)
             self.add("neighbour_queries")
-            self.add("neighbour_rows", sum(len(r) for r in out.adjacent.values()))
+            self.add("neighbour_rows", sum(len(r) for r in (*out.adjacent.values(), *out.own.values())))
             return out
 
         def expand_terms(terms, weight=0.4):

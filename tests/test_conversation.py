@@ -156,6 +156,18 @@ def test_lifted_adds_a_share_of_each_strong_neighbours_score():
     assert "b" in out and out["a"] == pytest.approx(0.8)
 
 
+def test_lifted_lifts_a_speakers_own_nearest_turns_by_their_own_share():
+    ranked = [H("memory", "a", 0.8), H("memory", "c", 0.5)]
+    own = {"a": [H("memory", "e", 0.0), H("memory", "c", 0.0)]}
+    out = {h.id: h.score for h in lifted(ranked, {}, lambda h: 0.1, lift=0.5, same_speaker=own,
+                                         same_speaker_lift=0.25)}
+    assert out == pytest.approx({"a": 0.8, "c": 0.5 + 0.2, "e": 0.1 + 0.2})
+    # Both kinds add up, each from the score before any lift.
+    both = {h.id: h.score for h in lifted(ranked, {"c": [H("memory", "a", 0.0)]}, lambda h: 0.1, lift=0.5,
+                                          same_speaker=own, same_speaker_lift=0.25)}
+    assert both["a"] == pytest.approx(0.8 + 0.25) and both["c"] == pytest.approx(0.5 + 0.2)
+
+
 def test_evidence_fusion_does_not_penalise_a_single_channel():
     sem = [H("memory", "x", 0.9), H("memory", "y", 0.5)]
     kw = [H("memory", "y", 0.1, keyword_evidence=0.2)]

@@ -41,6 +41,28 @@ def test_read_exchanges_marks_the_turns_and_reads_the_top_ones_neighbours(pool, 
     assert other.turns == set() and other.adjacent == {}  # another owner's search sees none of them
 
 
+def test_read_exchanges_reads_the_named_speakers_own_turns_around_her_top_turns_only(pool, fake_embedder):
+    chat = [say(pool, fake_embedder, text, who, "c") for text, who in (
+        ("I went to London last spring.", "Tim"), ("Wow, how was it?", "John"),
+        ("Great. Then we drove up to Edinburgh for the castle.", "Tim"), ("Sounds fun!", "John"),
+        ("Next year I want to see Dublin.", "Tim"))]
+    params: dict = {}
+    clauses = where_clauses("memory", "alice", SearchFilters(sources=("memory",)).validated(), params)
+    with pool.connection() as conn:
+        named = read_exchanges(conn, chat, [chat[2], chat[1]], clauses, params, speaker="Tim")
+        unnamed = read_exchanges(conn, chat, [chat[2], chat[1]], clauses, params)
+        other = read_exchanges(conn, chat, [chat[2]], clauses, {**params, "owner": "bob"}, speaker="Tim")
+    # Tim's top turn: his previous and next statement; John's top turn has none (he is not the one named).
+    assert set(named.own) == {chat[2]}
+    assert sorted(str(row[0]) for row in named.own[chat[2]]) == sorted([chat[0], chat[4]])
+    # The other party's turns stay the neighbours, and which turns are exchange turns does not change.
+    assert sorted(str(row[0]) for row in named.adjacent[chat[2]]) == sorted([chat[1], chat[3]])
+    assert named.turns == unnamed.turns == set(chat)
+    assert {k: [r[0] for r in rows] for k, rows in named.adjacent.items()} == {
+        k: [r[0] for r in rows] for k, rows in unnamed.adjacent.items()}
+    assert unnamed.own == {} and other.own == {} and other.turns == set()
+
+
 def test_a_search_is_a_conversation_when_most_of_its_turns_are_exchange_turns():
     assert Exchanges(turns={"a", "b"}, checked=3).conversation
     assert not Exchanges(turns={"a"}, checked=2).conversation  # half is not most

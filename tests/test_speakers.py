@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from memory_pipelines.retrieval import neighbours
+from memory_pipelines.retrieval.neighbours import SAME_SPEAKER_LIFT
 from memory_pipelines.retrieval.search import search
 from memory_pipelines.retrieval.speakers import SPEAKER_BOOST, boosted, named_speaker, without_speaker
 from memory_pipelines.store.ingest import ingest_memory
@@ -94,6 +96,25 @@ def test_hybrid_search_embeds_the_question_without_the_named_speaker(pool, fake_
     assert score[own] / score[other] > base[own] / base[other]
     # The keyword channel still reads the question as written.
     assert search(pool, spy, "alice", query, mode="keyword", limit=5).hits
+
+
+def test_a_named_speakers_top_turn_lifts_her_next_statement_in_the_session(pool, fake_embedder, monkeypatch):
+    def turn(text, speaker):
+        return ingest_memory(pool, fake_embedder, None, "alice", content=text, content_type="insight",
+                             speaker=speaker, session="s1", ts=1_700_000_000, project_name="chat",
+                             conflict_threshold=0.999).id
+
+    london = turn("I went to London last spring for the book fair.", "Tim")
+    turn("Wow, how was it?", "John")
+    castle = turn("We drove up north afterwards and walked around the old castle.", "Tim")
+    query = "Which cities has Tim visited? London?"
+    hits = {h.id: h for h in search(pool, fake_embedder, "alice", query, limit=5).hits}
+    monkeypatch.setattr(neighbours, "SAME_SPEAKER_LIFT", 0.0)
+    other_party_only = {h.id: h for h in search(pool, fake_embedder, "alice", query, limit=5).hits}
+    assert london in hits and castle in hits and castle in other_party_only
+    # Beyond what John's turn between them gives it, Tim's next statement gains a share of his matching turn's.
+    gained = hits[castle].extra["neighbour_gain"] - other_party_only[castle].extra["neighbour_gain"]
+    assert 0 < gained < SAME_SPEAKER_LIFT * 2 * hits[london].score  # a share of its fused score, before the priors
 
 
 def test_only_the_memory_source_is_searched_again_without_the_name(pool, fake_embedder):

@@ -15,7 +15,8 @@ candidates as a conversation when most of its conversational candidates are turn
 takes the turn priors; else neither happens.
 
 One query answers both questions for a search's candidates: each candidate's neighbouring turns (their speakers),
-and for the top ones, the whole neighbouring rows the lift scores.
+and for the top ones, the whole neighbouring rows the lift scores; for a question naming a speaker, also her own
+nearest turns before and after each of her top turns (her previous and next statement in that session).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ class Exchanges:
 
     turns: set[str] = field(default_factory=set)
     adjacent: dict[str, list[tuple]] = field(default_factory=dict)
+    own: dict[str, list[tuple]] = field(default_factory=dict)
+    """For each top exchange turn of the named speaker, her own nearest turns before and after (same row shape)."""
     checked: int = 0
     """How many conversational candidates were looked at."""
 
@@ -52,51 +55,62 @@ def in_exchange(speaker: str | None, neighbour_speakers: Sequence[str | None]) -
 
 
 def read_exchanges(
-    conn: psycopg.Connection, ids: Sequence[str], top: Iterable[str], clauses: list[str], params: dict[str, Any]
+    conn: psycopg.Connection, ids: Sequence[str], top: Iterable[str], clauses: list[str], params: dict[str, Any],
+    speaker: str | None = None,
 ) -> Exchanges:
     """The exchange turns among the memories `ids` (conversational ones; others are ignored), and the neighbouring
-    rows of those among `top` that are exchange turns. `clauses` / `params`: the memory source's filters
+    rows of those among `top` that are exchange turns; with `speaker` (the one a question names), also her own
+    nearest turns around each of her top exchange turns. `clauses` / `params`: the memory source's filters
     (search._where), which the neighbours obey as the hits do. One round trip."""
     if not ids:
         return Exchanges()
     top_ids = set(top)
-    rows = conn.execute(_sql(clauses), {**params, "hit_ids": list(ids), "top_ids": list(top_ids)},
-                        binary=True).fetchall()
-    sides: dict[str, tuple[str | None, list[tuple[str | None, tuple]]]] = {}
-    for hit_id, hit_speaker, n_speaker, *row in rows:
-        neighbours = sides.setdefault(str(hit_id), (hit_speaker, []))[1]
-        if row[0] is not None:  # else the turn is alone in its session (within the filters)
+    rows = conn.execute(_sql(clauses), {**params, "hit_ids": list(ids), "top_ids": list(top_ids),
+                                        "speaker": speaker}, binary=True).fetchall()
+    sides: dict[str, tuple[str | None, list[tuple[str | None, tuple]], list[tuple]]] = {}
+    for hit_id, hit_speaker, own, n_speaker, *row in rows:
+        _, neighbours, owns = sides.setdefault(str(hit_id), (hit_speaker, [], []))
+        if row[0] is None:  # the turn is alone in its session (within the filters)
+            continue
+        if own:
+            owns.append(tuple(row))
+        else:
             neighbours.append((n_speaker, tuple(row)))
     out = Exchanges(checked=len(sides))
-    for hit_id, (speaker, neighbours) in sides.items():
-        if in_exchange(speaker, [s for s, _ in neighbours]):
+    for hit_id, (hit_speaker, neighbours, owns) in sides.items():
+        if in_exchange(hit_speaker, [s for s, _ in neighbours]):
             out.turns.add(hit_id)
             if hit_id in top_ids and neighbours:
                 out.adjacent[hit_id] = [row for _, row in neighbours]
+            if hit_id in top_ids and owns:
+                out.own[hit_id] = owns
     return out
 
 
 def _sql(clauses: list[str]) -> str:
-    """Per conversational hit, its turn before and after within the filters: (hit id, hit speaker, neighbour
-    speaker, then the neighbour's row, its text and vector only for a top hit); one row of NULLs for a hit
-    without either."""
+    """Per conversational hit, its turn before and after within the filters, and, for a top turn of the named
+    speaker (`%(speaker)s`), her own nearest turn before and after: (hit id, hit speaker, whether the row is her
+    own turn, neighbour speaker, then the neighbour's row, its text and vector only for a top hit); one row of
+    NULLs for a hit without any."""
     src = SOURCES["memory"]
     title, body, extra, emb = src.title_sql, src.body_sql, src.extra_sql, src.vector_sql
     side = (
-        f"(SELECT t.speaker AS n_speaker, t.id, {title} AS title, {body} AS body, t.created_at, 0.0::float8 AS score,"
-        f" {extra} AS extra, {emb} AS emb FROM {src.from_sql}"
+        f"(SELECT <<OWN>> AS own, t.speaker AS n_speaker, t.id, {title} AS title, {body} AS body, t.created_at,"
+        f" 0.0::float8 AS score, {extra} AS extra, {emb} AS emb FROM {src.from_sql}"
         f" WHERE {' AND '.join(clauses)} AND t.project_id = h.project_id AND t.session = h.session"
-        " AND t.turn <<OP>> h.turn ORDER BY t.turn <<DIR>> LIMIT 1)"
+        " AND t.turn <<OP>> h.turn <<WHO>> ORDER BY t.turn <<DIR>> LIMIT 1)"
     )
+    mine = "AND h.top AND h.speaker = %(speaker)s AND t.speaker = h.speaker"
+    sides = [
+        side.replace("<<OP>>", op).replace("<<DIR>>", order).replace("<<OWN>>", own).replace("<<WHO>>", who)
+        for own, who in (("false", ""), ("true", mine))
+        for op, order in (("<", "DESC"), (">", "ASC"))
+    ]
     return (
         "WITH h AS (SELECT m.id, m.speaker, m.project_id, m.session, m.turn, m.id = ANY(%(top_ids)s) AS top"
         "           FROM memories m WHERE m.owner_id = %(owner)s AND m.id = ANY(%(hit_ids)s) AND m.session IS NOT NULL)"
-        " SELECT h.id, h.speaker, n.n_speaker, n.id,"
+        " SELECT h.id, h.speaker, n.own, n.n_speaker, n.id,"
         " CASE WHEN h.top THEN n.title END, CASE WHEN h.top THEN n.body END, n.created_at, n.score,"
         " CASE WHEN h.top THEN n.extra END, CASE WHEN h.top THEN n.emb END"
-        " FROM h LEFT JOIN LATERAL ("
-        + side.replace("<<OP>>", "<").replace("<<DIR>>", "DESC")
-        + " UNION ALL "
-        + side.replace("<<OP>>", ">").replace("<<DIR>>", "ASC")
-        + ") n ON true"
+        " FROM h LEFT JOIN LATERAL (" + " UNION ALL ".join(sides) + ") n ON true"
     )

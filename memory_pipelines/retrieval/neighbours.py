@@ -11,7 +11,9 @@ of exchanges.read_exchanges.
 
 When the question names one of the speakers (speakers.py), only that speaker's neighbouring turns are lifted: on
 locomo_dev 97 % of the evidence of such questions (bar the adversarial ones, which name the wrong speaker) is the
-named speaker's turns, where two thirds of hybrid's top ten were.
+named speaker's turns, where two thirds of hybrid's top ten were. Her top turns' neighbours are then the other
+party's, so each of her top turns lifts instead her own nearest turns before and after it in the session (her
+previous and next statement, usually on the same topic) by SAME_SPEAKER_LIFT.
 
 Where every memory is a whole User/AI exchange (speaker "User") and a session a day of unrelated ones, lifting
 same-speaker neighbours costs recall, so `other_party` keeps them out (docs/retrieval-quality.md).
@@ -26,6 +28,9 @@ from .fusion import rescored
 
 NEIGHBOUR_TOP = 10
 NEIGHBOUR_LIFT = 0.3
+SAME_SPEAKER_LIFT = 0.15
+"""A named speaker's top turn lifts her own previous and next statement in its session by this share of its score:
+half the other party's, a turn farther away (docs/retrieval-quality.md, step 15)."""
 
 Key = tuple[str, str]
 
@@ -47,22 +52,29 @@ def lifted(
     *,
     top: int = NEIGHBOUR_TOP,
     lift: float = NEIGHBOUR_LIFT,
+    same_speaker: dict[str, list[Any]] | None = None,
+    same_speaker_lift: float | None = None,
 ) -> list[Any]:
     """`ranked` (fused hits, best first) with the neighbours of its top `top` memory hits lifted.
 
-    `adjacent` maps a memory id to its neighbouring turns (hits); `own_score` scores a neighbour that was not
-    among the hits. Scores come from the fused list before any lift, so the order of the top hits does not
-    matter. A lifted hit carries its gain in `extra["neighbour_gain"]`. Pure: no I/O.
+    `adjacent` maps a memory id to its neighbouring turns (hits), lifted by `lift` × the hit's score;
+    `same_speaker` to its speaker's own nearest turns, lifted by `same_speaker_lift` (SAME_SPEAKER_LIFT) × it.
+    `own_score` scores a
+    neighbour that was not among the hits. Scores come from the fused list before any lift, so the order of the
+    top hits does not matter. A lifted hit carries its gain in `extra["neighbour_gain"]`. Pure: no I/O.
     """
     by_key: dict[Key, Any] = {(h.source, h.id): h for h in ranked}
     gain: dict[Key, float] = {}
     new: dict[Key, Any] = {}
+    own_lift = SAME_SPEAKER_LIFT if same_speaker_lift is None else same_speaker_lift
+    shares = ((adjacent, lift), (same_speaker or {}, own_lift))
     for h in [h for h in ranked if h.source == "memory"][:top]:
-        for n in adjacent.get(h.id, ()):
-            key = ("memory", n.id)
-            gain[key] = gain.get(key, 0.0) + lift * h.score
-            if key not in by_key:
-                new.setdefault(key, n)
+        for neighbours, share in shares:
+            for n in neighbours.get(h.id, ()):
+                key = ("memory", n.id)
+                gain[key] = gain.get(key, 0.0) + share * h.score
+                if key not in by_key:
+                    new.setdefault(key, n)
     if not gain:
         return list(ranked)
     out = []

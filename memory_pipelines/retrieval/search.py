@@ -118,7 +118,7 @@ def search(
         if fusion == "evidence":
             sem = sem + vector_scored(sem, kw, qvec, memory_qvec)
         ranked = FUSIONS[fusion](calibrate_semantic(sem, embedder, q.language), calibrate_keyword(kw))
-        exchanges = _read_exchanges(pool, owner, f, ranked) if neighbours or turn_priors else Exchanges()
+        exchanges = _read_exchanges(pool, owner, f, ranked, speaker) if neighbours or turn_priors else Exchanges()
         if neighbours and exchanges.conversation:
             ranked = _lift_neighbours(embedder, q.language, memory_qvec, ranked, exchanges, speaker)
         if turn_priors:
@@ -169,9 +169,12 @@ def _added(hits: list[Hit], more: list[Hit]) -> list[Hit]:
     return hits + [h for h in more if (h.source, h.id) not in held]
 
 
-def _read_exchanges(pool: ConnectionPool, owner: str, f: SearchFilters, ranked: list[Hit]) -> Exchanges:
-    """The exchange turns among the conversational memory hits, and the neighbouring turns of the top ones
-    (retrieval/exchanges.py): one query, none when no hit is a conversation turn."""
+def _read_exchanges(
+    pool: ConnectionPool, owner: str, f: SearchFilters, ranked: list[Hit], speaker: str | None = None
+) -> Exchanges:
+    """The exchange turns among the conversational memory hits, and the neighbouring turns of the top ones (and
+    the named `speaker`'s own nearest turns around hers) (retrieval/exchanges.py): one query, none when no hit is
+    a conversation turn."""
     ids = [h.id for h in ranked if h.source == "memory" and h.extra.get("session")]
     if "memory" not in f.sources or not ids:
         return Exchanges()
@@ -179,7 +182,7 @@ def _read_exchanges(pool: ConnectionPool, owner: str, f: SearchFilters, ranked: 
     params: dict[str, Any] = {}
     clauses = where_clauses("memory", owner, f, params)
     with reading(pool) as conn:
-        return read_exchanges(conn, ids, top, clauses, params)
+        return read_exchanges(conn, ids, top, clauses, params, speaker)
 
 
 def _lift_neighbours(
@@ -187,25 +190,28 @@ def _lift_neighbours(
     speaker: str | None = None,
 ) -> list[Hit]:
     """Fused hits with the neighbouring turns of the top exchange turns lifted (retrieval/neighbours.py); only
-    `speaker`'s turns when the question names one."""
-    if not exchanges.adjacent:
+    `speaker`'s turns when the question names one, and then her own nearest turns around her top ones too."""
+    if not exchanges.adjacent and not exchanges.own:
         return ranked
-    adjacent: dict[str, list[Hit]] = {}
-    for hit_id, rows in exchanges.adjacent.items():
-        for row in rows:
-            hit = hit_from_row("memory", row)
-            if speaker and hit.extra.get("speaker") != speaker:
-                continue  # a question naming a speaker is about her turns: the lift reaches hers only
-            if hit.embedding is not None:
-                hit.semantic = float(np.dot(hit.embedding, qvec))
-            adjacent.setdefault(hit_id, []).append(hit)
+
+    def hits(rows_of: dict[str, list[tuple]]) -> dict[str, list[Hit]]:
+        out: dict[str, list[Hit]] = {}
+        for hit_id, rows in rows_of.items():
+            for row in rows:
+                hit = hit_from_row("memory", row)
+                if speaker and hit.extra.get("speaker") != speaker:
+                    continue  # a question naming a speaker is about her turns: the lift reaches hers only
+                if hit.embedding is not None:
+                    hit.semantic = float(np.dot(hit.embedding, qvec))
+                out.setdefault(hit_id, []).append(hit)
+        return out
 
     def own_score(h: Hit) -> float:
         if h.semantic is None:
             return 0.0
         return SEMANTIC_WEIGHT * calibrated_similarity(embedder, query_lang, h.text, h.semantic)
 
-    return lifted(ranked, adjacent, own_score)
+    return lifted(ranked, hits(exchanges.adjacent), own_score, same_speaker=hits(exchanges.own))
 
 
 # --- a question naming a speaker: the memory source searched again without the name ---------------------------
