@@ -65,8 +65,9 @@ def read_exchanges(
     if not ids:
         return Exchanges()
     top_ids = set(top)
-    rows = conn.execute(_sql(clauses), {**params, "hit_ids": list(ids), "top_ids": list(top_ids),
-                                        "speaker": speaker}, binary=True).fetchall()
+    rows = conn.execute(_sql(clauses, speaker is not None),
+                        {**params, "hit_ids": list(ids), "top_ids": list(top_ids), "speaker": speaker},
+                        binary=True).fetchall()
     sides: dict[str, tuple[str | None, list[tuple[str | None, tuple]], list[tuple]]] = {}
     for hit_id, hit_speaker, own, n_speaker, *row in rows:
         _, neighbours, owns = sides.setdefault(str(hit_id), (hit_speaker, [], []))
@@ -87,11 +88,11 @@ def read_exchanges(
     return out
 
 
-def _sql(clauses: list[str]) -> str:
-    """Per conversational hit, its turn before and after within the filters, and, for a top turn of the named
-    speaker (`%(speaker)s`), her own nearest turn before and after: (hit id, hit speaker, whether the row is her
-    own turn, neighbour speaker, then the neighbour's row, its text and vector only for a top hit); one row of
-    NULLs for a hit without any."""
+def _sql(clauses: list[str], named: bool = False) -> str:
+    """Per conversational hit, its turn before and after within the filters, and when a speaker is `named`, for
+    a top turn of hers (`%(speaker)s`), her own nearest turn before and after: (hit id, hit speaker, whether the
+    row is her own turn, neighbour speaker, then the neighbour's row, its text and vector only for a top hit);
+    one row of NULLs for a hit without any."""
     src = SOURCES["memory"]
     title, body, extra, emb = src.title_sql, src.body_sql, src.extra_sql, src.vector_sql
     side = (
@@ -103,7 +104,7 @@ def _sql(clauses: list[str]) -> str:
     mine = "AND h.top AND h.speaker = %(speaker)s AND t.speaker = h.speaker"
     sides = [
         side.replace("<<OP>>", op).replace("<<DIR>>", order).replace("<<OWN>>", own).replace("<<WHO>>", who)
-        for own, who in (("false", ""), ("true", mine))
+        for own, who in (("false", ""), ("true", mine))[: 2 if named else 1]
         for op, order in (("<", "DESC"), (">", "ASC"))
     ]
     return (
