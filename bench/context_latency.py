@@ -158,7 +158,7 @@ class Probe:
         def read_exchanges(conn, ids, top, clauses, params, speaker=None):
             out = timed("neighbours", rows, conn, ids, top, clauses, params, speaker)
             self.add("neighbour_queries")
-            self.add("neighbour_rows", sum(len(r) for r in (*out.adjacent.values(), *out.own.values())))
+            self.add("neighbour_rows", sum(len(r) for r in (*out.adjacent.values(), *out.same_speaker.values())))
             return out
 
         def expand_terms(terms, weight=0.4):

@@ -53,14 +53,14 @@ def test_read_exchanges_reads_the_named_speakers_own_turns_around_her_top_turns_
         unnamed = read_exchanges(conn, chat, [chat[2], chat[1]], clauses, params)
         other = read_exchanges(conn, chat, [chat[2]], clauses, {**params, "owner": "bob"}, speaker="Tim")
     # Tim's top turn: his previous and next statement; John's top turn has none (he is not the one named).
-    assert set(named.own) == {chat[2]}
-    assert sorted(str(row[0]) for row in named.own[chat[2]]) == sorted([chat[0], chat[4]])
+    assert set(named.same_speaker) == {chat[2]}
+    assert sorted(str(row[0]) for row in named.same_speaker[chat[2]]) == sorted([chat[0], chat[4]])
     # The other party's turns stay the neighbours, and which turns are exchange turns does not change.
     assert sorted(str(row[0]) for row in named.adjacent[chat[2]]) == sorted([chat[1], chat[3]])
     assert named.turns == unnamed.turns == set(chat)
     assert {k: [r[0] for r in rows] for k, rows in named.adjacent.items()} == {
         k: [r[0] for r in rows] for k, rows in unnamed.adjacent.items()}
-    assert unnamed.own == {} and other.own == {} and other.turns == set()
+    assert unnamed.same_speaker == {} and other.same_speaker == {} and other.turns == set()
 
 
 def test_a_search_is_a_conversation_when_most_of_its_turns_are_exchange_turns():

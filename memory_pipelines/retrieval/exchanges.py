@@ -38,7 +38,7 @@ class Exchanges:
 
     turns: set[str] = field(default_factory=set)
     adjacent: dict[str, list[tuple]] = field(default_factory=dict)
-    own: dict[str, list[tuple]] = field(default_factory=dict)
+    same_speaker: dict[str, list[tuple]] = field(default_factory=dict)
     """For each top exchange turn of the named speaker, her own nearest turns before and after (same row shape)."""
     checked: int = 0
     """How many conversational candidates were looked at."""
@@ -69,11 +69,11 @@ def read_exchanges(
                         {**params, "hit_ids": list(ids), "top_ids": list(top_ids), "speaker": speaker},
                         binary=True).fetchall()
     sides: dict[str, tuple[str | None, list[tuple[str | None, tuple]], list[tuple]]] = {}
-    for hit_id, hit_speaker, own, n_speaker, *row in rows:
+    for hit_id, hit_speaker, hers, n_speaker, *row in rows:
         _, neighbours, owns = sides.setdefault(str(hit_id), (hit_speaker, [], []))
         if row[0] is None:  # the turn is alone in its session (within the filters)
             continue
-        if own:
+        if hers:
             owns.append(tuple(row))
         else:
             neighbours.append((n_speaker, tuple(row)))
@@ -84,7 +84,7 @@ def read_exchanges(
             if hit_id in top_ids and neighbours:
                 out.adjacent[hit_id] = [row for _, row in neighbours]
             if hit_id in top_ids and owns:
-                out.own[hit_id] = owns
+                out.same_speaker[hit_id] = owns
     return out
 
 
@@ -96,21 +96,23 @@ def _sql(clauses: list[str], named: bool = False) -> str:
     src = SOURCES["memory"]
     title, body, extra, emb = src.title_sql, src.body_sql, src.extra_sql, src.vector_sql
     side = (
-        f"(SELECT <<OWN>> AS own, t.speaker AS n_speaker, t.id, {title} AS title, {body} AS body, t.created_at,"
+        f"(SELECT <<HERS>> AS hers, t.speaker AS n_speaker, t.id, {title} AS title, {body} AS body, t.created_at,"
         f" 0.0::float8 AS score, {extra} AS extra, {emb} AS emb FROM {src.from_sql}"
         f" WHERE {' AND '.join(clauses)} AND t.project_id = h.project_id AND t.session = h.session"
         " AND t.turn <<OP>> h.turn <<WHO>> ORDER BY t.turn <<DIR>> LIMIT 1)"
     )
-    mine = "AND h.top AND h.speaker = %(speaker)s AND t.speaker = h.speaker"
+    kinds = [("false", "")]  # the turns next to the hit, whoever speaks
+    if named:  # and the named speaker's own nearest turns around her top turns
+        kinds.append(("true", "AND h.top AND h.speaker = %(speaker)s AND t.speaker = h.speaker"))
     sides = [
-        side.replace("<<OP>>", op).replace("<<DIR>>", order).replace("<<OWN>>", own).replace("<<WHO>>", who)
-        for own, who in (("false", ""), ("true", mine))[: 2 if named else 1]
+        side.replace("<<OP>>", op).replace("<<DIR>>", order).replace("<<HERS>>", hers).replace("<<WHO>>", who)
+        for hers, who in kinds
         for op, order in (("<", "DESC"), (">", "ASC"))
     ]
     return (
         "WITH h AS (SELECT m.id, m.speaker, m.project_id, m.session, m.turn, m.id = ANY(%(top_ids)s) AS top"
         "           FROM memories m WHERE m.owner_id = %(owner)s AND m.id = ANY(%(hit_ids)s) AND m.session IS NOT NULL)"
-        " SELECT h.id, h.speaker, n.own, n.n_speaker, n.id,"
+        " SELECT h.id, h.speaker, n.hers, n.n_speaker, n.id,"
         " CASE WHEN h.top THEN n.title END, CASE WHEN h.top THEN n.body END, n.created_at, n.score,"
         " CASE WHEN h.top THEN n.extra END, CASE WHEN h.top THEN n.emb END"
         " FROM h LEFT JOIN LATERAL (" + " UNION ALL ".join(sides) + ") n ON true"

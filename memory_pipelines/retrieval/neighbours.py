@@ -59,10 +59,9 @@ def lifted(
 
     `adjacent` maps a memory id to its neighbouring turns (hits), lifted by `lift` × the hit's score;
     `same_speaker` to its speaker's own nearest turns, lifted by `same_speaker_lift` (SAME_SPEAKER_LIFT) × it.
-    `own_score` scores a
-    neighbour that was not among the hits. Scores come from the fused list before any lift, so the order of the
-    top hits does not matter. A lifted hit carries its gain in `extra["neighbour_gain"]`. Pure: no I/O.
-    """
+    `own_score` scores a neighbour that was not among the hits. Scores come from the fused list before any lift, so
+    the order of the top hits does not matter. A lifted hit carries its gain in `extra["neighbour_gain"]`. Pure: no
+    I/O."""
     by_key: dict[Key, Any] = {(h.source, h.id): h for h in ranked}
     gain: dict[Key, float] = {}
     new: dict[Key, Any] = {}

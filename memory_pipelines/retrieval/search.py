@@ -191,7 +191,7 @@ def _lift_neighbours(
 ) -> list[Hit]:
     """Fused hits with the neighbouring turns of the top exchange turns lifted (retrieval/neighbours.py); only
     `speaker`'s turns when the question names one, and then her own nearest turns around her top ones too."""
-    if not exchanges.adjacent and not exchanges.own:
+    if not exchanges.adjacent and not exchanges.same_speaker:
         return ranked
 
     def hits(rows_of: dict[str, list[tuple]]) -> dict[str, list[Hit]]:
@@ -211,7 +211,7 @@ def _lift_neighbours(
             return 0.0
         return SEMANTIC_WEIGHT * calibrated_similarity(embedder, query_lang, h.text, h.semantic)
 
-    return lifted(ranked, hits(exchanges.adjacent), own_score, same_speaker=hits(exchanges.own))
+    return lifted(ranked, hits(exchanges.adjacent), own_score, same_speaker=hits(exchanges.same_speaker))
 
 
 # --- a question naming a speaker: the memory source searched again without the name ---------------------------
