@@ -280,3 +280,33 @@ def test_status_counts_the_rows_a_keyword_refresh_has_still_to_index(cli_env, po
     capsys.readouterr()
     assert main(["status", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["embedded_sources"]["learnings"]["keywords_pending"] == 0
+
+
+def test_write_memory_ingests_each_turn_or_refuses_the_batch_naming_the_bad_one(cli_env, pool, capsys):
+    """`write` took tasks, learnings, capabilities, goals and events but not memories, which came in from the
+    command line only through `import`. Now `write memory` ingests one memory or a conversation's turns in
+    order, found by the next search; a bad turn is named by its place and none of the batch is stored."""
+    turns = [{"content": "We picked pgvector because PostgreSQL already runs here.", "content_type": "insight",
+              "project_name": "agent-mem", "speaker": "Li", "session": "s1"},
+             {"content": "Then the HNSW index goes in after the bulk load.", "content_type": "plan",
+              "project_name": "agent-mem", "speaker": "Ana", "session": "s1"}]
+    bad = [turns[0], {**turns[1], "content_type": "musing"}]
+    assert main(["write", "memory", "--owner", "alice", "--json", json.dumps(bad)]) == 2
+    assert "items[1].content_type: must be one of" in capsys.readouterr().err
+    assert main(["write", "memory", "--owner", "alice", "--json", json.dumps({**turns[0], "mood": "calm"})]) == 2
+    assert "memory: not a memory field: mood" in capsys.readouterr().err
+    with pool.connection() as conn:
+        assert conn.execute("SELECT count(*) FROM memories").fetchone()[0] == 0
+
+    assert main(["write", "memory", "--owner", "alice", "--json", json.dumps(turns)]) == 0
+    written = json.loads(capsys.readouterr().out)
+    assert [w["status"] for w in written] == ["created", "created"]
+    with pool.connection() as conn:
+        rows = conn.execute("SELECT id, owner_id, speaker, session FROM memories ORDER BY created_at, id").fetchall()
+    assert {r[0] for r in rows} == {w["id"] for w in written}
+    assert [(r[1], r[2], r[3]) for r in rows] == [("alice", "Li", "s1"), ("alice", "Ana", "s1")]
+
+    assert main(["search", "HNSW index after the bulk load", "--owner", "alice"]) == 0
+    assert written[1]["id"] in capsys.readouterr().out
+    assert main(["search", "HNSW index after the bulk load", "--owner", "bob"]) == 0
+    assert written[1]["id"] not in capsys.readouterr().out

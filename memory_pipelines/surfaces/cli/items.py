@@ -49,6 +49,34 @@ def _owner(args: argparse.Namespace, memory: Any) -> str:
     return args.owner or memory.settings.default_owner
 
 
+def _checked_memories(owner: str, value: Any) -> list[dict[str, Any]]:
+    """The memories of a `write memory` (an object, or an array of them), every one checked before any is stored;
+    a bad one is named by its place (`items[2].content_type`)."""
+    from ...store.ingest.inputs import MemoryInput, validate_owner
+
+    validate_owner(owner)  # the owner's own error, not every item's
+    items = value if isinstance(value, list) else [value]
+    for i, item in enumerate(items):
+        where = f"items[{i}]" if isinstance(value, list) else "memory"
+        if not isinstance(item, dict):
+            raise ValidationError(where, f"must be a JSON object, got {type(item).__name__}")
+        try:
+            MemoryInput.parse(owner, **item)
+        except TypeError as exc:  # an unknown member
+            raise ValidationError(where, str(exc)) from None
+        except ValidationError as exc:
+            raise ValidationError(f"{where}.{exc.field}" if isinstance(value, list) else exc.field,
+                                  exc.message) from None
+    return items
+
+
+def _write_memories(memory: Any, owner: str, value: Any) -> Any:
+    """Memories through the ingest, as HTTP's /ingest/memory and MCP's mem.ingest_memory write them, in order
+    (a conversation's turns follow each other); each embedded before the command returns."""
+    results = [memory.ingest(owner, **item).as_dict() for item in _checked_memories(owner, value)]
+    return results if isinstance(value, list) else results[0]
+
+
 def cmd_write(args: argparse.Namespace) -> int:
     value = read_json_arg(args)
     memory = _memory()
@@ -59,6 +87,9 @@ def cmd_write(args: argparse.Namespace) -> int:
         if len(value) > MAX_BATCH:
             raise ValidationError("items", f"at most {MAX_BATCH} items per write; import a file for more "
                                            "(`memory-pipelines import`)")
+    if args.source == "memory":
+        _print_json(_write_memories(memory, owner, value))
+    elif isinstance(value, list):
         _print_json(memory.write_many(owner, args.source, value))
     else:
         _print_json(memory.write(owner, args.source, value))
@@ -238,8 +269,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_import)
 
     p = sub.add_parser("write", help="write one item (a JSON object) or a batch (a JSON array) of one source; an "
-                       "item with a `key` updates the owner's item of that key")
-    p.add_argument("source", choices=sources)
+                       "item with a `key` updates the owner's item of that key; a memory takes content, "
+                       "content_type, project_name (or project_key) and optionally speaker, session, ts")
+    p.add_argument("source", choices=[*sources, "memory"])
     p.add_argument("--owner", help=OWNER_HELP)
     _json_input(p, "the item, e.g. '{\"title\": \"...\", \"content\": \"...\"}', or a JSON array of items "
                    f"(at most {MAX_BATCH})")
