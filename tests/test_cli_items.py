@@ -302,9 +302,10 @@ def test_write_memory_ingests_each_turn_or_refuses_the_batch_naming_the_bad_one(
     written = json.loads(capsys.readouterr().out)
     assert [w["status"] for w in written] == ["created", "created"]
     with pool.connection() as conn:
-        rows = conn.execute("SELECT id, owner_id, speaker, session FROM memories ORDER BY created_at, id").fetchall()
-    assert {r[0] for r in rows} == {w["id"] for w in written}
+        rows = conn.execute("SELECT id, owner_id, speaker, session, context FROM memories ORDER BY turn").fetchall()
+    assert [r[0] for r in rows] == [w["id"] for w in written]  # in the order given: the turn sequence says so
     assert [(r[1], r[2], r[3]) for r in rows] == [("alice", "Li", "s1"), ("alice", "Ana", "s1")]
+    assert rows[0][4] is None and rows[1][4].startswith("Li: We picked pgvector")  # Ana's turn answers Li's
 
     assert main(["search", "HNSW index after the bulk load", "--owner", "alice"]) == 0
     assert written[1]["id"] in capsys.readouterr().out
