@@ -133,6 +133,7 @@ def test_validate_item_fills_defaults_strips_and_parses_times():
     ("task", {"title": "t", "at": True}, "at", "not true or false"),
     ("goal", {"title": "g", "priority": 10}, "priority", "from 0 to 9"),
     ("goal", {"title": "g", "progress": True}, "progress", "integer"),
+    ("goal", {"title": "g", "progress": 0.2}, "progress", "an integer from 0 to 100, got 0.2"),  # a fraction meant
     ("goal", {"title": "g", "active": "no"}, "active", "true or false"),
     ("task", {"title": "t\x00"}, "title", "NUL"),
     ("task", {"title": "t", "metadata": {"a": "\x00"}}, "metadata", "NUL"),

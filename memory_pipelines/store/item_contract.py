@@ -138,8 +138,8 @@ def _value(spec: FieldSpec, value: object, now: datetime | None) -> Any:
     if spec.kind == "int":
         if isinstance(value, float) and value.is_integer():
             value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError("must be an integer")
+        if isinstance(value, bool) or not isinstance(value, int):  # the range too: 0.2 meant as 20 % says how
+            raise ValueError(f"must be an integer from {spec.min} to {spec.max}, got {repr(value)[:60]}")
         if not spec.min <= value <= spec.max:  # type: ignore[operator]
             raise ValueError(f"must be from {spec.min} to {spec.max}, got {value}")
         return value
