@@ -287,14 +287,14 @@ def test_write_memory_ingests_each_turn_or_refuses_the_batch_naming_the_bad_one(
     command line only through `import`. Now `write memory` ingests one memory or a conversation's turns in
     order, found by the next search; a bad turn is named by its place and none of the batch is stored."""
     turns = [{"content": "We picked pgvector because PostgreSQL already runs here.", "content_type": "insight",
-              "project_name": "agent-mem", "speaker": "Li", "session": "s1"},
+              "project_name": "agent-mem", "speaker": "Li", "session": "s1", "at": "2026-11-01T10:00:00Z"},
              {"content": "Then the HNSW index goes in after the bulk load.", "content_type": "plan",
               "project_name": "agent-mem", "speaker": "Ana", "session": "s1"}]
     bad = [turns[0], {**turns[1], "content_type": "musing"}]
     assert main(["write", "memory", "--owner", "alice", "--json", json.dumps(bad)]) == 2
     assert "items[1].content_type: must be one of" in capsys.readouterr().err
     assert main(["write", "memory", "--owner", "alice", "--json", json.dumps({**turns[0], "mood": "calm"})]) == 2
-    assert "memory: not a memory field: mood" in capsys.readouterr().err
+    assert "error: mood: is not a field of a memory; the fields are content," in capsys.readouterr().err
     with pool.connection() as conn:
         assert conn.execute("SELECT count(*) FROM memories").fetchone()[0] == 0
 
@@ -302,10 +302,12 @@ def test_write_memory_ingests_each_turn_or_refuses_the_batch_naming_the_bad_one(
     written = json.loads(capsys.readouterr().out)
     assert [w["status"] for w in written] == ["created", "created"]
     with pool.connection() as conn:
-        rows = conn.execute("SELECT id, owner_id, speaker, session, context FROM memories ORDER BY turn").fetchall()
+        rows = conn.execute("SELECT id, owner_id, speaker, session, context, created_at FROM memories ORDER BY turn"
+                            ).fetchall()
     assert [r[0] for r in rows] == [w["id"] for w in written]  # in the order given: the turn sequence says so
     assert [(r[1], r[2], r[3]) for r in rows] == [("alice", "Li", "s1"), ("alice", "Ana", "s1")]
     assert rows[0][4] is None and rows[1][4].startswith("Li: We picked pgvector")  # Ana's turn answers Li's
+    assert rows[0][5].isoformat() == "2026-11-01T10:00:00+00:00"  # `at`, as an import row gives a memory's time
 
     assert main(["search", "HNSW index after the bulk load", "--owner", "alice"]) == 0
     assert written[1]["id"] in capsys.readouterr().out

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -50,24 +51,27 @@ def _owner(args: argparse.Namespace, memory: Any) -> str:
 
 
 def _checked_memories(owner: str, value: Any) -> list[dict[str, Any]]:
-    """The memories of a `write memory` (an object, or an array of them), every one checked before any is stored;
-    a bad one is named by its place (`items[2].content_type`)."""
-    from ...store.ingest.inputs import MemoryInput, validate_owner
+    """The memories of a `write memory` (an object, or an array of them), every one checked as an imported memory
+    row is (`import_checks.prepare_row`: `at` read as its time, an unknown field named) before any is stored; in
+    an array a bad one is named by its place (`items[2].content_type`)."""
+    from ...store.import_checks import prepare_row
+    from ...store.ingest import validate_owner
 
     validate_owner(owner)  # the owner's own error, not every item's
-    items = value if isinstance(value, list) else [value]
-    for i, item in enumerate(items):
-        where = f"items[{i}]" if isinstance(value, list) else "memory"
+    now = datetime.now(UTC)
+    batch = isinstance(value, list)
+    checked = []
+    for i, item in enumerate(value if batch else [value]):
         if not isinstance(item, dict):
-            raise ValidationError(where, f"must be a JSON object, got {type(item).__name__}")
+            raise ValidationError(f"items[{i}]" if batch else "memory",
+                                  f"must be a JSON object, got {type(item).__name__}")
         try:
-            MemoryInput.parse(owner, **item)
-        except TypeError as exc:  # an unknown member
-            raise ValidationError(where, str(exc)) from None
+            checked.append(prepare_row(item, source="memory", owner=owner, default_owner=None, now=now).item)
         except ValidationError as exc:
-            raise ValidationError(f"{where}.{exc.field}" if isinstance(value, list) else exc.field,
-                                  exc.message) from None
-    return items
+            if not batch:
+                raise
+            raise ValidationError(f"items[{i}].{exc.field}", exc.message) from None
+    return checked
 
 
 def _write_memories(memory: Any, owner: str, value: Any) -> Any:
