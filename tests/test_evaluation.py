@@ -84,3 +84,57 @@ def test_cached_embeddings_and_saved_rankings_make_a_rerun_identical_and_compara
     assert all(i.startswith("alice-0-") for i in rows[0]["rankings"]["hybrid"][:3])
     assert compare_runs(a, b, "hybrid")["overall"] == {"diff": 0.0, "ci": [0.0, 0.0], "a": first["hybrid"]["overall"][
         "recall@10"], "b": first["hybrid"]["overall"]["recall@10"], "n": 12}
+
+
+def _asked_early(folder: Path, field: dict | None) -> None:
+    """Each query of `_folder` also carries `field` (a time under `meta`), or loses its `meta`."""
+    path = folder / "queries.jsonl"
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    for r in rows:
+        r.pop("meta", None)
+        if field is not None:
+            r["meta"] = field
+    path.write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
+
+
+def test_asked_at_reads_a_query_field_and_nothing_written_later_is_searched(server_url, tmp_path):
+    folder = _folder(tmp_path)
+    # Asked on 2 March: of each topic's ten turns (written 1 to 10 March) only the first two existed then,
+    # so one of the three gold turns (written 3 March) cannot be found and nothing later may be ranked.
+    _asked_early(folder, {"orig_time": "2024-03-02T12:00:00"})
+    embedder = CachedEmbedder(FakeEmbedder(384), tmp_path / "cache")
+    plain = evaluate(server_url, embedder, folder, methods=("hybrid", "context"))
+    causal_rankings = tmp_path / "causal.jsonl"
+    causal = evaluate(server_url, embedder, folder, methods=("hybrid", "context"), asked_at="meta.orig_time",
+                      save_rankings=causal_rankings)
+    assert plain["hybrid"]["overall"]["recall@10"] == 1.0
+    assert causal["hybrid"]["overall"]["recall@10"] == pytest.approx(2 / 3, abs=1e-4)
+    assert causal["context"]["overall"]["recall@10"] == pytest.approx(2 / 3, abs=1e-4)
+    rows = [json.loads(line) for line in causal_rankings.read_text(encoding="utf-8").splitlines()]
+    days = {int(i.rsplit("-", 1)[1]) for r in rows for ranked in r["rankings"].values() for i in ranked}
+    assert days == {0, 1}
+
+
+def test_a_query_without_the_asked_at_field_is_named_before_any_work(server_url, tmp_path):
+    folder = _folder(tmp_path)
+    with pytest.raises(ValidationError) as err:
+        evaluate(server_url, FakeEmbedder(384), folder, asked_at="meta.orig_time")
+    assert err.value.field == "asked_at" and "'q-alice-0'" in str(err.value) and "meta.orig_time" in str(err.value)
+    _asked_early(folder, {"orig_time": "the second of March"})
+    with pytest.raises(ValidationError) as err:
+        evaluate(server_url, FakeEmbedder(384), folder, asked_at="meta.orig_time")
+    assert "must be an ISO time" in str(err.value) and "'the second of March'" in str(err.value)
+
+
+def test_eval_on_the_command_line_takes_asked_at(db_url, tmp_path):
+    from tests.test_cli import run_cli
+
+    folder = _folder(tmp_path)
+    _asked_early(folder, {"orig_time": "2024-03-02T12:00:00"})
+    env = {"DATABASE_URL": db_url, "MEMORY_PIPELINES_EMBEDDER": "fake"}
+    proc = run_cli(["eval", str(folder), "--json", "--asked-at", "meta.orig_time"], env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["hybrid"]["overall"]["recall@10"] == pytest.approx(2 / 3, abs=1e-4)
+    proc = run_cli(["eval", str(folder), "--json", "--asked-at", "meta.asked"], env)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "asked_at" in proc.stderr and "'q-alice-0'" in proc.stderr and "meta.asked" in proc.stderr

@@ -94,8 +94,18 @@ def _parse_time(value: str) -> datetime:
     return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
 
 
-def read_dataset(folder: Path) -> tuple[list[dict[str, Any]], list[Query]]:
-    """Memories and the queries that have gold evidence."""
+def _field(record: dict[str, Any], path: str) -> Any:
+    """The value at a dotted `path` of a JSON record (`meta.orig_time`), or None."""
+    value: Any = record
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def read_dataset(folder: Path, asked_at: str = "asked_at") -> tuple[list[dict[str, Any]], list[Query]]:
+    """Memories and the queries that have gold evidence. `asked_at`: the query field (a dotted path) read as
+    the time the question is asked, so nothing written after it is searched (`meta.orig_time` evaluates
+    realmem_dev causally, as its README describes)."""
     mem_path, q_path = folder / "memories.jsonl", folder / "queries.jsonl"
     for path in (mem_path, q_path):
         if not path.is_file():
@@ -111,16 +121,16 @@ def read_dataset(folder: Path) -> tuple[list[dict[str, Any]], list[Query]]:
             continue
         q = json.loads(line)
         if q.get("gold_ids"):
-            queries.append(
-                Query(
-                    q["id"],
-                    q["owner"],
-                    q["query"],
-                    list(q["gold_ids"]),
-                    q.get("category", "all"),
-                    _parse_time(q["asked_at"]),
-                )
-            )
+            when = _field(q, asked_at)
+            if not isinstance(when, str):
+                raise ValidationError("asked_at", f"query {q.get('id')!r} in {q_path} has no time at {asked_at!r}")
+            try:
+                at = _parse_time(when)
+            except ValueError:
+                raise ValidationError(
+                    "asked_at", f"query {q.get('id')!r}: {asked_at} must be an ISO time, got {when!r}"
+                ) from None
+            queries.append(Query(q["id"], q["owner"], q["query"], list(q["gold_ids"]), q.get("category", "all"), at))
     return memories, queries
 
 
@@ -286,6 +296,7 @@ def evaluate(
     save_rankings: Path | None = None,
     sessions: bool = True,
     methods: Sequence[str] = METHODS,
+    asked_at: str = "asked_at",
 ) -> dict[str, Any]:
     """Run the whole evaluation; returns {method: {category: {metric: value, metric_ci: [lo, hi], n}}}
     (see `summarise`).
@@ -294,6 +305,7 @@ def evaluate(
     `save_rankings` is a JSONL file to write every query's rankings to (`write_rankings`). `sessions=False`
     loads the memories without their sessions (no conversation context, nothing to lift): an ablation.
     `methods`: which of METHODS to run (all by default; the dev battery runs the channels, hybrid and context).
+    `asked_at`: the query field read as the time each question is asked (`read_dataset`).
     """
     unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods:
@@ -302,7 +314,7 @@ def evaluate(
         raise ValidationError("mode", f"must be one of {list(CONTEXT_MODES)}")
     if not MIN_BUDGET <= budget <= MAX_BUDGET:
         raise ValidationError("budget", f"must be an integer from {MIN_BUDGET} to {MAX_BUDGET}")
-    memories, queries = read_dataset(folder)
+    memories, queries = read_dataset(folder, asked_at)
     if limit:
         queries = queries[:limit]
     with scratch_database(server_url, embedder.dimension, embedder.model_name) as url:

@@ -207,7 +207,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     results = evaluate(database_url(settings), embedder, Path(args.dir), bar=_bar, limit=args.limit,
                        mode=args.mode, budget=args.budget,
                        save_rankings=Path(args.save_rankings) if args.save_rankings else None,
-                       sessions=not args.no_sessions)
+                       sessions=not args.no_sessions, asked_at=args.asked_at)
     if args.embedding_cache:
         print(f"embedding cache {args.embedding_cache}: {embedder.hits} texts read, {embedder.misses} embedded",
               file=sys.stderr)
@@ -289,6 +289,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-sessions", action="store_true",
                    help="load the memories without their `session` (no previous-turn context, no neighbour lift): "
                    "an ablation of conversation-aware indexing")
+    p.add_argument("--asked-at", default="asked_at", metavar="FIELD",
+                   help="the query field (a dotted path) read as the time each question is asked: memories "
+                   "written after it are not searched (default asked_at; meta.orig_time evaluates realmem_dev "
+                   "causally)")
     p.add_argument("--limit", type=int, help="evaluate only the first N queries")
     p.add_argument("--mode", default="chat", choices=CONTEXT_MODES, help="mode of the context builds (default chat)")
     p.add_argument("--budget", type=int, default=MAX_BUDGET,
