@@ -49,10 +49,12 @@ def test_the_embedded_test_server_runs_with_them(server_url):
 
 
 def test_pooled_sessions_plan_every_execution_and_skip_jit(pool):
-    """get_pool configures every connection (the pool fixture comes from it)."""
+    """get_pool configures every connection (the pool fixture comes from it): a random read priced as the cached or
+    SSD store pays it, so a week of an owner's memories is read through her (owner, created_at) index."""
     with pool.connection() as conn:
         assert conn.execute("SHOW plan_cache_mode").fetchone()[0] == "force_custom_plan"
         assert conn.execute("SHOW jit").fetchone()[0] == "off"
+        assert float(conn.execute("SHOW random_page_cost").fetchone()[0]) == 1.1
 
 
 def test_pooled_sessions_read_vectors_as_float32_arrays_and_json_as_utf8(pool):
