@@ -49,8 +49,8 @@ def test_the_embedded_test_server_runs_with_them(server_url):
 
 
 def test_pooled_sessions_plan_every_execution_and_skip_jit(pool):
-    """get_pool configures every connection (the pool fixture comes from it): a random read priced as the cached or
-    SSD store pays it, so a week of an owner's memories is read through her (owner, created_at) index."""
+    """get_pool configures every connection (the pool fixture comes from it), random_page_cost included (its effect on
+    plans at 100k rows is measured by bench/context_latency.py, not here)."""
     with pool.connection() as conn:
         assert conn.execute("SHOW plan_cache_mode").fetchone()[0] == "force_custom_plan"
         assert conn.execute("SHOW jit").fetchone()[0] == "off"
