@@ -219,6 +219,14 @@ class Memory:
         owner = _owner(owner)
         return list_projects(self.pool, owner)
 
+    def rename_project(self, owner: str, project_key: str, project_name: str) -> dict[str, Any]:
+        """Give one of the owner's projects a new name (its key stays); its memories are embedded and indexed
+        again with it by the next refresh."""
+        from .store.rename import rename_project
+
+        owner = _owner(owner)
+        return rename_project(self.pool, owner, project_key, project_name)
+
     # -- keys --------------------------------------------------------------------------------------------------
 
     def create_key(self, owner: str, name: str | None = None) -> tuple[str, str]:

@@ -88,14 +88,15 @@ def test_every_endpoint_documents_its_answer_errors_and_what_it_does(spec):
             assert "404" in codes, where
         if method == "post":
             assert {"400", "413"} <= codes, where
-    assert seen == 17 + 16 + 10  # the item resources (5 sources × write, batch, update; relevant) and the ways out
+    # the item resources (5 sources × write, batch, update; relevant), the ways out, and renaming a project
+    assert seen == 17 + 16 + 10 + 1
 
 
 def test_request_examples_are_valid_and_never_name_the_owner(spec):
     bodies = {"SearchRequest": m.SearchRequest, "RelatedRequest": m.RelatedRequest, "IngestRequest": m.IngestRequest,
               "ContextRequest": m.ContextRequest, "FeedbackRequest": m.FeedbackRequest,
               "ImplicitFeedbackRequest": m.ImplicitFeedbackRequest,
-              "RelevantLearningsRequest": it.RelevantLearningsRequest,
+              "RelevantLearningsRequest": it.RelevantLearningsRequest, "ProjectRename": m.ProjectRename,
               **{model.__name__: model for model in [*it.ITEM_MODELS.values(), *it.BATCH_MODELS.values(),
                                                       *it.CHANGE_MODELS.values()]}}
     posts = [op for method, _p, op in _operations(spec) if method in ("post", "patch")]
@@ -176,6 +177,7 @@ def test_real_answers_match_the_documented_models_field_for_field(app, live, run
         ("GET", "/memories/timeline", "/memories/timeline", {"limit": 1}),
         ("GET", "/memories/{memory_id}/versions", f"/memories/{zh['id']}/versions", None),
         ("GET", "/projects", "/projects", None),
+        ("PATCH", "/projects/{project_key}", "/projects/agent-mem", {"project_name": "Agent memory"}),
         ("POST", "/api/learnings/relevant", "/api/learnings/relevant", {"task_type": "dev"}),
         ("GET", "/api/owner/export", "/api/owner/export", None),
         *(("DELETE", f"/api/{plural}/{{ref}}", f"/api/{plural}/{item}", None) for plural, item in gone.items()),
@@ -237,6 +239,8 @@ def test_request_examples_succeed_as_written(spec, live, runtime):
         for body in schemas[name]["examples"]:
             answer = c.post(path, json=body)
             assert answer.status_code == 200, (path, answer.text)
+    renamed = c.patch("/projects/agent-mem", json=example("ProjectRename"))  # the ingest examples' project
+    assert renamed.status_code == 200 and renamed.json()["renamed"], renamed.text
     # The ones that name an id answer 404 (documented) for an id this owner does not have, never 422 ...
     assert c.post("/api/brain/memory/search-related", json=example("RelatedRequest")).status_code == 404
     assert c.post("/api/brain/memory/feedback", json=example("FeedbackRequest")).status_code == 404

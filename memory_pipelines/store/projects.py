@@ -34,3 +34,27 @@ def ensure_project(
         (owner_id, project_key, project_name or project_key, machine_name, project_path),
     ).fetchone()
     return str(row[0])
+
+
+def named_project_key(conn: psycopg.Connection, owner: str, name: str) -> str | None:
+    """The key of the owner's project that a renaming gave this name, when no project has the key it derives."""
+    row = conn.execute(
+        "SELECT p.project_key FROM projects p WHERE p.owner_id = %s AND p.project_name = %s"
+        " AND NOT EXISTS (SELECT 1 FROM projects d WHERE d.owner_id = %s AND d.project_key = %s)"
+        " ORDER BY p.created_at LIMIT 1",
+        (owner, name, owner, project_key_from_name(name)),
+    ).fetchone()
+    return row[0] if row else None
+
+
+def key_hint(conn: psycopg.Connection, owner: str, name: str) -> str:
+    """A hint for a project name given as its key: the keys of the owner's projects named so, or ''."""
+    keys = [r[0] for r in conn.execute(
+        "SELECT project_key FROM projects WHERE owner_id = %s AND project_name = %s ORDER BY project_key",
+        (owner, name))]
+    if not keys:
+        return ""
+    if len(keys) == 1:
+        return f" (key); the project named {name!r} has key {keys[0]!r}"
+    return f" (key); the projects named {name!r} have keys {', '.join(repr(k) for k in keys)}"
+

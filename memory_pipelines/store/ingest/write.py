@@ -23,7 +23,7 @@ memory is about. A REPLACE keeps the original `created_at` and sets the new `ts`
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,7 +36,7 @@ from ...infra.llm import ChatLLM
 from ...text.chunks import chunk_text
 from ..arbitration import EXTRACTIVE_PENDING, Decision, arbitrate, summarise
 from ..memories import new_memory_id, previous_turn
-from ..projects import ensure_project
+from ..projects import ensure_project, named_project_key
 from .inputs import MemoryInput
 from .rows import (
     NewContent,
@@ -111,6 +111,13 @@ def _texts(
         return texts_for(conn, chunks, inp.speaker, name, inp.content_type, created_at, context), context
 
 
+def _renamed(pool: ConnectionPool, inp: MemoryInput) -> MemoryInput:
+    """`inp` filed under the project a renaming gave its name, if one did (else as derived from the name)."""
+    with pool.connection() as conn:
+        key = named_project_key(conn, inp.owner, inp.project_name)
+    return replace(inp, project_key=key) if key else inp
+
+
 def ingest_memory(
     pool: ConnectionPool,
     embedder: Embedder,
@@ -130,6 +137,8 @@ def ingest_memory(
     keyword-searchable at once): the server's `worker.EmbedWorker` or the pipelines embed and arbitrate it,
     as after a provider outage."""
     inp = MemoryInput.parse(owner, **fields)
+    if fields.get("project_key") is None:  # a name alone: a renamed project answers to its new name
+        inp = _renamed(pool, inp)
     threshold = (
         conflict_threshold if conflict_threshold is not None else conflict_threshold_for(embedder.model_name)
     )

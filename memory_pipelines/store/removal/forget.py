@@ -35,6 +35,7 @@ from ...vocabulary import MAX_ID
 from ..ingest import validate_owner
 from ..ingest.rows import lock_project
 from ..memories import CONTEXT_CHARS, fragment_id
+from ..projects import key_hint
 from .audit import CLI_ACTOR, check_actor, write_audit
 from .unindex import scrub_log, unindex
 
@@ -258,7 +259,7 @@ def drop_project(pool: ConnectionPool, owner: str, project_key: str, *, actor: s
             "SELECT id::text FROM projects WHERE owner_id = %s AND project_key = %s FOR UPDATE", (owner, key)
         ).fetchone()
         if row is None:
-            raise NotFoundError(f"no project {key!r}{_named(conn, owner, key)}")
+            raise NotFoundError(f"no project {key!r}{key_hint(conn, owner, key)}")
         project_id = row[0]
         lock_project(conn, project_id)
         ids = [r[0] for r in conn.execute(
@@ -270,15 +271,3 @@ def drop_project(pool: ConnectionPool, owner: str, project_key: str, *, actor: s
         counts["projects"] = conn.execute("DELETE FROM projects WHERE id = %s", (project_id,)).rowcount
         audit = write_audit(conn, owner, actor, "drop_project", source="project", item_id=key, counts=counts)
     return {"project_key": key, "removed": _nonzero(counts), "audit_id": audit}
-
-
-def _named(conn: psycopg.Connection, owner: str, name: str) -> str:
-    """A hint for a project name given as its key: the keys of the owner's projects named so, or ''."""
-    keys = [r[0] for r in conn.execute(
-        "SELECT project_key FROM projects WHERE owner_id = %s AND project_name = %s ORDER BY project_key",
-        (owner, name))]
-    if not keys:
-        return ""
-    if len(keys) == 1:
-        return f" (key); the project named {name!r} has key {keys[0]!r}"
-    return f" (key); the projects named {name!r} have keys {', '.join(repr(k) for k in keys)}"

@@ -1,6 +1,6 @@
 """CLI commands for items: `import` (a JSON Lines, CSV or Parquet file), `write` and `update` (one item, or a
-batch, as JSON), `learnings-relevant` (the learnings spec's relevance search). They call the library as HTTP's
-/api/{source} routes and MCP's mem.record_* tools do."""
+batch, as JSON), `rename-project`, `learnings-relevant` (the learnings spec's relevance search). They call the
+library as HTTP's /api/{source} routes and MCP's mem.record_* tools do."""
 
 from __future__ import annotations
 
@@ -104,6 +104,19 @@ def cmd_update(args: argparse.Namespace) -> int:
     changes = read_json_arg(args)
     memory = _memory()
     _print_json(memory.update(_owner(args, memory), args.source, args.ref, changes))
+    return 0
+
+
+def cmd_rename_project(args: argparse.Namespace) -> int:
+    memory = _memory()
+    out = memory.rename_project(_owner(args, memory), args.project_key, args.name)
+    if args.json:
+        _print_json(out)
+    elif out["renamed"]:
+        print(f"renamed project {out['project_key']}: {out['previous_name']!r} -> {out['project_name']!r} "
+              f"({out['fragments_pending']} fragments to embed again on the next refresh)")
+    else:
+        print(f"project {out['project_key']} is named {out['project_name']!r} already")
     return 0
 
 
@@ -288,6 +301,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--owner", help=OWNER_HELP)
     _json_input(p, "the fields to change, e.g. '{\"status\": \"completed\"}'")
     p.set_defaults(func=cmd_update)
+
+    p = sub.add_parser("rename-project", help="give a project a new name (its key stays; writes by the new name "
+                       "file there too)")
+    p.add_argument("project_key", help="the project's key (GET /projects)")
+    p.add_argument("name", help="the new name")
+    p.add_argument("--owner", help=OWNER_HELP)
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=cmd_rename_project)
 
     p = sub.add_parser("learnings-relevant", help="the owner's learnings most relevant to a task: task type, "
                        "failure class, trigger event, failure patterns, freshness (the learnings spec)")

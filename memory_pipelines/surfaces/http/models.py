@@ -114,6 +114,15 @@ class TaskContext(_Body):
         = Field(None, description="The event that started it, e.g. task_failed.")
 
 
+class ProjectRename(_Body):
+    """`PATCH /projects/{project_key}`: the project's new name (its key stays)."""
+
+    model_config = _examples({"project_name": "Agent memory"})
+
+    project_name: Name = Field(description="The new name; not another of your projects' name or key.")
+    owner_id: OwnerField = None
+
+
 class ContextRequest(_Body):
     """Token-budgeted context (the context-builder spec)."""
 

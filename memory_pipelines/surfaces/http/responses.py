@@ -451,3 +451,16 @@ class Projects(_Out):
                                             "memory_count": 12, "last_updated": _WHEN}]})
 
     projects: list[Project]
+
+
+class ProjectRenamed(_Out):
+    """A project renamed: its key stays; the next refresh embeds and indexes its memories with the new name."""
+
+    model_config = _examples({"project_key": "agent-mem", "project_name": "Agent memory",
+                              "previous_name": "agent-mem", "renamed": True, "fragments_pending": 24})
+
+    project_key: str
+    project_name: str
+    previous_name: str
+    renamed: bool = Field(description="False when the project had this name already (nothing changed).")
+    fragments_pending: int = Field(description="Its memories' fragments waiting for the next embedding refresh.")

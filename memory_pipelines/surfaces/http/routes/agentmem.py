@@ -15,7 +15,7 @@ from ...encode import to_json
 from .. import models as m
 from .. import responses as r
 from ..deps import MemoryDep, Owner, same_owner
-from ..errors import READ, WRITE, StrictJsonRoute, errors, not_found
+from ..errors import BAD_REQUEST, READ, TOO_LARGE, WRITE, StrictJsonRoute, errors, not_found
 
 router = APIRouter(tags=["memory centre"], route_class=StrictJsonRoute)
 
@@ -110,3 +110,17 @@ def memories_versions(memory_id: Annotated[m.ItemId, Path(description="A memory 
 def projects(owner: Owner, memory: MemoryDep) -> JSONResponse:
     """The owner's projects with their active memory counts, most recently updated first."""
     return to_json({"projects": memory.projects(owner)})
+
+
+@router.patch("/projects/{project_key:path}", summary="Rename a project", response_model=r.ProjectRenamed,
+              responses=errors(BAD_REQUEST, TOO_LARGE, not_found("project", "no project 'web-app'")))
+def rename_project(project_key: Annotated[m.Name, Path(description="A project key from GET /projects.")],
+                   body: m.ProjectRename, owner: Owner, memory: MemoryDep) -> JSONResponse:
+    """Give one of your projects a new name. Its key stays, so writes and filters by the key are unchanged; a
+    write giving only the new name files there too. Search, timeline and export show the new name at once; the
+    model reads it in each memory's text, so the next refresh (`memory-pipelines embed`, or the pipelines)
+    embeds and indexes its memories again (until then they are found with the old vectors and terms). A name
+    that is another of your projects' name, or the key it derives, is a 422 naming `project_name`, and nothing
+    changes."""
+    same_owner(body.owner_id, owner)
+    return to_json(memory.rename_project(owner, project_key, body.project_name))
