@@ -57,4 +57,3 @@ def key_hint(conn: psycopg.Connection, owner: str, name: str) -> str:
     if len(keys) == 1:
         return f" (key); the project named {name!r} has key {keys[0]!r}"
     return f" (key); the projects named {name!r} have keys {', '.join(repr(k) for k in keys)}"
-

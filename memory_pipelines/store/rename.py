@@ -56,4 +56,3 @@ def _check_free(conn: psycopg.Connection, owner: str, project_id: str, name: str
     if other is not None:
         raise ValidationError("project_name", f"{name!r} already names project {other[0]!r} (by its name or the key"
                                               " it derives); give another name")
-
