@@ -94,12 +94,14 @@ class Memory:
         return resolve_key(self.pool, key) if key else None
 
     def search(self, owner: str, query: str, *, mode: str = "hybrid", sources: Sequence[str] | None = None,
-               limit: int = 10) -> SearchResult:
-        """Semantic, keyword or hybrid search over the owner's tasks, learnings, capabilities and memories."""
+               limit: int = 10, exclude_session: str | None = None) -> SearchResult:
+        """Semantic, keyword or hybrid search over the owner's tasks, learnings, capabilities and memories;
+        `exclude_session` leaves out the memories of that conversation (the one the query is part of)."""
         from .retrieval.search import SearchFilters, search
+        from .vocabulary import SEARCH_SOURCES
 
         owner = _owner(owner)
-        filters = SearchFilters(sources=tuple(sources)) if sources else SearchFilters()
+        filters = SearchFilters(sources=tuple(sources) if sources else SEARCH_SOURCES, exclude_session=exclude_session)
         return search(self.pool, self.embedder, owner, query, mode=mode, filters=filters, limit=limit)
 
     def summary(self, owner: str, query: str, *, top_k: int = 5, mode: str = "hybrid") -> dict[str, Any]:
@@ -123,15 +125,17 @@ class Memory:
         owner = _owner(owner)
         return related(self.pool, self.embedder, owner, base_id, top_k=top_k, exclude_self=exclude_self)
 
-    def context(self, owner: str, query: str, *, mode: str = "execute",
-                token_budget: int = DEFAULT_BUDGET, task: Mapping[str, Any] | None = None) -> ContextResult:
+    def context(self, owner: str, query: str, *, mode: str = "execute", token_budget: int = DEFAULT_BUDGET,
+                task: Mapping[str, Any] | None = None, exclude_session: str | None = None) -> ContextResult:
         """The token-budgeted context block for a query (logged for feedback and tuning). `task`: {task_type,
-        failure_class, event_type} of the work at hand; learnings matching it rank higher (the learnings spec)."""
+        failure_class, event_type} of the work at hand; learnings matching it rank higher (the learnings spec).
+        `exclude_session`: the conversation the query is part of, whose memories the agent holds already."""
         from .context.builder import build_memory_context
 
         owner = _owner(owner)
         return build_memory_context(self.pool, self.embedder, owner, query, mode=mode, token_budget=token_budget,
-                                    exploration=self.settings.explore_rate, task=task)
+                                    exploration=self.settings.explore_rate, task=task,
+                                    exclude_session=exclude_session)
 
     def feedback(self, owner: str, retrieval_id: str, used_ids: Sequence[str]) -> int:
         """Mark which injected items of one of the owner's builds were used; returns how many were marked."""

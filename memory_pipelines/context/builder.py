@@ -15,6 +15,7 @@ from psycopg_pool import ConnectionPool
 
 from ..embeddings import Embedder
 from ..infra.errors import ValidationError
+from ..retrieval.filters import SearchFilters
 from ..retrieval.learnings import task_query
 from ..retrieval.query import Query, embed_query, no_keyword_match
 from ..vocabulary import CONTEXT_MODES, DEFAULT_BUDGET, MAX_BUDGET, MIN_BUDGET
@@ -127,6 +128,7 @@ def build_memory_context(
     depth: int = 20,
     exploration: float | None = None,
     task: Mapping[str, Any] | None = None,
+    exclude_session: str | None = None,
 ) -> ContextResult:
     """The context block for `query` within `token_budget` tokens, for one owner.
 
@@ -137,8 +139,11 @@ def build_memory_context(
     off when unset); such builds are logged as randomized for unbiased offline evaluation.
     `task` ({task_type, failure_class, event_type}): the learnings matching it join the candidates and rank by the
     learnings spec's score too.
+    `exclude_session`: the conversation the query is part of; its memories are left out (the agent holds its turns).
     """
     checked = _validate(query, mode, token_budget)
+    if exclude_session is not None:
+        SearchFilters(exclude_session=exclude_session).validated()  # refused before any work, naming the field
     task_q = task_query(task, "task.") if task is not None else None
     t0 = time.perf_counter()
     now = as_of or datetime.now(UTC)
@@ -148,7 +153,8 @@ def build_memory_context(
         qvec, degraded = embed_query(embedder, query, owner)
     t_embed = time.perf_counter()
     config = active_config(pool)
-    semantic = _executor.submit(semantic_candidates, pool, embedder, owner, checked, qvec, as_of, depth)
+    semantic = _executor.submit(semantic_candidates, pool, embedder, owner, checked, qvec, as_of, depth,
+                                exclude_session)
     events = _executor.submit(event_candidates, pool, embedder, owner, checked, qvec, mode, now)
     profile = _executor.submit(load_profile, pool, owner, mode)
     matched = _executor.submit(task_learnings, pool, owner, task_q, now, depth) if task_q else None

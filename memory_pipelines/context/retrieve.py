@@ -106,9 +106,12 @@ def semantic_candidates(
     qvec: np.ndarray | None,
     as_of: datetime | None,
     depth: int = 20,
+    exclude_session: str | None = None,
 ) -> list[Candidate]:
-    """Hybrid search over tasks, learnings, capabilities and memories (keywords only without a vector)."""
-    return _search(pool, embedder, owner, query, qvec, SearchFilters(sources=SEARCH_SOURCES, as_of=as_of), depth)
+    """Hybrid search over tasks, learnings, capabilities and memories (keywords only without a vector);
+    `exclude_session`: leave that conversation's memories out."""
+    filters = SearchFilters(sources=SEARCH_SOURCES, as_of=as_of, exclude_session=exclude_session)
+    return _search(pool, embedder, owner, query, qvec, filters, depth)
 
 
 def event_candidates(

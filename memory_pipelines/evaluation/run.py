@@ -87,6 +87,8 @@ class Query:
     gold: list[str]
     category: str
     asked_at: datetime
+    session: str | None = None
+    """The conversation the query is part of, whose memories it leaves out (`read_dataset`'s `exclude_session`)."""
 
 
 def _parse_time(value: str) -> datetime:
@@ -102,10 +104,13 @@ def _field(record: dict[str, Any], path: str) -> Any:
     return value
 
 
-def read_dataset(folder: Path, asked_at: str = "asked_at") -> tuple[list[dict[str, Any]], list[Query]]:
+def read_dataset(
+    folder: Path, asked_at: str = "asked_at", exclude_session: str | None = None
+) -> tuple[list[dict[str, Any]], list[Query]]:
     """Memories and the queries that have gold evidence. `asked_at`: the query field (a dotted path) read as
     the time the question is asked, so nothing written after it is searched (`meta.orig_time` evaluates
-    realmem_dev causally, as its README describes)."""
+    realmem_dev causally, as its README describes). `exclude_session`: the query field naming the conversation
+    it is part of, whose memories its searches and builds leave out, as its caller would (`meta.session`)."""
     mem_path, q_path = folder / "memories.jsonl", folder / "queries.jsonl"
     for path in (mem_path, q_path):
         if not path.is_file():
@@ -130,7 +135,14 @@ def read_dataset(folder: Path, asked_at: str = "asked_at") -> tuple[list[dict[st
                 raise ValidationError(
                     "asked_at", f"query {q.get('id')!r}: {asked_at} must be an ISO time, got {when!r}"
                 ) from None
-            queries.append(Query(q["id"], q["owner"], q["query"], list(q["gold_ids"]), q.get("category", "all"), at))
+            session = None
+            if exclude_session is not None:
+                session = _field(q, exclude_session)
+                if not isinstance(session, str) or not session.strip():
+                    raise ValidationError("exclude_session",
+                                          f"query {q.get('id')!r} in {q_path} has no session at {exclude_session!r}")
+            queries.append(Query(q["id"], q["owner"], q["query"], list(q["gold_ids"]), q.get("category", "all"), at,
+                                 session))
     return memories, queries
 
 
@@ -197,7 +209,7 @@ def rankings(
     10); `hybrid_matched` is hybrid search cut to that many items, so the two are compared item for item.
     """
     qvec = embedder.embed_query(focus(q.query).embed_text)  # a long query by its last turns, as search does
-    f = SearchFilters(sources=("memory",), as_of=q.asked_at)
+    f = SearchFilters(sources=("memory",), as_of=q.asked_at, exclude_session=q.session)
     out: dict[str, list[str]] = {}
     for method, m in SEARCH_METHODS.items():
         if method not in methods:
@@ -219,6 +231,7 @@ def rankings(
         as_of=q.asked_at,
         query_vector=qvec,
         log_build=False,
+        exclude_session=q.session,
     )
     out["context"] = [i.id for i in ctx.items if i.source == "memory"][:10]
     if "hybrid" in out:
@@ -297,6 +310,7 @@ def evaluate(
     sessions: bool = True,
     methods: Sequence[str] = METHODS,
     asked_at: str = "asked_at",
+    exclude_session: str | None = None,
 ) -> dict[str, Any]:
     """Run the whole evaluation; returns {method: {category: {metric: value, metric_ci: [lo, hi], n}}}
     (see `summarise`).
@@ -305,7 +319,8 @@ def evaluate(
     `save_rankings` is a JSONL file to write every query's rankings to (`write_rankings`). `sessions=False`
     loads the memories without their sessions (no conversation context, nothing to lift): an ablation.
     `methods`: which of METHODS to run (all by default; the dev battery runs the channels, hybrid and context).
-    `asked_at`: the query field read as the time each question is asked (`read_dataset`).
+    `asked_at`: the query field read as the time each question is asked; `exclude_session`: the query field
+    naming its conversation, left out of its searches and builds (`read_dataset`).
     """
     unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods:
@@ -314,7 +329,7 @@ def evaluate(
         raise ValidationError("mode", f"must be one of {list(CONTEXT_MODES)}")
     if not MIN_BUDGET <= budget <= MAX_BUDGET:
         raise ValidationError("budget", f"must be an integer from {MIN_BUDGET} to {MAX_BUDGET}")
-    memories, queries = read_dataset(folder, asked_at)
+    memories, queries = read_dataset(folder, asked_at, exclude_session)
     if limit:
         queries = queries[:limit]
     with scratch_database(server_url, embedder.dimension, embedder.model_name) as url:

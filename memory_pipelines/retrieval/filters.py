@@ -7,18 +7,21 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from ..infra.errors import ValidationError
-from ..vocabulary import CONTENT_TYPES, RANKED_SOURCES, SEARCH_SOURCES, SOURCES
+from ..vocabulary import CONTENT_TYPES, MAX_NAME, RANKED_SOURCES, SEARCH_SOURCES, SOURCES
 
 
 @dataclass(frozen=True)
 class SearchFilters:
-    """Filters applied inside every query. `memory_types` keeps only memories of those content types."""
+    """Filters applied inside every query. `memory_types` keeps only memories of those content types;
+    `exclude_session` leaves out the memories written with that session (the conversation a query is part of,
+    whose turns its caller holds already)."""
 
     sources: tuple[str, ...] = SEARCH_SOURCES
     memory_types: tuple[str, ...] | None = None
     project: str | None = None
     time_range_days: float | None = None
     as_of: datetime | None = None
+    exclude_session: str | None = None
 
     def validated(self) -> SearchFilters:
         bad = [s for s in self.sources if s not in RANKED_SOURCES]
@@ -32,6 +35,11 @@ class SearchFilters:
                 raise ValidationError("memory_types", f"must be a non-empty subset of {list(CONTENT_TYPES)}")
         if self.time_range_days is not None and not self.time_range_days > 0:
             raise ValidationError("time_range_days", "must be a positive number of days")
+        if self.exclude_session is not None and (
+            not isinstance(self.exclude_session, str) or not self.exclude_session.strip()
+            or len(self.exclude_session) > MAX_NAME
+        ):
+            raise ValidationError("exclude_session", f"must be a non-empty string of at most {MAX_NAME} characters")
         sources = self.sources
         if self.memory_types is not None:
             chunked = tuple(s for s in SEARCH_SOURCES if SOURCES[s].chunked)  # content types are theirs
@@ -50,6 +58,9 @@ def where_clauses(source: str, owner: str, f: SearchFilters, params: dict) -> li
     if f.memory_types is not None and src.chunked:
         params["memory_types"] = list(f.memory_types)
         clauses.append("t.content_type = ANY(%(memory_types)s)")
+    if f.exclude_session is not None and src.chunked:  # memories are the source written with sessions
+        params["exclude_session"] = f.exclude_session.strip()
+        clauses.append("t.session IS DISTINCT FROM %(exclude_session)s")
     if f.as_of is not None:
         params["as_of"] = f.as_of
         clauses.append("t.created_at <= %(as_of)s")

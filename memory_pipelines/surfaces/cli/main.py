@@ -171,10 +171,12 @@ def cmd_context(args: argparse.Namespace) -> int:
     memory = _memory()
     owner = args.owner or memory.settings.default_owner
     try:
-        result = memory.context(owner, args.query, mode=args.mode, token_budget=args.budget)
+        result = memory.context(owner, args.query, mode=args.mode, token_budget=args.budget,
+                                exclude_session=args.exclude_session)
     except ValidationError as exc:
-        if exc.field == "token_budget":  # the flag the user typed
-            raise ValidationError("--budget", exc.message) from None
+        flag = {"token_budget": "--budget", "exclude_session": "--exclude-session"}.get(exc.field)
+        if flag:  # the flag the user typed
+            raise ValidationError(flag, exc.message) from None
         raise
     if args.json:
         print(json.dumps(result.as_dict(), ensure_ascii=False, indent=2, default=str))
@@ -207,7 +209,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     results = evaluate(database_url(settings), embedder, Path(args.dir), bar=_bar, limit=args.limit,
                        mode=args.mode, budget=args.budget,
                        save_rankings=Path(args.save_rankings) if args.save_rankings else None,
-                       sessions=not args.no_sessions, asked_at=args.asked_at)
+                       sessions=not args.no_sessions, asked_at=args.asked_at,
+                       exclude_session=args.exclude_session)
     if args.embedding_cache:
         print(f"embedding cache {args.embedding_cache}: {embedder.hits} texts read, {embedder.misses} embedded",
               file=sys.stderr)
@@ -268,6 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", default="execute", choices=CONTEXT_MODES)
     p.add_argument("--budget", type=int, default=DEFAULT_BUDGET,
                    help=f"token budget, {MIN_BUDGET}-{MAX_BUDGET} (default {DEFAULT_BUDGET})")
+    p.add_argument("--exclude-session", metavar="SESSION",
+                   help="leave out the memories of this conversation (the one the query is part of)")
     p.add_argument("--json", action="store_true", help="print the block, items and factors as JSON")
 
     p = sub.add_parser(
@@ -293,6 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the query field (a dotted path) read as the time each question is asked: memories "
                    "written after it are not searched (default asked_at; meta.orig_time evaluates realmem_dev "
                    "causally)")
+    p.add_argument("--exclude-session", metavar="FIELD",
+                   help="the query field (a dotted path) naming the conversation it is part of: its memories are "
+                   "left out, as a caller holding its turns would ask (meta.session on realmem_dev)")
     p.add_argument("--limit", type=int, help="evaluate only the first N queries")
     p.add_argument("--mode", default="chat", choices=CONTEXT_MODES, help="mode of the context builds (default chat)")
     p.add_argument("--budget", type=int, default=MAX_BUDGET,

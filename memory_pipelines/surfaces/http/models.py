@@ -129,7 +129,9 @@ class ContextRequest(_Body):
     model_config = _examples({"query": "fix the login cookie bug", "mode": "debug", "tokenBudget": 800},
                              {"query": "the deploy fails with 502s", "mode": "debug",
                               "task": {"task_type": "dev", "failure_class": "GATEWAY_TIMEOUT",
-                                       "event_type": "task_failed"}})
+                                       "event_type": "task_failed"}},
+                             {"query": "and the hotel we picked?", "mode": "chat",
+                              "exclude_session": "trip-planning-2026-01-20"})
 
     query: Query = Field(description="The task or question the agent is working on, any language.")
     mode: ContextMode = Field("execute", description="plan | execute | debug | chat: weighs the sources "
@@ -137,6 +139,9 @@ class ContextRequest(_Body):
     token_budget: Int = Field(DEFAULT_BUDGET, alias="tokenBudget", ge=MIN_BUDGET, le=MAX_BUDGET,
                               description="cl100k tokens the block may use, the profile included.")
     task: TaskContext | None = Field(None, description="The task at hand, to rank the learnings that match it.")
+    exclude_session: Name | None = Field(None, description=(
+        "The conversation the query is part of (the `session` its turns were written with): its memories are "
+        "left out, as the agent holds them already."))
     owner_id: OwnerField = None
 
 
