@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import anyio
 import httpx
 import pytest
 
@@ -14,7 +15,11 @@ from memory_pipelines.embeddings import FakeEmbedder
 from memory_pipelines.evaluation.run import evaluate
 from memory_pipelines.infra.auth import create_key
 from memory_pipelines.infra.errors import ValidationError
+from memory_pipelines.surfaces.mcp import build_http_app
+from tests.test_api import LiveServer
 from tests.test_evaluation import _asked_early, _folder
+from tests.test_mcp import _client as mcp_client
+from tests.test_mcp import data, error_text
 
 TURNS = {  # session -> turns about one trip, so every turn matches the query
     "trip-1": ["We booked the Lisbon trip for the first week of May.", "The Lisbon hotel is near the river."],
@@ -73,6 +78,22 @@ def test_context_over_http_takes_exclude_session(memory, live, runtime):
     assert _sessions(memory, "alice", ids) == ["trip-2", "trip-2"]
     bad = c.post("/api/brain/memory/context", json={"query": QUERY, "exclude_session": ""})
     assert bad.status_code == 422 and bad.json()["field"] == "exclude_session"
+
+
+def test_mcp_context_takes_exclude_session(memory, runtime):
+    key = create_key(runtime.pool, "alice")[1]
+
+    async def main(url: str) -> None:
+        async with mcp_client(url, key) as c:
+            built = data(await c.call_tool("mem.context", {"query": QUERY, "mode": "chat",
+                                                           "exclude_session": "trip-2"}))
+            ids = [i["id"] for i in built["items"] if i["source"] == "memory"]
+            assert _sessions(memory, "alice", ids) == ["trip-1", "trip-1"]
+            bad = error_text(await c.call_tool("mem.context", {"query": QUERY, "exclude_session": " "}))
+            assert "exclude_session" in bad, bad
+
+    with LiveServer(build_http_app(memory)) as srv:
+        anyio.run(main, f"{srv.url}/mcp")
 
 
 def _with_sessions(folder) -> None:

@@ -340,7 +340,9 @@ def build_server(memory: Memory, owner_resolver: OwnerResolver) -> MCPServer:
             "learnings, capabilities and memories, recent events and active goals, scored and de-duplicated. "
             "query: the task or question. mode: plan | execute | debug | chat (what the context is for). "
             f"token_budget: {MIN_BUDGET}-{MAX_BUDGET} (default {DEFAULT_BUDGET}). Returns block (the text to "
-            "use), items (what was included and why; mem.detail opens any of their ids) and retrieval_id."
+            "use), items (what was included and why; mem.detail opens any of their ids) and retrieval_id. "
+            "exclude_session: the conversation you are in (the session its turns were written with): its "
+            "memories are left out, as you hold them already."
         ),
     )
     def context_tool(
@@ -350,10 +352,12 @@ def build_server(memory: Memory, owner_resolver: OwnerResolver) -> MCPServer:
         mode: Annotated[ContextMode, Field(description="What it is for.")]
         = "execute",
         token_budget: TokenBudget = DEFAULT_BUDGET,
+        exclude_session: Annotated[str | None, Field(max_length=MAX_NAME, description=(
+            "Leave out the memories of this conversation.")), Text] = None,
     ) -> dict[str, Any]:
         owner = owner_of(ctx)
-        return _call(lambda: memory.context(owner, query, mode=mode,
-                                                  token_budget=token_budget).as_dict())
+        return _call(lambda: memory.context(owner, query, mode=mode, token_budget=token_budget,
+                                            exclude_session=exclude_session).as_dict())
 
     @tool(
         name="mem.detail",
