@@ -104,12 +104,16 @@ class Memory:
         filters = SearchFilters(sources=tuple(sources) if sources else SEARCH_SOURCES, exclude_session=exclude_session)
         return search(self.pool, self.embedder, owner, query, mode=mode, filters=filters, limit=limit)
 
-    def summary(self, owner: str, query: str, *, top_k: int = 5, mode: str = "hybrid") -> dict[str, Any]:
-        """Progressive disclosure, first layer: id, level, title, similarity, preview per match."""
+    def summary(self, owner: str, query: str, *, top_k: int = 5, mode: str = "hybrid",
+                exclude_session: str | None = None) -> dict[str, Any]:
+        """Progressive disclosure, first layer: id, level, title, similarity, preview per match
+        (`exclude_session`: that conversation's memories left out)."""
         from .retrieval.disclosure import summary_search
+        from .retrieval.filters import SearchFilters
 
         owner = _owner(owner)
-        return summary_search(self.pool, self.embedder, owner, query, top_k=top_k, mode=mode)
+        return summary_search(self.pool, self.embedder, owner, query, top_k=top_k, mode=mode,
+                              filters=SearchFilters(exclude_session=exclude_session))
 
     def detail(self, owner: str, item_id: str) -> dict[str, Any]:
         """Progressive disclosure, second layer: the full record of one item."""
@@ -184,13 +188,15 @@ class Memory:
         return ingest_memory(self.pool, self.embedder, self.llm, owner, wait=wait, **fields)
 
     def find(self, owner: str, query: str, *, project_key: str | None = None, project_name: str | None = None,
-             scope: str = "all", limit: int = 20) -> dict[str, Any]:
-        """Memory centre, stage 1: snippets (≤ 200 characters) and ids of matching memories."""
+             scope: str = "all", limit: int = 20, exclude_session: str | None = None) -> dict[str, Any]:
+        """Memory centre, stage 1: snippets (≤ 200 characters) and ids of matching memories
+        (`exclude_session`: that conversation's memories left out)."""
         from .store.read import search_memories
 
         owner = _owner(owner)
         return search_memories(self.pool, self.embedder, owner, query, project_key=project_key,
-                               project_name=project_name, scope=scope, limit=limit)
+                               project_name=project_name, scope=scope, limit=limit,
+                               exclude_session=exclude_session)
 
     def get(self, owner: str, ids: Sequence[str]) -> dict[str, Any]:
         """Memory centre, stage 2: the full content of memories by id (unknown ids reported as not found)."""

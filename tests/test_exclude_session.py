@@ -80,7 +80,22 @@ def test_context_over_http_takes_exclude_session(memory, live, runtime):
     assert bad.status_code == 422 and bad.json()["field"] == "exclude_session"
 
 
-def test_mcp_context_takes_exclude_session(memory, runtime):
+def test_searches_over_http_take_exclude_session(memory, live, runtime):
+    c = httpx.Client(base_url=live, headers={"Authorization": f"Bearer {create_key(runtime.pool, 'alice')[1]}"},
+                     timeout=60)
+    found = c.get("/memories/search", params={"query": QUERY, "exclude_session": "trip-1"})
+    assert found.status_code == 200, found.text
+    assert _sessions(memory, "alice", [x["id"] for x in found.json()["results"]]) == ["trip-2", "trip-2"]
+    summary = c.post("/api/brain/memory/search", json={"query": QUERY, "topK": 10, "exclude_session": "trip-2"})
+    assert summary.status_code == 200, summary.text
+    ids = [x["id"] for x in summary.json()["matches"] if x["level"] == "memory"]
+    assert _sessions(memory, "alice", ids) == ["trip-1", "trip-1"]
+    for bad in (c.get("/memories/search", params={"query": QUERY, "exclude_session": ""}),
+                c.post("/api/brain/memory/search", json={"query": QUERY, "exclude_session": "x" * 201})):
+        assert bad.status_code == 422 and bad.json()["field"] == "exclude_session", bad.text
+
+
+def test_mcp_context_and_search_take_exclude_session(memory, runtime):
     key = create_key(runtime.pool, "alice")[1]
 
     async def main(url: str) -> None:
@@ -91,6 +106,8 @@ def test_mcp_context_takes_exclude_session(memory, runtime):
             assert _sessions(memory, "alice", ids) == ["trip-1", "trip-1"]
             bad = error_text(await c.call_tool("mem.context", {"query": QUERY, "exclude_session": " "}))
             assert "exclude_session" in bad, bad
+            found = data(await c.call_tool("mem.search", {"query": QUERY, "exclude_session": "trip-1"}))
+            assert _sessions(memory, "alice", [x["id"] for x in found["results"]]) == ["trip-2", "trip-2"]
 
     with LiveServer(build_http_app(memory)) as srv:
         anyio.run(main, f"{srv.url}/mcp")

@@ -143,16 +143,18 @@ def search_memories(
     project_name: str | None = None,
     scope: str = "all",
     limit: int = 20,
+    exclude_session: str | None = None,
 ) -> dict[str, Any]:
     """Stage one of two-stage retrieval: snippets (<= 200 chars) of the owner's best-matching memories.
 
     Hybrid search (vectors + BM25); keyword-only with a `degraded` note when the provider is down.
-    An unknown project gives no results.
+    An unknown project gives no results. `exclude_session`: leave that conversation's memories out.
     """
     owner = validate_owner(owner)
     checked = Query.checked(query)
     content_type = _content_type("scope", scope, allow_all=True)
     limit = _limit(limit, 20, MAX_SEARCH_LIMIT)
+    SearchFilters(exclude_session=exclude_session).validated()  # a bad value named before any work
     out: dict[str, Any] = {"results": [], "next_action": NEXT_ACTION}
     key = None
     if project_key is not None or project_name is not None:
@@ -162,7 +164,8 @@ def search_memories(
             return out
     qvec, degraded = embed_query(embedder, query, owner)
     filters = SearchFilters(
-        sources=("memory",), memory_types=(content_type,) if content_type else None, project=key
+        sources=("memory",), memory_types=(content_type,) if content_type else None, project=key,
+        exclude_session=exclude_session,
     )
     result = search(
         pool,

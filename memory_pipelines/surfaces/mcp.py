@@ -270,7 +270,8 @@ def build_server(memory: Memory, owner_resolver: OwnerResolver) -> MCPServer:
             "characters), content_type, project and score - NOT the full content. Then call mem.get with the "
             "ids you need. query: what you are looking for, any language (Chinese and English find each "
             "other). project_key / project_name: only that project (omit to search all projects). scope: "
-            "'all' or one content type (requirement | plan | development | testing | insight). limit: 1-100."
+            "'all' or one content type (requirement | plan | development | testing | insight). limit: 1-100. "
+            "exclude_session: the conversation you are in; its memories are left out."
         ),
     )
     def search_tool(
@@ -280,10 +281,12 @@ def build_server(memory: Memory, owner_resolver: OwnerResolver) -> MCPServer:
         project_name: ProjectNameArg = None,
         scope: Annotated[Scope, Field(description="'all' or one content type.")] = "all",
         limit: SearchLimit = 20,
+        exclude_session: Annotated[str | None, Field(max_length=MAX_NAME, description=(
+            "Leave out the memories of this conversation.")), Text] = None,
     ) -> dict[str, Any]:
         owner = owner_of(ctx)
-        return _call(memory.find, owner, query, project_key=project_key,
-                     project_name=project_name, scope=scope, limit=limit)
+        return _call(memory.find, owner, query, project_key=project_key, project_name=project_name,
+                     scope=scope, limit=limit, exclude_session=exclude_session)
 
     @tool(
         name="mem.get",

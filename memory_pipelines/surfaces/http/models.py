@@ -56,6 +56,8 @@ class SearchRequest(_Body):
     query: Query = Field(description="What to look for, any language.")
     top_k: Int = Field(5, alias="topK", ge=1, le=MAX_TOP_K, description="How many matches (1-100).")
     mode: SearchMode = Field("summary", description="'summary' (= hybrid), or hybrid | semantic | keyword.")
+    exclude_session: Name | None = Field(None, description="Leave out the memories of this conversation (the "
+                                         "`session` they were written with).")
     owner_id: OwnerField = None
 
 

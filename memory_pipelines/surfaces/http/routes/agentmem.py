@@ -55,12 +55,14 @@ def memories_search(
     project_name: Annotated[m.Name | None, Query(description="Only this project (by name).")] = None,
     scope: Annotated[m.Scope, Query(description="all or one content type")] = "all",
     limit: Annotated[int, Query(ge=1, le=MAX_SEARCH_LIMIT)] = 20,
+    exclude_session: Annotated[m.Name | None, Query(description="Leave out the memories of this conversation.")]
+    = None,
 ) -> JSONResponse:
     """The owner's best-matching memories as snippets (at most 200 characters around the best passage) and
     ids; then get the full content of the relevant ones with `GET /memories?ids=...`. An unknown project
     gives no results."""
     return to_json(memory.find(owner, query, project_key=project_key, project_name=project_name,
-                               scope=scope, limit=limit))
+                               scope=scope, limit=limit, exclude_session=exclude_session))
 
 
 @router.get("/memories/timeline", summary="Memories in time order, paged", response_model=r.Timeline,

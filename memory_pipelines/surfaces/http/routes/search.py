@@ -28,7 +28,8 @@ def memory_search(body: m.SearchRequest, owner: Owner, memory: MemoryDep) -> JSO
     `keyword`. When the embedding provider fails the answer comes from keywords and says so in `degraded`."""
     same_owner(body.owner_id, owner)
     mode = "hybrid" if body.mode == "summary" else body.mode
-    return to_json(memory.summary(owner, body.query, top_k=body.top_k, mode=mode))
+    return to_json(memory.summary(owner, body.query, top_k=body.top_k, mode=mode,
+                                  exclude_session=body.exclude_session))
 
 
 @router.get("/api/brain/memory/detail/{id}", summary="Detail layer", response_model=r.Detail,
