@@ -74,6 +74,7 @@ INSTRUCTIONS = (
 
 QueryArg = Annotated[str, Field(min_length=1, max_length=MAX_QUERY, description="What to look for."), Text]
 ProjectKeyArg = Annotated[str | None, Field(max_length=MAX_NAME, description="Only this project."), Text]
+SessionArg = Annotated[str | None, Field(max_length=MAX_NAME, description="The conversation to leave out."), Text]
 ProjectNameArg = Annotated[str | None, Field(max_length=MAX_NAME, description="Project, by name."), Text]
 OptName = Annotated[str | None, Field(max_length=MAX_NAME), Text]
 Forgettable = Literal["memory", "task", "learning", "capability", "goal", "event"]
@@ -281,8 +282,7 @@ def build_server(memory: Memory, owner_resolver: OwnerResolver) -> MCPServer:
         project_name: ProjectNameArg = None,
         scope: Annotated[Scope, Field(description="'all' or one content type.")] = "all",
         limit: SearchLimit = 20,
-        exclude_session: Annotated[str | None, Field(max_length=MAX_NAME, description=(
-            "Leave out the memories of this conversation.")), Text] = None,
+        exclude_session: SessionArg = None,
     ) -> dict[str, Any]:
         owner = owner_of(ctx)
         return _call(memory.find, owner, query, project_key=project_key, project_name=project_name,
@@ -355,8 +355,7 @@ def build_server(memory: Memory, owner_resolver: OwnerResolver) -> MCPServer:
         mode: Annotated[ContextMode, Field(description="What it is for.")]
         = "execute",
         token_budget: TokenBudget = DEFAULT_BUDGET,
-        exclude_session: Annotated[str | None, Field(max_length=MAX_NAME, description=(
-            "Leave out the memories of this conversation.")), Text] = None,
+        exclude_session: SessionArg = None,
     ) -> dict[str, Any]:
         owner = owner_of(ctx)
         return _call(lambda: memory.context(owner, query, mode=mode, token_budget=token_budget,
