@@ -163,3 +163,9 @@ def test_eval_and_context_on_the_command_line_take_exclude_session(db_url, tmp_p
     assert _sessions(memory, "alice", ids) == ["trip-2", "trip-2"]
     proc = run_cli(["context", QUERY, "--owner", "alice", "--exclude-session", " "], env)
     assert proc.returncode == 2 and "error: --exclude-session:" in proc.stderr, proc.stderr
+    proc = run_cli(["search", QUERY, "--owner", "alice", "--source", "memory", "--exclude-session", "trip-2"], env)
+    assert proc.returncode == 0, proc.stderr
+    ids = [line.split()[2] for line in proc.stdout.splitlines()]
+    assert _sessions(memory, "alice", ids) == ["trip-1", "trip-1"], proc.stdout
+    proc = run_cli(["search", QUERY, "--owner", "alice", "--exclude-session", ""], env)
+    assert proc.returncode == 2 and "error: --exclude-session:" in proc.stderr, proc.stderr

@@ -156,7 +156,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_search(args: argparse.Namespace) -> int:
     memory = _memory()
     owner = args.owner or memory.settings.default_owner
-    result = memory.search(owner, args.query, mode=args.mode, sources=args.source, limit=args.limit)
+    try:
+        result = memory.search(owner, args.query, mode=args.mode, sources=args.source, limit=args.limit,
+                               exclude_session=args.exclude_session)
+    except ValidationError as exc:
+        if exc.field == "exclude_session":  # the flag the user typed
+            raise ValidationError("--exclude-session", exc.message) from None
+        raise
     if result.degraded:
         print(f"[degraded] {result.degraded}", file=sys.stderr)
     for h in result.hits:
@@ -264,6 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", default="hybrid", choices=SEARCH_MODES)
     p.add_argument("--source", action="append", choices=SEARCH_SOURCES)
     p.add_argument("--limit", type=int, default=10)
+    p.add_argument("--exclude-session", metavar="SESSION", help="leave out the memories of this conversation")
 
     p = sub.add_parser("context", help="build the token-budgeted context block for a query (the context-builder spec)")
     p.add_argument("query")
