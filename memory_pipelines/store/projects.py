@@ -36,13 +36,14 @@ def ensure_project(
     return str(row[0])
 
 
-def named_project_key(conn: psycopg.Connection, owner: str, name: str) -> str | None:
-    """The key of the owner's project that a renaming gave this name, when no project has the key it derives."""
+def key_for_name(conn: psycopg.Connection, owner: str, name: str) -> str | None:
+    """The key of the owner's project a name means: the key it derives if that project exists, else the first
+    project of that name (one a rename gave it); None if neither exists."""
+    derived = project_key_from_name(name)
     row = conn.execute(
-        "SELECT p.project_key FROM projects p WHERE p.owner_id = %s AND p.project_name = %s"
-        " AND NOT EXISTS (SELECT 1 FROM projects d WHERE d.owner_id = %s AND d.project_key = %s)"
-        " ORDER BY p.created_at LIMIT 1",
-        (owner, name, owner, project_key_from_name(name)),
+        "SELECT project_key FROM projects WHERE owner_id = %s AND (project_key = %s OR project_name = %s)"
+        " ORDER BY project_key = %s DESC, created_at LIMIT 1",
+        (owner, derived, name.strip(), derived),
     ).fetchone()
     return row[0] if row else None
 

@@ -22,7 +22,7 @@ from ..retrieval.search import search
 from ..text.keywords import keyword_terms, terms
 from ..vocabulary import CONTENT_TYPES, MAX_IDS, MAX_SEARCH_LIMIT, MAX_TIMELINE_LIMIT, MAX_TS
 from .ingest.inputs import validate_owner
-from .projects import project_key_from_name
+from .projects import key_for_name
 
 SNIPPET_CHARS = 200
 NEXT_ACTION = "use_ids_to_call_mem_get"
@@ -67,13 +67,7 @@ def resolve_project(
         return row[0] if row else None
     if not isinstance(project_name, str) or not project_name.strip():
         raise ValidationError("project_name", "must be a non-empty string when given")
-    derived = project_key_from_name(project_name)
-    row = conn.execute(
-        "SELECT project_key FROM projects WHERE owner_id = %s AND (project_key = %s OR project_name = %s)"
-        " ORDER BY project_key = %s DESC, created_at LIMIT 1",
-        (owner, derived, project_name.strip(), derived),
-    ).fetchone()
-    return row[0] if row else None
+    return key_for_name(conn, owner, project_name)
 
 
 # --- search ----------------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from ...infra.llm import ChatLLM
 from ...text.chunks import chunk_text
 from ..arbitration import EXTRACTIVE_PENDING, Decision, arbitrate, summarise
 from ..memories import new_memory_id, previous_turn
-from ..projects import ensure_project, named_project_key
+from ..projects import ensure_project, key_for_name
 from .inputs import MemoryInput
 from .rows import (
     NewContent,
@@ -112,9 +112,10 @@ def _texts(
 
 
 def _renamed(pool: ConnectionPool, inp: MemoryInput) -> MemoryInput:
-    """`inp` filed under the project a renaming gave its name, if one did (else as derived from the name)."""
+    """`inp` filed under the project its name means, as reads resolve it (a renamed project answers to its new
+    name); a new project's key is the one derived from the name."""
     with pool.connection() as conn:
-        key = named_project_key(conn, inp.owner, inp.project_name)
+        key = key_for_name(conn, inp.owner, inp.project_name)
     return replace(inp, project_key=key) if key else inp
 
 
