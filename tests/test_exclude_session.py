@@ -76,8 +76,16 @@ def test_context_over_http_takes_exclude_session(memory, live, runtime):
     assert r.status_code == 200, r.text
     ids = [i["id"] for i in r.json()["items"] if i["source"] == "memory"]
     assert _sessions(memory, "alice", ids) == ["trip-2", "trip-2"]
+    # The build history records what the build left out (stripped), and nothing for a build that left none out.
+    plain = c.post("/api/brain/memory/context", json={"query": QUERY, "mode": "chat"}).json()["retrieval_id"]
+    spaced = c.post("/api/brain/memory/context", json={"query": QUERY, "exclude_session": " trip-2 "}).json()
+    left = {b["retrieval_id"]: b["exclude_session"] for b in c.get("/api/brain/memory/builds").json()["builds"]}
+    assert left == {r.json()["retrieval_id"]: "trip-1", plain: None, spaced["retrieval_id"]: "trip-2"}
+    one = c.get(f"/api/brain/memory/builds/{r.json()['retrieval_id']}").json()
+    assert one["exclude_session"] == "trip-1"
     bad = c.post("/api/brain/memory/context", json={"query": QUERY, "exclude_session": ""})
     assert bad.status_code == 422 and bad.json()["field"] == "exclude_session"
+    assert len(c.get("/api/brain/memory/builds").json()["builds"]) == 3  # the refused build logged nothing
 
 
 def test_searches_over_http_take_exclude_session(memory, live, runtime):

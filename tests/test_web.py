@@ -107,6 +107,7 @@ QUERIES = [  # (query, mode, days ago, feedback: how many of the injected items 
     ("pgvector HNSW 索引", "execute", 0, None),
     ("fix the login cookie bug", "debug", 0, 2),  # the newest: more candidates clear the floor than fit 120 tokens
 ]
+LEFT_OUT = "standup-2026-11-30"
 
 
 def _seed(runtime, url: str) -> dict:
@@ -136,7 +137,10 @@ def _seed(runtime, url: str) -> dict:
 
     builds = []
     for query, mode, days_ago, n_used in QUERIES:
-        ctx = c.post("/api/brain/memory/context", json={"query": query, "mode": mode, "tokenBudget": 120}).json()
+        body = {"query": query, "mode": mode, "tokenBudget": 120}
+        if mode == "execute":  # one build names the conversation it is part of; the view shows it
+            body["exclude_session"] = LEFT_OUT
+        ctx = c.post("/api/brain/memory/context", json=body).json()
         assert ctx["items"], query
         used = [i["id"] for i in ctx["items"][:n_used]] if n_used is not None else None
         if used is not None:
@@ -146,7 +150,7 @@ def _seed(runtime, url: str) -> dict:
             conn.execute("UPDATE retrievals SET created_at = created_at - make_interval(days => %s) WHERE id = %s",
                          (days_ago, ctx["retrieval_id"]))
         builds.append({"id": ctx["retrieval_id"], "query": query, "items": [i["id"] for i in ctx["items"]],
-                       "used": used, "days_ago": days_ago})
+                       "used": used, "days_ago": days_ago, "left_out": body.get("exclude_session")})
         time.sleep(0.01)
     return {"key": key, "bob_key": bob_key, "task": task, "builds": builds}
 
@@ -196,6 +200,8 @@ def test_web_view_shows_builds_used_marks_hit_rates_and_search(served, page_of):
         counted = card.locator(".used-count").inner_text()
         assert counted == ("no feedback" if b["used"] is None else f"{len(b['used'])} used")
         assert all(s.replace(".", "").isdigit() for s in card.locator("td.score").all_inner_texts())
+        left = card.locator(".left-out")
+        assert left.all_inner_texts() == ([f" · conversation left out: {b['left_out']}"] if b["left_out"] else [])
 
     # All scored candidates of one build, on demand.
     first = p.page.locator(f"article.build[data-id='{expected[0]['id']}']")

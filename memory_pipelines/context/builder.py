@@ -230,6 +230,7 @@ def build_memory_context(
                 injected_sources=[it.source for it in items],
                 randomized=randomized,
                 lines={(it.source, it.id): it.line for it in items},
+                exclude_session=exclude_session.strip() if exclude_session is not None else None,
             )
     t_end = time.perf_counter()
     return ContextResult(

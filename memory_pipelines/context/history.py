@@ -22,7 +22,7 @@ from .scoring import PROFILE_SOURCES
 
 _BUILD_COLUMNS = (
     "r.id::text, r.query, r.mode, r.token_budget, r.token_used, r.candidates_count, r.injected_count,"
-    " r.config_version, r.degraded, r.randomized, r.created_at, r.feedback_at"
+    " r.config_version, r.degraded, r.randomized, r.created_at, r.feedback_at, r.exclude_session"
 )
 _ITEM_COLUMNS = (
     "c.retrieval_id::text, c.source, c.item_id, c.relevance, c.age_days, c.decay, c.mode_weight, c.score,"
@@ -106,7 +106,7 @@ def _builds(conn: psycopg.Connection, owner: str, rows: list[tuple], all_candida
     for r in items:
         by_build[r[0]].append(_item(r, titles))
     out = []
-    for rid, query, mode, budget, used, cands, injected, version, degraded, randomized, created, fb in rows:
+    for rid, query, mode, budget, used, cands, injected, version, degraded, randomized, created, fb, left in rows:
         its = by_build[rid]
         out.append({
             "retrieval_id": rid,
@@ -122,6 +122,7 @@ def _builds(conn: psycopg.Connection, owner: str, rows: list[tuple], all_candida
             "randomized": randomized,
             "created_at": _iso(created),
             "feedback_at": _iso(fb),
+            "exclude_session": left,
             "items": its,
         })
     return out

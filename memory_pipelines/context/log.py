@@ -61,13 +61,15 @@ def write_log(
     injected_sources: list[str],
     randomized: bool = False,
     lines: dict[tuple[str, str], str] | None = None,
+    exclude_session: str | None = None,
 ) -> str:
     """Insert the build, its candidates and the memory_retrieval event; returns the retrieval id.
 
     `ranked` holds every scored candidate (profile goals included, logged with source okr);
     `injected` maps (source, id) to (position in the block, tokens); the counts of the event follow
     the seed: candidates and injected items exclude the profile. `lines` maps (source, id) to the block line
-    the agent was shown (what implicit feedback compares its output with). Each candidate's `features`
+    the agent was shown (what implicit feedback compares its output with); `exclude_session` the conversation the
+    build left out. Each candidate's `features`
     (`features.candidate_features`: channel scores and ranks, neighbour gain, language pair, source, age) go
     into the same COPY, for the tuner's learned ranker. An item removed since the build read it is logged as
     a forget leaves it (`_still_there`): a stand-in id, no line.
@@ -84,8 +86,8 @@ def write_log(
     injected_count = len(sources)
     row = conn.execute(
         "INSERT INTO retrievals (owner_id, query, mode, token_budget, token_used, candidates_count,"
-        " injected_count, injected_sources, config_version, degraded, randomized, as_of)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id::text",
+        " injected_count, injected_sources, config_version, degraded, randomized, as_of, exclude_session)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id::text",
         (
             owner,
             query,
@@ -99,6 +101,7 @@ def write_log(
             degraded,
             randomized,
             as_of,
+            exclude_session,
         ),
     ).fetchone()
     retrieval_id = row[0]

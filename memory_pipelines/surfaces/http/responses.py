@@ -219,7 +219,8 @@ _ITEM = {"source": "memory", "id": _MEM, "title": "选择 pgvector 存储向量"
          "injected": True, "used": True, "used_by": "implicit"}
 _BUILD = {"retrieval_id": _RID, "query": "fix the login cookie bug", "mode": "debug", "token_budget": 800,
           "token_used": 41, "candidates_count": 12, "injected_count": 1, "used_count": 1, "config_version": 1,
-          "degraded": None, "randomized": False, "created_at": _WHEN, "feedback_at": _WHEN, "items": [_ITEM]}
+          "degraded": None, "randomized": False, "created_at": _WHEN, "feedback_at": _WHEN, "exclude_session": None,
+          "items": [_ITEM]}
 
 
 class Build(_Out):
@@ -240,6 +241,8 @@ class Build(_Out):
     randomized: bool = Field(description="The build explored (a shuffled order, see MEMORY_PIPELINES_EXPLORE_RATE).")
     created_at: datetime
     feedback_at: datetime | None = Field(description="When feedback last came (null: none yet).")
+    exclude_session: str | None = Field(None, description="The conversation whose memories the build left out "
+                                        "(its `exclude_session`); null when it left none out.")
     items: list[BuildItem] = Field(description="Injected items in block order (the list endpoint), or every "
                                    "scored candidate by rank (the single-build endpoint); the profile's goals "
                                    "(source okr) are listed but not counted in injected_count or hit rates.")

@@ -193,7 +193,8 @@ function buildCard(b) {
       el("span", { class: "stats" },
         `${b.token_used}/${b.token_budget} tokens · ${b.injected_count} injected of ${b.candidates_count} · `,
         el("span", { class: "used-count" }, b.feedback_at ? `${b.used_count} used` : "no feedback"),
-        b.degraded ? ` · degraded: ${b.degraded}` : ""),
+        b.degraded ? ` · degraded: ${b.degraded}` : "",
+        b.exclude_session ? el("span", { class: "left-out" }, ` · conversation left out: ${b.exclude_session}`) : ""),
     ),
     itemsTable(b.items),
   );
