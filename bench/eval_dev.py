@@ -2,12 +2,14 @@
 
     make eval-dev                      # every set of ../shared/bench, the committed result as the reference
     .venv/bin/python bench/eval_dev.py [--bench DIR] [--sets a,b] [--embedding-cache DIR] [--out PATH]
-                                       [--previous PATH] [--no-plot]
+                                       [--previous PATH] [--rankings DIR] [--no-plot]
 
 Every sub-folder of `--bench` holding memories.jsonl + queries.jsonl is evaluated as `memory-pipelines eval`
 does (a throwaway database each, the configured embedder, chat-mode context builds at 32,000 tokens), running
 the keyword and semantic channels, hybrid search and the context builder. The table shows recall@10 with its
-95 % bootstrap interval per set and per category, and how each set moved against the previous result.
+95 % bootstrap interval per set and per category, and how each set moved against the previous result; below it,
+per set, how many of its owners (conversations, users) hybrid moved up or down (each set's figures per owner and
+method are kept in the result as `owners`).
 
 The previous result is the committed `bench/results/eval_dev.json` (`git show HEAD:...`), else the file on
 disk, else `--previous`. A set or category whose recall@10 (any method) falls below the previous run's 95 %
@@ -15,7 +17,7 @@ interval is flagged and the command exits 1. The two quality targets (hybrid wit
 channel, context within 0.01 of hybrid) are printed beside it. A run of every set writes
 `bench/results/eval_dev.json` and `eval_dev.png` (before / after bars); a run of some sets writes
 `bench/out/eval_dev.json` instead, so a partial run never replaces the reference. Each set's per-query
-rankings go to `bench/out/rankings/<set>.jsonl` (compare two runs with `evaluation.compare_runs`).
+rankings go to `bench/out/rankings/<set>.jsonl` (or `--rankings`) (compare two runs with `evaluation.compare_runs`).
 Embeddings are kept in `--embedding-cache` (default bench/out/embedding_cache), so a rerun embeds only what
 changed.
 """
@@ -75,7 +77,7 @@ def previous_result(explicit: Path | None) -> tuple[dict[str, Any] | None, str]:
     return None, "none"
 
 
-def run_sets(folders: list[Path], cache: Path) -> dict[str, Any]:
+def run_sets(folders: list[Path], cache: Path, rankings: Path = RANKINGS) -> dict[str, Any]:
     """{set: {"n_memories", "seconds", "results"}} of every folder (`evaluation.evaluate`)."""
     from memory_pipelines.embeddings import make_embedder
     from memory_pipelines.embeddings.cache import CachedEmbedder
@@ -90,12 +92,46 @@ def run_sets(folders: list[Path], cache: Path) -> dict[str, Any]:
     for folder in folders:
         t0 = time.perf_counter()
         print(f"[{folder.name}] evaluating ...", file=sys.stderr, flush=True)
-        results = evaluate(url, embedder, folder, methods=RUN, save_rankings=RANKINGS / f"{folder.name}.jsonl")
-        out[folder.name] = {"seconds": round(time.perf_counter() - t0, 1), "results": results}
+        ranks = rankings / f"{folder.name}.jsonl"
+        results = evaluate(url, embedder, folder, methods=RUN, save_rankings=ranks)
+        out[folder.name] = {"seconds": round(time.perf_counter() - t0, 1), "results": results,
+                            "owners": owner_scores(ranks)}
         print(f"[{folder.name}] done in {out[folder.name]['seconds']} s (cache: {embedder.hits} read, "
               f"{embedder.misses} embedded)", file=sys.stderr, flush=True)
     out["_model"] = embedder.model_name
     return out
+
+
+def owner_scores(rankings: Path) -> dict[str, dict[str, dict[str, float]]]:
+    """{method: {owner: {"recall@10", "n"}}} from a set's per-query rankings (`write_rankings`)."""
+    from memory_pipelines.evaluation.stats import query_scores
+
+    per: dict[str, dict[str, list[float]]] = {}
+    for line in rankings.read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        for method, ranked in row["rankings"].items():
+            per.setdefault(method, {}).setdefault(row["owner"], []).append(query_scores(ranked, row["gold"])[METRIC])
+    return {m: {o: {METRIC: round(sum(v) / len(v), 4), "n": len(v)} for o, v in sorted(owners.items())}
+            for m, owners in per.items()}
+
+
+def owner_changes(sets: dict[str, Any], previous: dict[str, Any] | None, method: str = "hybrid") -> list[str]:
+    """Per set, how many owners (conversations, users) `method` moved up or down against the previous run and
+    the largest fall: a change that helps one owner and costs the rest will not carry over to other owners."""
+    lines = []
+    for name, entry in sets.items():
+        now = entry.get("owners", {}).get(method, {})
+        before = ((previous or {}).get("sets") or {}).get(name, {}).get("owners", {}).get(method, {})
+        deltas = {o: now[o][METRIC] - before[o][METRIC] for o in now if o in before}
+        if not deltas:
+            lines.append(f"{name}: {len(now)} owners (no per-owner figures in the previous run)")
+            continue
+        up = sum(1 for d in deltas.values() if d > 0.0005)
+        down = sum(1 for d in deltas.values() if d < -0.0005)
+        worst = min(deltas, key=deltas.get)
+        fall = f"; largest fall {worst} {deltas[worst]:+.3f}" if deltas[worst] < -0.0005 else ""
+        lines.append(f"{name}: {len(deltas)} owners, {up} up, {down} down, {len(deltas) - up - down} unchanged{fall}")
+    return lines
 
 
 def _cell(m: dict[str, Any]) -> str:
@@ -205,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
                     "bench/out/eval_dev.json for some)")
     ap.add_argument("--previous", type=Path, help="reference result (default: the committed eval_dev.json)")
     ap.add_argument("--no-plot", action="store_true", help="do not write the before / after plot")
+    ap.add_argument("--rankings", type=Path, default=RANKINGS, help="folder of the per-query rankings")
     args = ap.parse_args(argv)
     args.bench = args.bench or default_bench()
     if not set(RUN) <= set(METHODS):
@@ -221,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     every = not args.sets or len(folders) == len(dev_sets(args.bench))
     out = args.out or (RESULT if every else PARTIAL)
     previous, source = previous_result(args.previous)
-    ran = run_sets(folders, args.embedding_cache)
+    ran = run_sets(folders, args.embedding_cache, args.rankings)
     model = ran.pop("_model")
     result = {"commit": _commit(), "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "model": model,
               "metric": METRIC, "bench": str(args.bench), "sets": ran}
@@ -235,6 +272,9 @@ def main(argv: list[str] | None = None) -> int:
           + ("all met" if not misses else f"{len(misses)} missed"))
     for line in misses:
         print(f"  miss  {line}")
+    print("\nhybrid recall@10 per owner against the previous run:")
+    for line in owner_changes(ran, previous):
+        print(f"  {line}")
     found = regressions(ran, previous)
     print(f"\nregressions beyond the previous 95 % interval: {len(found) or 'none'}")
     for line in found:
