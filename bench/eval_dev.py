@@ -2,7 +2,7 @@
 
     make eval-dev                      # every set of ../shared/bench, the committed result as the reference
     .venv/bin/python bench/eval_dev.py [--bench DIR] [--sets a,b] [--embedding-cache DIR] [--out PATH]
-                                       [--previous PATH] [--rankings DIR] [--no-plot]
+                                       [--previous PATH] [--rankings DIR] [--plot PNG | --no-plot]
 
 Every sub-folder of `--bench` holding memories.jsonl + queries.jsonl is evaluated as `memory-pipelines eval`
 does (a throwaway database each, the configured embedder, chat-mode context builds at 32,000 tokens), running
@@ -15,7 +15,7 @@ The previous result is the committed `bench/results/eval_dev.json` (`git show HE
 disk, else `--previous`. A set or category whose recall@10 (any method) falls below the previous run's 95 %
 interval is flagged and the command exits 1. The two quality targets (hybrid within 0.005 of its better
 channel, context within 0.01 of hybrid) are printed beside it. A run of every set writes
-`bench/results/eval_dev.json` and `eval_dev.png` (before / after bars); a run of some sets writes
+`bench/results/eval_dev.json` and `eval_dev.png` (before / after bars, per set and per owner); a run of some sets writes
 `bench/out/eval_dev.json` instead, so a partial run never replaces the reference. Each set's per-query
 rankings go to `bench/out/rankings/<set>.jsonl` (or `--rankings`) (compare two runs with `evaluation.compare_runs`).
 Embeddings are kept in `--embedding-cache` (default bench/out/embedding_cache), so a rerun embeds only what
@@ -190,7 +190,8 @@ def target_misses(sets: dict[str, Any]) -> list[str]:
 
 
 def plot(sets: dict[str, Any], previous: dict[str, Any] | None, path: Path) -> None:
-    """Per set, recall@10 of each method before (the previous run) and after, with 95 % intervals."""
+    """Top: per set, recall@10 of each method before (the previous run) and after, with 95 % intervals. Bottom:
+    per set, hybrid's recall@10 of each owner before and after."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -198,17 +199,19 @@ def plot(sets: dict[str, Any], previous: dict[str, Any] | None, path: Path) -> N
     import numpy as np
 
     names = list(sets)
-    fig, axes = plt.subplots(1, len(SHOWN), figsize=(4.2 * len(SHOWN), 4.2), sharey=True)
+    prev_sets = (previous or {}).get("sets") or {}
+    fig = plt.figure(figsize=(4.2 * max(len(SHOWN), len(names)), 8.6))
+    top, bottom = fig.subfigures(2, 1)
+    axes = top.subplots(1, len(SHOWN), sharey=True)
     x = np.arange(len(names))
     for ax, method in zip(axes, SHOWN, strict=True):
-        runs = [("before", ((previous or {}).get("sets") or {})), ("after", sets)]
-        for i, (label, run) in enumerate(runs):
+        for i, (label, run) in enumerate((("before", prev_sets), ("after", sets))):
             vals, errs = [], [[], []]
             for n in names:
                 m = (run.get(n) or {}).get("results", {}).get(method, {}).get("overall")
                 vals.append(m[METRIC] if m else 0.0)
-                errs[0].append(m[METRIC] - m[f"{METRIC}_ci"][0] if m else 0.0)
-                errs[1].append(m[f"{METRIC}_ci"][1] - m[METRIC] if m else 0.0)
+                errs[0].append(max(0.0, m[METRIC] - m[f"{METRIC}_ci"][0]) if m else 0.0)
+                errs[1].append(max(0.0, m[f"{METRIC}_ci"][1] - m[METRIC]) if m else 0.0)
             ax.bar(x + (i - 0.5) * 0.38, vals, 0.38, yerr=errs, capsize=3, label=label,
                    color=("#b0b7c3", "#3b6fb6")[i])
         ax.set_title(method)
@@ -217,10 +220,22 @@ def plot(sets: dict[str, Any], previous: dict[str, Any] | None, path: Path) -> N
         ax.grid(axis="y", alpha=0.3)
     axes[0].set_ylabel("recall@10 (95 % interval)")
     axes[0].legend(loc="lower left")
-    fig.suptitle("dev battery: before (committed) / after")
-    fig.tight_layout()
+    top.suptitle("dev battery: before (committed) / after")
+    for ax, name in zip(np.atleast_1d(bottom.subplots(1, len(names), sharey=True)), names, strict=True):
+        now = sets[name].get("owners", {}).get("hybrid", {})
+        before = prev_sets.get(name, {}).get("owners", {}).get("hybrid", {})
+        owners = list(now)
+        ox = np.arange(len(owners))
+        for i, run in enumerate((before, now)):
+            ax.bar(ox + (i - 0.5) * 0.38, [run.get(o, {}).get(METRIC, np.nan) for o in owners], 0.38,
+                   color=("#b0b7c3", "#3b6fb6")[i])
+        ax.set_title(name, fontsize=9)
+        ax.set_xticks(ox, [o.split(":")[-1][:12] for o in owners], rotation=60, ha="right", fontsize=7)
+        ax.set_ylim(0, 1)
+        ax.grid(axis="y", alpha=0.3)
+    bottom.suptitle("hybrid recall@10 per owner: before (grey) / after (blue)")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -241,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
                     "bench/out/eval_dev.json for some)")
     ap.add_argument("--previous", type=Path, help="reference result (default: the committed eval_dev.json)")
     ap.add_argument("--no-plot", action="store_true", help="do not write the before / after plot")
+    ap.add_argument("--plot", type=Path, default=PLOT, help="where a run of every set draws its plot")
     ap.add_argument("--rankings", type=Path, default=RANKINGS, help="folder of the per-query rankings")
     args = ap.parse_args(argv)
     args.bench = args.bench or default_bench()
@@ -280,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     for line in found:
         print(f"  LOWER {line}")
     if every and not args.no_plot:
-        plot(ran, previous, PLOT)
+        plot(ran, previous, args.plot)
     print(f"\nwrote {out.relative_to(REPO) if out.is_relative_to(REPO) else out}")
     return 1 if found else 0
 

@@ -14,11 +14,13 @@ from tests.test_evaluation import _folder
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _battery(db_url: str, bench: Path, out: Path, previous: Path) -> subprocess.CompletedProcess:
+def _battery(
+    db_url: str, bench: Path, out: Path, previous: Path, plot: Path | None = None
+) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, str(REPO / "bench" / "eval_dev.py"), "--bench", str(bench), "--out", str(out),
          "--previous", str(previous), "--embedding-cache", str(out.parent / "cache"),
-         "--rankings", str(out.parent / "rankings"), "--no-plot"],
+         "--rankings", str(out.parent / "rankings"), *(["--plot", str(plot)] if plot else ["--no-plot"])],
         capture_output=True, text=True, timeout=300,
         env={**os.environ, "DATABASE_URL": db_url, "MEMORY_PIPELINES_EMBEDDER": "fake"})
 
@@ -51,7 +53,9 @@ def test_the_battery_reports_each_owner_and_refuses_a_fall(db_url, tmp_path):
     overall = before["sets"]["tiny"]["results"]["hybrid"]["overall"]
     overall["recall@10_ci"] = [overall["recall@10"] + 0.05, overall["recall@10"] + 0.2]
     (runs / "before.json").write_text(json.dumps(before))
-    second = _battery(db_url, bench, runs / "second.json", runs / "before.json")
+    second = _battery(db_url, bench, runs / "second.json", runs / "before.json", plot=runs / "plot.png")
     assert second.returncode == 1, second.stdout + second.stderr
     assert "tiny: 2 owners, 1 up, 1 down, 0 unchanged; largest fall alice -0.250" in second.stdout, second.stdout
     assert "LOWER tiny / overall / hybrid" in second.stdout
+    png = (runs / "plot.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000  # the sets' bars and the owners' bars
