@@ -69,9 +69,8 @@ def write_log(
     `injected` maps (source, id) to (position in the block, tokens); the counts of the event follow
     the seed: candidates and injected items exclude the profile. `lines` maps (source, id) to the block line
     the agent was shown (what implicit feedback compares its output with); `exclude_session` the conversation the
-    build left out. Each candidate's `features`
-    (`features.candidate_features`: channel scores and ranks, neighbour gain, language pair, source, age) go
-    into the same COPY, for the tuner's learned ranker. An item removed since the build read it is logged as
+    build left out. Each candidate's `features` (`features.candidate_features`: channel scores and ranks,
+    neighbour gain, language pair, source, age) go into the same COPY, for the tuner's learned ranker. An item removed since the build read it is logged as
     a forget leaves it (`_still_there`): a stand-in id, no line.
 
     The caller's transaction commits without waiting for its WAL flush (`synchronous_commit` off, for this
