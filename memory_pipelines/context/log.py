@@ -70,8 +70,8 @@ def write_log(
     the seed: candidates and injected items exclude the profile. `lines` maps (source, id) to the block line
     the agent was shown (what implicit feedback compares its output with); `exclude_session` the conversation the
     build left out. Each candidate's `features` (`features.candidate_features`: channel scores and ranks,
-    neighbour gain, language pair, source, age) go into the same COPY, for the tuner's learned ranker. An item removed since the build read it is logged as
-    a forget leaves it (`_still_there`): a stand-in id, no line.
+    neighbour gain, language pair, source, age) go into the same COPY, for the tuner's learned ranker. An item
+    removed since the build read it is logged as a forget leaves it (`_still_there`): a stand-in id, no line.
 
     The caller's transaction commits without waiting for its WAL flush (`synchronous_commit` off, for this
     transaction only): the log is the build's own record, not a write anyone made, and the agent should not
