@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from .runtime import Runtime, open_runtime
-from .vocabulary import DEFAULT_BUDGET
+from .vocabulary import DEFAULT_BUDGET, SEARCH_SOURCES
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -98,7 +98,6 @@ class Memory:
         """Semantic, keyword or hybrid search over the owner's tasks, learnings, capabilities and memories;
         `exclude_session` leaves out the memories of that conversation (the one the query is part of)."""
         from .retrieval.search import SearchFilters, search
-        from .vocabulary import SEARCH_SOURCES
 
         owner = _owner(owner)
         filters = SearchFilters(sources=tuple(sources) if sources else SEARCH_SOURCES, exclude_session=exclude_session)

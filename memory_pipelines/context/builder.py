@@ -142,8 +142,8 @@ def build_memory_context(
     `exclude_session`: the conversation the query is part of; its memories are left out (the agent holds its turns).
     """
     checked = _validate(query, mode, token_budget)
-    if exclude_session is not None:
-        SearchFilters(exclude_session=exclude_session).validated()  # refused before any work, naming the field
+    # refused before any work, naming the field; stripped once for the search and the log
+    exclude_session = SearchFilters(exclude_session=exclude_session).validated().exclude_session
     task_q = task_query(task, "task.") if task is not None else None
     t0 = time.perf_counter()
     now = as_of or datetime.now(UTC)
@@ -230,7 +230,7 @@ def build_memory_context(
                 injected_sources=[it.source for it in items],
                 randomized=randomized,
                 lines={(it.source, it.id): it.line for it in items},
-                exclude_session=exclude_session.strip() if exclude_session is not None else None,
+                exclude_session=exclude_session,
             )
     t_end = time.perf_counter()
     return ContextResult(

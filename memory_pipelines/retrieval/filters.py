@@ -44,7 +44,8 @@ class SearchFilters:
         if self.memory_types is not None:
             chunked = tuple(s for s in SEARCH_SOURCES if SOURCES[s].chunked)  # content types are theirs
             sources = tuple(s for s in sources if s in chunked) or chunked
-        return replace(self, sources=sources)
+        session = self.exclude_session.strip() if self.exclude_session is not None else None
+        return replace(self, sources=sources, exclude_session=session)
 
 
 def where_clauses(source: str, owner: str, f: SearchFilters, params: dict) -> list[str]:
@@ -59,7 +60,7 @@ def where_clauses(source: str, owner: str, f: SearchFilters, params: dict) -> li
         params["memory_types"] = list(f.memory_types)
         clauses.append("t.content_type = ANY(%(memory_types)s)")
     if f.exclude_session is not None and src.chunked:  # memories are the source written with sessions
-        params["exclude_session"] = f.exclude_session.strip()
+        params["exclude_session"] = f.exclude_session
         clauses.append("t.session IS DISTINCT FROM %(exclude_session)s")
     if f.as_of is not None:
         params["as_of"] = f.as_of
