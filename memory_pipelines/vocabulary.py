@@ -94,6 +94,9 @@ LOCK_PREWARM = 7_245_006
 LOCK_KEYWORD_STATS = 7_245_007
 """pg_advisory_xact_lock(LOCK_KEYWORD_STATS, hashtext('source:owner')): one item write at a time keeps an owner's
 stored BM25 statistics of a source."""
+LOCK_PROJECT_NAMES = 7_245_008
+"""pg_advisory_xact_lock(LOCK_PROJECT_NAMES, hashtext(owner)): one new project or rename per owner at a time, so
+no two of her projects answer to one name."""
 
 # -- vector search ------------------------------------------------------------------------------------------------
 

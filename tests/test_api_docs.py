@@ -11,6 +11,7 @@ import socket
 import time
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
 
 import httpx
 import pytest
@@ -33,6 +34,7 @@ from memory_pipelines.vocabulary import MAX_BODY_BYTES
 from tests.factories import add_capability, add_event, add_goal, add_learning, add_task
 
 ZH = "我们选择 pgvector 存储向量，因为 PostgreSQL 已经在用，运维成本低，支持 HNSW 索引。"
+DOCS = Path(__file__).resolve().parents[1] / "docs"
 EN = "The login page keeps the session cookie for 30 days so users stay signed in across subdomains."
 
 
@@ -56,6 +58,11 @@ def _ref(schema: dict) -> str:
 
 
 # -- the document ------------------------------------------------------------------------------------------
+
+def test_the_docs_count_the_operations_the_schema_has(spec):
+    count = re.search(r"Over the (\d+) operations", (DOCS / "http-api.md").read_text())
+    assert count and int(count.group(1)) == sum(1 for _ in _operations(spec))
+
 
 def test_bounds_are_json_schema_ones(spec):
     from tests.test_vocabulary import _nonstandard

@@ -341,3 +341,53 @@ def test_a_write_with_a_query_parameter_it_does_not_take_is_refused_and_changes_
         assert r.status_code == 422 and r.json()["field"] == "dry_run", (method, path, r.text)
     assert _rows(runtime.pool, "task") == before
     assert alice.get("/api/brain/memory/builds", params={"limit": 1, "_": "1"}).status_code == 200  # reads: as before
+
+
+def test_two_capabilities_taking_one_name_at_once_store_one_and_the_other_is_a_409(alice, runtime, db_url):
+    """Each write's name check ran before the other's row was committed; the second then hit the unique name:
+    it was a 500 (UniqueViolation), and must be the 409 a sequential write gets."""
+    with psycopg.connect(db_url) as holder, ThreadPoolExecutor(2) as ex:
+        holder.execute("SELECT pg_advisory_xact_lock(%s, hashtext('capability:alice:stats'))", (LOCK_KEYWORD_STATS,))
+        first = ex.submit(alice.post, "/api/capabilities", json={"name": "Race name", "key": "r-1"})
+        _lock_waits(db_url, 1)  # the first inserted its row and waits to count it in alice's statistics
+        second = ex.submit(alice.post, "/api/capabilities", json={"name": "Race name", "key": "r-2"})
+        _lock_waits(db_url, 2)  # the second passed the name check and waits on the first's uncommitted row
+        holder.commit()
+        answers = [first.result(30), second.result(30)]
+    assert [a.status_code for a in answers] == [201, 409], [a.text for a in answers]
+    assert answers[1].json()["field"] == "name"
+    assert [(row["key"], row["name"]) for row in _rows(runtime.pool, "capability")] == [("r-1", "Race name")]
+
+
+def test_two_patches_taking_one_capability_name_at_once_change_one_and_the_other_is_a_409(alice, runtime, db_url):
+    alice.post("/api/capabilities/batch", json={"items": [{"name": "first", "key": "A"},
+                                                          {"name": "second", "key": "B"}]})
+    with psycopg.connect(db_url) as holder, ThreadPoolExecutor(2) as ex:
+        holder.execute("SELECT pg_advisory_xact_lock(%s, hashtext('capability:alice:stats'))", (LOCK_KEYWORD_STATS,))
+        first = ex.submit(alice.patch, "/api/capabilities/A", json={"name": "taken"})
+        _lock_waits(db_url, 1)
+        second = ex.submit(alice.patch, "/api/capabilities/B", json={"name": "taken"})
+        _lock_waits(db_url, 2)
+        holder.commit()
+        answers = [first.result(30), second.result(30)]
+    assert [a.status_code for a in answers] == [200, 409], [a.text for a in answers]
+    assert answers[1].json()["field"] == "name"
+    assert sorted((row["key"], row["name"]) for row in _rows(runtime.pool, "capability")) == [
+        ("A", "taken"), ("B", "second")]
+
+
+def test_an_owner_id_naming_the_keys_own_owner_is_taken_and_any_other_refused(alice, runtime):
+    """An item write refused `owner_id` outright ("Extra inputs are not permitted") where every other body takes
+    the key's own owner; another owner's is refused everywhere, and nothing is written."""
+    mine = alice.post("/api/tasks", json={"title": "own", "key": "T-1", "owner_id": "alice"})
+    assert mine.status_code == 201, mine.text
+    batch = alice.post("/api/tasks/batch", json={"owner_id": "alice", "items": [{"title": "two", "key": "T-2"}]})
+    assert batch.status_code == 200, batch.text
+    assert alice.patch("/api/tasks/T-1", json={"status": "completed", "owner_id": "alice"}).status_code == 200
+    for method, path, body in (("POST", "/api/tasks", {"title": "x", "key": "T-3"}),
+                               ("POST", "/api/tasks/batch", {"items": [{"title": "x", "key": "T-3"}]}),
+                               ("PATCH", "/api/tasks/T-2", {"status": "failed"})):
+        r = alice.request(method, path, json={**body, "owner_id": "bob"})
+        assert r.status_code == 422 and r.json()["field"] == "owner_id", r.text
+    rows = {row["key"]: (row["owner_id"], row["status"]) for row in _rows(runtime.pool, "task")}
+    assert rows == {"T-1": ("alice", "completed"), "T-2": ("alice", "pending")}

@@ -4,7 +4,10 @@ nothing; another owner's project of the same key is untouched and unreachable.""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import httpx
+import psycopg
 import pytest
 
 from memory_pipelines.index.keywords import index_source, keyword_stale
@@ -13,8 +16,10 @@ from memory_pipelines.infra.auth import create_key
 from memory_pipelines.retrieval.filters import SearchFilters
 from memory_pipelines.retrieval.search import search
 from memory_pipelines.store.projects import ensure_project
+from memory_pipelines.vocabulary import LOCK_PROJECT_NAMES
 from tests.removal_world import table_counts
 from tests.test_cli import run_cli
+from tests.test_items_api import _lock_waits
 
 
 def _client(url: str, key: str) -> httpx.Client:
@@ -125,3 +130,35 @@ def test_rename_project_at_the_command_line(db_url, pool):
     with pool.connection() as conn:
         names = dict(conn.execute("SELECT project_key, project_name FROM projects WHERE owner_id = 'alice'"))
     assert names == {"agent-mem": "Agent Memory", "web-app": "Web App"}
+
+
+def test_a_new_project_may_not_take_a_name_another_answers_to(pair, runtime):
+    """Writing with a new key and another project's name made two projects of one name, and a filter or a write by
+    that name then reached only one of them: it is refused like a rename to that name, and nothing is stored."""
+    a, _b, _ids = pair
+    before = table_counts(runtime.pool)
+    for name in ("web-app", "Web App"):
+        r = a.post("/ingest/memory", json={"project_key": "web-app-2", "project_name": name,
+                                           "content_type": "plan", "content": "A second login page."})
+        assert r.status_code == 422 and r.json()["field"] == "project_name", r.text
+        assert "already names project 'web-app'" in r.json()["detail"][0]["msg"]
+    assert table_counts(runtime.pool) == before
+    same = a.post("/ingest/memory", json={"project_key": "web-app", "project_name": "Web App",
+                                          "content_type": "plan", "content": "The login page shows the key."})
+    assert same.status_code == 200, same.text  # the project's own key: the name is not another's
+    assert _projects(a) == {"agent-mem": ("agent-mem", 2), "web-app": ("web-app", 2)}
+
+
+def test_two_new_projects_taking_one_name_at_once_create_one(pair, runtime, db_url):
+    a, _b, _ids = pair
+    with psycopg.connect(db_url) as holder, ThreadPoolExecutor(2) as ex:
+        holder.execute("SELECT pg_advisory_xact_lock(%s, hashtext('alice'))", (LOCK_PROJECT_NAMES,))
+        writes = [ex.submit(a.post, "/ingest/memory", json={"project_key": key, "project_name": "Shared name",
+                                                            "content_type": "plan", "content": f"Plan {key}."})
+                  for key in ("first-key", "second-key")]
+        _lock_waits(db_url, 2)  # both found their key new and wait to check the name
+        holder.commit()
+        codes = sorted(w.result(30).status_code for w in writes)
+    assert codes == [200, 422]
+    named = [k for k, (name, _n) in _projects(a).items() if name == "Shared name"]
+    assert len(named) == 1 and named[0] in ("first-key", "second-key")

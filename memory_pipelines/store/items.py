@@ -200,7 +200,19 @@ def write_items(pool: ConnectionPool, owner: str, source: str, items: Sequence[M
             return _write_valid(pool, owner, source, valid)
         except psycopg.errors.TransactionRollback:  # a deadlock with a concurrent write: nothing of it was kept
             continue
-    return _write_valid(pool, owner, source, valid)
+        except psycopg.errors.UniqueViolation:  # a concurrent write took a name first: the check now sees it
+            continue
+    try:
+        return _write_valid(pool, owner, source, valid)
+    except psycopg.errors.UniqueViolation as e:
+        raise _conflict(source, e) from None
+
+
+def _conflict(source: str, e: psycopg.errors.UniqueViolation) -> ItemConflict:
+    """The 409 a unique constraint's violation means: a concurrent write took this key or capability name."""
+    constraint = e.diag.constraint_name or ""
+    field = "name" if constraint.endswith("_name_key") else "key"
+    return ItemConflict(field, f"another {source} of this owner took this {field} meanwhile")
 
 
 def _write_valid(pool: ConnectionPool, owner: str, source: str, valid: list[dict[str, Any]]) -> WriteResult:
@@ -339,6 +351,14 @@ def update_item(pool: ConnectionPool, owner: str, source: str, ref: str, changes
     source = check_source(source)
     ref = _ref(ref)
     fields = validate_item(source, changes, partial=True)
+    try:
+        return _update(pool, owner, source, ref, fields)
+    except psycopg.errors.UniqueViolation as e:  # a concurrent write took the key or name between check and write
+        raise _conflict(source, e) from None
+
+
+def _update(pool: ConnectionPool, owner: str, source: str, ref: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """`update_item`'s checked change in one transaction."""
     specs = {s.name: s for s in WRITE_CONTRACTS[source]}
     table = WRITE_TABLES[source]
     cols = [specs[name].db_column for name in fields]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import psycopg
 from psycopg_pool import ConnectionPool
 
 from ..infra.db import transaction
@@ -14,7 +13,7 @@ from ..vocabulary import MAX_NAME
 from .ingest import validate_owner
 from .ingest.inputs import _opt_str
 from .ingest.rows import lock_project
-from .projects import key_hint, project_key_from_name
+from .projects import check_name_free, key_hint, lock_project_names
 
 
 def rename_project(pool: ConnectionPool, owner: str, project_key: str, project_name: str) -> dict[str, Any]:
@@ -27,13 +26,14 @@ def rename_project(pool: ConnectionPool, owner: str, project_key: str, project_n
     if key is None or name is None:
         raise ValidationError("project_key" if key is None else "project_name", "is required")
     with transaction(pool) as conn:
+        lock_project_names(conn, owner)  # before the row, as a write creating a project takes them
         row = conn.execute("SELECT id::text, project_name FROM projects WHERE owner_id = %s AND project_key = %s"
                            " FOR UPDATE", (owner, key)).fetchone()
         if row is None:
             raise NotFoundError(f"no project {key!r}{key_hint(conn, owner, key)}")
         project_id, previous = row
         if name != previous:
-            _check_free(conn, owner, project_id, name)
+            check_name_free(conn, owner, key, name)
             lock_project(conn, project_id)  # an ingest in flight reads the name it indexes its fragments with
             # the trigger projects_fragments_hash (sql/005) rehashes its fragments: the next refresh embeds them
             conn.execute("UPDATE projects SET project_name = %s, updated_at = now() WHERE id = %s",
@@ -45,14 +45,3 @@ def rename_project(pool: ConnectionPool, owner: str, project_key: str, project_n
     return {"project_key": key, "project_name": name, "previous_name": previous, "renamed": name != previous,
             "fragments_pending": int(pending)}
 
-
-def _check_free(conn: psycopg.Connection, owner: str, project_id: str, name: str) -> None:
-    """ValidationError('project_name') when another project of the owner answers to `name`."""
-    other = conn.execute(
-        "SELECT project_key FROM projects WHERE owner_id = %s AND id <> %s"
-        " AND (project_name = %s OR project_key = %s) ORDER BY project_key LIMIT 1",
-        (owner, project_id, name, project_key_from_name(name)),
-    ).fetchone()
-    if other is not None:
-        raise ValidationError("project_name", f"{name!r} already names project {other[0]!r} (by its name or the key"
-                                              " it derives); give another name")

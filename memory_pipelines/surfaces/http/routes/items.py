@@ -44,6 +44,8 @@ from ....vocabulary import (
 from ...encode import jsonable, to_json
 from ...schema import TEXT_PATTERN, Documented, Int, Text, json_number, storable
 from .. import errors as e
+from ..deps import same_owner
+from ..models import OwnerField
 
 PLURAL = {"task": "tasks", "learning": "learnings", "capability": "capabilities", "goal": "goals", "event": "events"}
 """The resource of each source: /api/<plural>."""
@@ -144,6 +146,7 @@ def item_model(source: str, *, partial: bool = False) -> type[BaseModel]:
         else:
             info = Field(description=_description(spec))
         fields[spec.name] = (_annotation(spec, partial), info)
+    fields["owner_id"] = (OwnerField, None)
     name = source.capitalize() + ("Changes" if partial else "Item")
     example = CHANGE_EXAMPLES[source] if partial else EXAMPLES[source]
     doc = (f"Fields of {a_source(source)} to change; the others stay as they are." if partial else
@@ -173,6 +176,7 @@ def _batch_model(source: str) -> type[BaseModel]:
         __doc__=f"A batch of {PLURAL[source]}, checked item by item: a bad one is a 422 naming `items[i].field`.",
         # the length is checked with the body (a 422 naming `items`, the limit and the count); each item by the library
         items=(Annotated[list[Any], Field(min_length=1, max_length=MAX_BATCH), WithJsonSchema(items_schema)], ...),
+        owner_id=(OwnerField, None),
     )
     second = {**EXAMPLES[source], "key": EXAMPLES[source]["key"] + "-b"}
     if source == "capability":  # a capability's name is unique per owner
@@ -313,8 +317,9 @@ def source_router(memory: Memory, owner_type: Any, source: str) -> APIRouter:
                   if source != "goal" else "shown in the context's profile while pending or in progress")
 
     def write(body: Annotated[Item, Body()], owner: owner_type) -> JSONResponse:  # type: ignore[valid-type]
+        same_owner(body.owner_id, owner)
         try:
-            done = memory.write(owner, source, body.model_dump(exclude_unset=True))
+            done = memory.write(owner, source, body.model_dump(exclude_unset=True, exclude={"owner_id"}))
         except ItemError as exc:
             return _invalid(exc)
         return to_json(done, status_code=201)
@@ -329,6 +334,7 @@ def source_router(memory: Memory, owner_type: Any, source: str) -> APIRouter:
                                  **e.errors(e.BAD_REQUEST, e.TOO_LARGE, conflict)})
 
     def write_batch(body: Annotated[Batch, Body()], owner: owner_type) -> JSONResponse:  # type: ignore[valid-type]
+        same_owner(body.owner_id, owner)
         try:
             done = memory.write_many(owner, source, body.items)
         except ItemError as exc:
@@ -344,8 +350,9 @@ def source_router(memory: Memory, owner_type: Any, source: str) -> APIRouter:
                       responses=e.errors(e.BAD_REQUEST, e.TOO_LARGE, _BATCH_INVALID, conflict))
 
     def update(ref: Ref, body: Annotated[Changes, Body()], owner: owner_type) -> JSONResponse:  # type: ignore
+        same_owner(body.owner_id, owner)
         try:
-            done = memory.update(owner, source, ref, body.model_dump(exclude_unset=True))
+            done = memory.update(owner, source, ref, body.model_dump(exclude_unset=True, exclude={"owner_id"}))
         except ItemError as exc:
             return _invalid(exc)
         return to_json(done)
