@@ -116,6 +116,8 @@ def test_validate_item_fills_defaults_strips_and_parses_times():
     ("event", {"type": "deploy", "event_type": "deploy"}, "event_type", "not a field of an event"),
     ("task", {"title": "t", "status": "done"}, "status", "must be one of"),
     ("task", {"title": "   "}, "title", "must not be empty"),
+    ("task", {"title": "\u200b\ufeff \u0001"}, "title", "must not be empty"),  # shows nothing
+    ("capability", {"name": "\u2060"}, "name", "must not be empty"),
     ("task", {"description": "no title"}, "title", "is required"),
     ("task", {"title": 5}, "title", "must be a string"),
     ("task", {"title": "t", "metadata": [1]}, "metadata", "JSON object"),

@@ -32,6 +32,11 @@ def check_printable(field: str, value: str) -> str:
     return value
 
 
+def blank(value: str) -> bool:
+    """Whether a text shows nothing: only whitespace, control and format characters (a zero-width space, a BOM)."""
+    return all(ch.isspace() or unicodedata.category(ch) in ("Cc", "Cf") for ch in value)
+
+
 def check_storable(field: str, value: str) -> str:
     """Reject text PostgreSQL cannot store: NUL characters and lone surrogates."""
     if "\x00" in value:

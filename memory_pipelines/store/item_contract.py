@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from ..infra.errors import ValidationError, check_storable
+from ..infra.errors import ValidationError, blank, check_storable
 from ..vocabulary import MIN_TS, TS_FUTURE_SLACK, WRITABLE_SOURCES, WRITE_CONTRACTS, FieldSpec, a_source
 
 _NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
@@ -121,7 +121,7 @@ def _value(spec: FieldSpec, value: object, now: datetime | None) -> Any:
         if spec.max_chars is not None and len(value) > spec.max_chars:  # as sent: what the schema's maxLength says
             raise ValueError(f"must be at most {spec.max_chars} characters, got {len(value)}")
         value = value.strip()
-        if not value and (spec.required or spec.nullable):
+        if blank(value) and (spec.required or spec.nullable):
             raise ValueError("must not be empty" if spec.required else "must not be empty (leave it out or null)")
         try:
             check_storable(spec.name, value)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, fields
 
-from ...infra.errors import ValidationError, check_printable, check_storable
+from ...infra.errors import ValidationError, blank, check_printable, check_storable
 from ...vocabulary import CONTENT_TYPES, MAX_CONTENT, MAX_NAME, MAX_PATH, MIN_TS, TS_FUTURE_SLACK
 from ..projects import project_key_from_name
 
@@ -15,7 +15,7 @@ from ..projects import project_key_from_name
 def _opt_str(name: str, value: object, limit: int) -> str | None:
     if value is None:
         return None
-    if not isinstance(value, str) or not value.strip():
+    if not isinstance(value, str) or blank(value):
         raise ValidationError(name, "must be a non-empty string when given")
     if len(value.strip()) > limit:
         raise ValidationError(name, f"must be at most {limit} characters")
@@ -32,7 +32,7 @@ def validate_owner(owner: object) -> str:
 
 
 def _content(value: object) -> str:
-    if not isinstance(value, str) or not value.strip():
+    if not isinstance(value, str) or blank(value):
         raise ValidationError("content", "must be a non-empty string")
     if len(value) > MAX_CONTENT:
         raise ValidationError("content", f"must be at most {MAX_CONTENT} characters, got {len(value)}")
