@@ -169,7 +169,7 @@ class Source:
     """The project key column, for the project filter (None: the source has no project)."""
     vector_sql: str = "t.embedding"
     detail_sql: str = ""
-    """The full record by id and owner: id, title, body, status, metadata, created_at, vector (progressive
+    """The full record by id and owner: id, title, body, status, metadata, created_at, vector, active (progressive
     disclosure's detail and related layers; empty: no id of the source opens there)."""
     active_sql: str = "t.is_active"
     """Which rows of the table are live (ranked and indexed)."""
@@ -242,7 +242,8 @@ SOURCES: dict[str, Source] = {
         " 'project_key', t.project_key, 'metadata', t.metadata)",
         project_sql="t.project_key",
         detail_sql="SELECT id::text, title, description, status, metadata || jsonb_build_object('task_type',"
-        " task_type, 'project_key', project_key), created_at, embedding FROM tasks WHERE id = %s AND owner_id = %s",
+        " task_type, 'project_key', project_key), created_at, embedding, is_active FROM tasks"
+        " WHERE id = %s AND owner_id = %s",
     ),
     "learning": Source(
         "learning", "learnings", "uuid", 90, {"plan": 0.8, "execute": 1.0, "debug": 1.5, "chat": 0.6},
@@ -251,14 +252,14 @@ SOURCES: dict[str, Source] = {
         " t.failure_class, 'trigger_event', t.trigger_event, 'category', t.category)",
         detail_sql="SELECT id::text, title, content, NULL, metadata || jsonb_build_object('task_type', task_type,"
         " 'failure_class', failure_class, 'trigger_event', trigger_event, 'category', category),"
-        " created_at, embedding FROM learnings WHERE id = %s AND owner_id = %s",
+        " created_at, embedding, is_active FROM learnings WHERE id = %s AND owner_id = %s",
     ),
     "capability": Source(
         "capability", "capabilities", "uuid", None, {"plan": 1.0, "execute": 1.2, "debug": 1.0, "chat": 0.8},
         indexed_as="capability", searchable=True, from_sql="capabilities t", title_sql="t.name",
         body_sql="t.description",
-        detail_sql="SELECT id::text, name, description, NULL, metadata, created_at, embedding FROM capabilities"
-        " WHERE id = %s AND owner_id = %s",
+        detail_sql="SELECT id::text, name, description, NULL, metadata, created_at, embedding, is_active"
+        " FROM capabilities WHERE id = %s AND owner_id = %s",
     ),
     "memory": Source(
         "memory", "memories", "text", None, {"plan": 1.0, "execute": 1.0, "debug": 1.0, "chat": 1.0},
@@ -270,7 +271,7 @@ SOURCES: dict[str, Source] = {
         project_sql="p.project_key", vector_sql="t.avg_embedding",
         detail_sql="SELECT m.id, coalesce(m.summary, left(m.content, 80)), m.content, NULL, m.metadata"
         " || jsonb_build_object('content_type', m.content_type, 'project_key', p.project_key, 'tags', m.tags,"
-        " 'speaker', m.speaker), m.created_at, m.avg_embedding FROM memories m"
+        " 'speaker', m.speaker), m.created_at, m.avg_embedding, m.is_active FROM memories m"
         " JOIN projects p ON p.id = m.project_id WHERE m.id = %s AND m.owner_id = %s AND m.is_active",
     ),
     "event": Source(
@@ -279,12 +280,13 @@ SOURCES: dict[str, Source] = {
         body_sql="left(mp_event_values(t.payload), 200)", extra_sql="jsonb_build_object('type', t.type)",
         active_sql=EVENT_ACTIVE_SQL, active_counted=True,
         detail_sql="SELECT id::text, '[' || type || ']', mp_event_values(payload), NULL, jsonb_build_object('type',"
-        " type, 'payload', payload), created_at, embedding FROM events WHERE id = %s AND owner_id = %s",
+        " type, 'payload', payload), created_at, embedding, is_active FROM events WHERE id = %s AND owner_id = %s",
     ),
     "okr": Source(
         "okr", "goals", "uuid", None, {"plan": 1.5, "execute": 0.5, "debug": 0.3, "chat": 1.0}, title_sql="t.title",
         detail_sql="SELECT id::text, title, description, status, metadata || jsonb_build_object('priority',"
-        " priority, 'progress', progress), created_at, NULL::vector FROM goals WHERE id = %s AND owner_id = %s",
+        " priority, 'progress', progress), created_at, NULL::vector, is_active FROM goals"
+        " WHERE id = %s AND owner_id = %s",
     ),
 }
 

@@ -148,9 +148,12 @@ def test_patch_changes_a_task_status_re_embeds_it_and_deactivation_hides_items(a
     assert _rows(runtime.pool, "goal")[0]["progress"] == 50
 
     assert learning["id"] in _found(alice, "marmalade", "hybrid")
+    assert alice.get(f"/api/brain/memory/detail/{learning['id']}").json()["active"] is True
     assert alice.patch("/api/learnings/L-1", json={"active": False}).json()["action"] == "updated"
     assert learning["id"] not in _found(alice, "marmalade", "hybrid")
     assert learning["id"] not in _context_ids(alice, "marmalade timeouts")
+    hidden = alice.get(f"/api/brain/memory/detail/{learning['id']}")  # still opens by id, and says so
+    assert hidden.status_code == 200 and hidden.json()["active"] is False
     alice.patch("/api/goals/G-1", json={"active": False})
     assert "narwhal" not in alice.post("/api/brain/memory/context", json={"query": "release", "mode": "plan"}
                                        ).json()["block"]

@@ -270,7 +270,8 @@ def test_context_event_and_goal_ids_open_in_detail_for_their_owner_over_http_and
         r = alice.get(f"/api/brain/memory/detail/{item_id}")
         assert r.status_code == 200, r.text
         opened[item_id] = r.json()
-        assert set(r.json()) == {"id", "level", "title", "description", "status", "metadata", "created_at"}
+        assert set(r.json()) == {"id", "level", "title", "description", "status", "metadata", "created_at",
+                                 "active"}
         assert (r.json()["id"], r.json()["level"]) == (item_id, level)
         related = alice.post("/api/brain/memory/search-related", json={"base_id": item_id})
         assert related.status_code == 200 and item_id not in related.text, related.text

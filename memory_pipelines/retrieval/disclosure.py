@@ -36,7 +36,7 @@ def _find(pool: ConnectionPool, owner: str, item_id: str) -> tuple[str, tuple]:
 
 def detail(pool: ConnectionPool, owner: str, item_id: str) -> dict[str, Any]:
     """The full record (the progressive-search spec: detail layer)."""
-    source, (rid, title, body, status, metadata, created_at, _emb) = _find(pool, owner, item_id)
+    source, (rid, title, body, status, metadata, created_at, _emb, active) = _find(pool, owner, item_id)
     return {
         "id": rid,
         "level": source,
@@ -45,6 +45,7 @@ def detail(pool: ConnectionPool, owner: str, item_id: str) -> dict[str, Any]:
         "status": status,
         "metadata": metadata or {},
         "created_at": created_at.isoformat() if created_at else None,
+        "active": bool(active),
     }
 
 
@@ -92,7 +93,7 @@ def related(
     sources (`SearchFilters`' default), whatever the base item's source."""
     if not isinstance(top_k, int) or not 1 <= top_k <= MAX_TOP_K:
         raise ValidationError("topK", f"must be an integer from 1 to {MAX_TOP_K}")
-    _source, (rid, title, body, _status, _meta, _created, emb) = _find(pool, owner, base_id)
+    _source, (rid, title, body, _status, _meta, _created, emb, _active) = _find(pool, owner, base_id)
     query = f"{title}\n{body or ''}"[:1000]
     qvec = to_array(emb)
     result = search(pool, embedder, owner, query, mode="hybrid", limit=min(100, top_k + 1), query_vector=qvec)

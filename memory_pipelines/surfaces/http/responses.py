@@ -89,7 +89,7 @@ class Detail(_Out):
         "id": _TASK, "level": "task", "title": "feat(auth): cross-subdomain cookie auth",
         "description": "用 cookie 替代 localStorage 保存登录态", "status": "completed",
         "metadata": {"repo": "web-app", "pr_number": 6, "task_type": "dev", "project_key": "web-app"},
-        "created_at": _WHEN,
+        "created_at": _WHEN, "active": True,
     })
 
     id: str
@@ -101,6 +101,8 @@ class Detail(_Out):
                                      "content_type, tags, speaker, an event's type and payload, a goal's "
                                      "priority and progress, …")
     created_at: datetime | None
+    active: bool = Field(description="false: taken out of search and context (`active: false`); it opens here "
+                                     "until it is forgotten, and `active: true` brings it back.")
 
 
 # -- context ---------------------------------------------------------------------------------------------------
