@@ -199,6 +199,21 @@ def test_an_import_line_naming_a_member_twice_is_rejected_naming_it(cli_env, poo
     assert _rows(pool, "learnings") == [("alice", "c", "Alert on queue depth, not on CPU")]
 
 
+def test_json_nested_deeper_than_the_parser_reads_is_bad_input_not_a_traceback(cli_env, pool, tmp_path, capsys):
+    """5,000 levels of nesting ran json.loads out of recursion: `write` and `import` died with a traceback (exit 1)
+    where 40 levels are refused naming the field. Now it is bad JSON like any other: exit 2 naming --json, and the
+    import line rejected by its number."""
+    deep = '{"title": "deep", "metadata": ' + '{"a": ' * 5000 + "1" + "}" * 5001
+    assert main(["write", "task", "--owner", "alice", "--json", deep]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --json: is not valid JSON (nested too deep to read") and "Traceback" not in err
+    path = _file(tmp_path, [{"key": "a", "title": "Keep retries idempotent"}, deep])
+    assert main(["import", str(path), "--source", "learning", "--owner", "alice"]) == 1
+    err = capsys.readouterr().err
+    assert "learnings.jsonl:2: line: is not valid JSON (nested too deep to read" in err, err
+    assert _rows(pool, "learnings") == [] and _rows(pool, "tasks") == []
+
+
 def test_a_command_whose_database_connection_dies_says_so_in_one_line(cli_env, pool, tmp_path, capsys):
     """A database failing mid-command (a restart, a terminated backend) printed psycopg's traceback from every
     command but import; now one line says the database failed and that acknowledged writes are kept, exit 1."""

@@ -418,6 +418,14 @@ def test_a_stdio_line_naming_a_member_twice_is_refused_as_over_http(db_url, runt
         assert raw.answer() == {"jsonrpc": "2.0", "id": 3, "error": {"code": -32602, "message": message}}
         raw.send(twice.replace('"id": 3,', '"id": 4, "id": 5,'))
         assert raw.answer() == {"jsonrpc": "2.0", "id": None, "error": {"code": -32602, "message": message}}
+        # lines the SDK cannot read were dropped without an answer (the client waited for ever): now answered as
+        # streamable HTTP answers them, -32700 for what is not JSON, -32602 for JSON that is not a message
+        for line, code in (("this is not json", -32700), ('{"jsonrpc": "2.0", "id": 7, "params": {"q": "\\ud800"}}',
+                           -32700), ('{"a": ' * 300 + "1" + "}" * 300, -32700),
+                           ('[{"jsonrpc": "2.0", "id": 8, "method": "tools/list"}]', -32602)):
+            raw.send(line)
+            refused = raw.answer()
+            assert refused["id"] is None and refused["error"]["code"] == code, (line[:40], refused)
         raw.send('{"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "mem.record_task",'
                  ' "arguments": {"title": "Fine", "key": "RAW2"}}}')
         fine = raw.answer()

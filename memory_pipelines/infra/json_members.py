@@ -29,5 +29,11 @@ def unique_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def loads_unique(text: str | bytes) -> Any:
-    """json.loads, refusing an object that names a member twice (RepeatedMemberError)."""
-    return json.loads(text, object_pairs_hook=unique_members)
+    """json.loads, refusing an object that names a member twice (RepeatedMemberError); a document nested deeper
+    than the parser's recursion allows, or bytes that are not UTF-8, is a json.JSONDecodeError like any bad JSON."""
+    try:
+        return json.loads(text, object_pairs_hook=unique_members)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deep to read", "", 0) from None
+    except UnicodeDecodeError as exc:
+        raise json.JSONDecodeError(f"not UTF-8 text (byte {exc.start})", "", 0) from None

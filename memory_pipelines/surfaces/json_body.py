@@ -45,8 +45,30 @@ def repeated_member_answer(message: str | bytes) -> dict[str, Any] | None:
     except RepeatedMemberError as exc:
         error = {"code": -32602, "message": f"invalid params: {exc}; name each member once"}
         return {"jsonrpc": "2.0", "id": _request_id(message), "error": error}
-    except (ValueError, RecursionError):  # not JSON, or nested too deep for json.loads: the SDK answers it
+    except ValueError:  # not JSON (or nested too deep for json.loads): the SDK answers it
         pass
+    return None
+
+
+def unreadable_answer(message: str) -> dict[str, Any] | None:
+    """The JSON-RPC error streamable HTTP answers a message the SDK cannot read (-32700 for one that is not JSON,
+    -32602 for JSON that is not a JSON-RPC message; id null), or None: the SDK's stdio reader drops such a line
+    without a word, and its client would wait for ever."""
+    import mcp_types as types
+    import pydantic
+    import pydantic_core
+
+    if not message.strip():
+        return None
+    try:
+        raw = pydantic_core.from_json(message)
+    except ValueError as exc:
+        return {"jsonrpc": "2.0", "id": None, "error": {"code": types.PARSE_ERROR, "message": f"Parse error: {exc}"}}
+    try:
+        types.jsonrpc_message_adapter.validate_python(raw, by_name=False)
+    except pydantic.ValidationError as exc:
+        error = {"code": types.INVALID_PARAMS, "message": f"Validation error: {exc}"}
+        return {"jsonrpc": "2.0", "id": None, "error": error}
     return None
 
 

@@ -1,6 +1,7 @@
 """The MCP server over stdio, reading stdin itself: the SDK's reader parses each line keeping the last value of a
-member named twice, so a line naming one twice is answered here with the error streamable HTTP answers
-(`json_body.repeated_member_answer`) and not passed on. Every other line reaches the SDK as it came.
+member named twice, and drops a line it cannot read without an answer, so those lines are answered here with the
+errors streamable HTTP answers (`json_body.repeated_member_answer`, `unreadable_answer`) and not passed on. Every
+other line reaches the SDK as it came.
 
 As the SDK's own reader does, it reads a private duplicate of fd 0 and points fd 0 at the null device while it
 serves (restored after), so handlers and children read EOF; the SDK still claims stdout (fd 1) and writes every
@@ -22,7 +23,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 
-from .json_body import repeated_member_answer
+from .json_body import repeated_member_answer, unreadable_answer
 
 
 class _Unowned(TextIOWrapper):
@@ -83,7 +84,7 @@ class _Lines:
 
     async def __aiter__(self) -> AsyncIterator[str]:
         async for line in self.file:
-            answer = repeated_member_answer(line)
+            answer = repeated_member_answer(line) or unreadable_answer(line)
             if answer is None:
                 yield line
                 continue
