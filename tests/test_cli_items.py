@@ -328,3 +328,24 @@ def test_write_memory_ingests_each_turn_or_refuses_the_batch_naming_the_bad_one(
     assert written[1]["id"] in capsys.readouterr().out
     assert main(["search", "HNSW index after the bulk load", "--owner", "bob"]) == 0
     assert written[1]["id"] not in capsys.readouterr().out
+
+
+def test_embed_checks_imported_memories_against_older_ones(cli_env, pool, tmp_path, capsys):
+    """An imported memory is stored at once and judged in the background, but `embed` only embedded it: the import
+    said the check would follow with `embed`, yet the copy stayed active until a server's worker ran. `embed` now
+    settles the deferred check too, and says what it decided."""
+    assert main(["write", "memory", "--owner", "alice", "--json", json.dumps(
+        {"content": "Deploys go out on Tuesdays after the freeze.", "content_type": "plan",
+         "project_name": "ops"})]) == 0
+    path = tmp_path / "memories.jsonl"
+    path.write_text(json.dumps({"source": "memory", "content": "Deploys go out on Tuesdays after the freeze",
+                                "content_type": "plan", "project_name": "ops"}) + "\n", encoding="utf-8")
+    assert main(["import", str(path), "--owner", "alice"]) == 0
+    with pool.connection() as conn:
+        assert conn.execute("SELECT count(*) FROM memories WHERE is_active").fetchone()[0] == 2
+    capsys.readouterr()
+    assert main(["embed"]) == 0
+    assert "memories checked against older ones: 1 (1 SKIP); 0 still waiting" in capsys.readouterr().out
+    with pool.connection() as conn:
+        assert conn.execute("SELECT count(*) FROM memories WHERE is_active").fetchone()[0] == 1
+        assert conn.execute("SELECT count(*) FROM memories WHERE arbitration_status = 'pending'").fetchone()[0] == 0

@@ -108,13 +108,21 @@ def cmd_upgrade_db(args: argparse.Namespace) -> int:
 @command("embed")
 def cmd_embed(args: argparse.Namespace) -> int:
     from ...index.keywords import index_all
+    from ...infra.llm import ChatLLM
+    from ...store.ingest.deferred import finish_deferred
 
     rt = _runtime()
     results = embed_with_bar(rt)
+    # memories written without waiting (imports, the CLI, a provider outage) are judged against older ones now
+    settled = finish_deferred(rt.pool, rt.embedder, ChatLLM.from_settings(rt.settings))
     keywords = index_all(rt.pool, full=args.full_keywords)
     print(f"embedded {sum(r.embedded for r in results)} rows ({sum(r.failed for r in results)} failed, "
           f"{sum(r.pending_after for r in results)} pending); keywords of {sum(k.indexed for k in keywords)} rows "
           f"{'re-indexed (all)' if args.full_keywords else 'indexed'}, {sum(k.removed for k in keywords)} removed")
+    if settled["arbitrated"] or settled["still_pending"]:
+        actions = ", ".join(f"{n} {a}" for a, n in sorted(settled["actions"].items())) or "none"
+        print(f"memories checked against older ones: {settled['arbitrated']} ({actions}); "
+              f"{settled['still_pending']} still waiting")
     return 1 if any(r.failed for r in results) else 0  # pending rows stay; the next run retries them
 
 
