@@ -96,6 +96,10 @@ def test_an_agent_records_its_work_and_finds_it_again(mcp_http, runtime):
             assert "payload" in bad
             bad = error_text(await a.call_tool("mem.record_learning", {"title": "x", "at": "1999-12-31T00:00:00Z"}))
             assert "`at`" in bad and "2000" in bad
+            bad = error_text(await a.call_tool("mem.record_learning", {"title": "x", "at": True}))
+            assert "`at`" in bad and "2000" not in bad  # a boolean is no time (it was read as Unix second 1)
+            dated = data(await a.call_tool("mem.record_learning", {"title": "dated", "key": "d", "at": 1736496000}))
+            assert dated["action"] == "created"
             bad = error_text(await a.call_tool("mem.record_task", {"title": "x", "colour": "red"}))
             assert "colour" in bad
             bad = error_text(await a.call_tool("mem.update_task", {"ref": "T-404", "status": "failed"}))
@@ -110,7 +114,7 @@ def test_an_agent_records_its_work_and_finds_it_again(mcp_http, runtime):
 
     anyio.run(main)
     assert _rows(runtime.pool, "SELECT owner_id, status FROM tasks") == [("alice", "completed")]
-    assert _rows(runtime.pool, "SELECT count(*) FROM learnings WHERE owner_id = 'alice'") == [(2,)]
+    assert _rows(runtime.pool, "SELECT count(*) FROM learnings WHERE owner_id = 'alice'") == [(3,)]
     assert _rows(runtime.pool, "SELECT owner_id FROM events WHERE type = %s", "task_failed") == [("alice",)]
 
 

@@ -124,6 +124,8 @@ def test_rename_project_at_the_command_line(db_url, pool):
     clash = run_cli(["rename-project", "agent-mem", "Web App", "--owner", "alice"], env)
     assert clash.returncode == 2 and "Traceback" not in clash.stderr
     assert clash.stderr.startswith("error: project_name: 'Web App' already names project 'web-app'"), clash.stderr
+    empty = run_cli(["rename-project", "agent-mem", " ", "--owner", "alice"], env)
+    assert empty.returncode == 2 and empty.stderr.startswith("error: project_name: "), empty.stderr  # not --name
     by_name = run_cli(["rename-project", "Agent Memory", "Other", "--owner", "alice"], env)
     assert by_name.returncode == 2
     assert "the project named 'Agent Memory' has key 'agent-mem'" in by_name.stderr, by_name.stderr

@@ -153,6 +153,24 @@ def test_removals_of_an_owner_without_any_says_so_and_its_json_stays_an_empty_li
     assert "no removals" not in trail and trail.count("by cli") == 1
 
 
+def test_removals_page_with_the_cursor_the_previous_page_printed(cli_db, pool, capsys):
+    """`removals --json` printed a `next_cursor` that no option took: past 200 removals the trail ended."""
+    with pool.connection() as conn:
+        tasks = [add_task(conn, "bob", f"task {i}") for i in range(3)]
+    for task in tasks:
+        assert main(["forget", "task", task, "--owner", "bob"]) == 0
+    capsys.readouterr()
+    assert main(["removals", "--owner", "bob", "--limit", "2"]) == 0
+    first = capsys.readouterr().out.splitlines()
+    assert len(first) == 3 and first[-1].startswith("older removals: --cursor ")
+    cursor = first[-1].removeprefix("older removals: --cursor ")
+    assert main(["removals", "--owner", "bob", "--limit", "2", "--cursor", cursor, "--json"]) == 0
+    rest = json.loads(capsys.readouterr().out)
+    assert len(rest["removals"]) == 1 and rest["next_cursor"] is None
+    seen = {line.split()[3] for line in first[:2]} | {rest["removals"][0]["item_id"]}
+    assert seen == set(tasks)
+
+
 def test_drop_project_given_a_project_name_names_that_projects_key_and_removes_nothing(cli_db, pool, capsys):
     """The name answered only "no project 'X'", though the owner's project of that name was one key away."""
     with pool.connection() as conn:

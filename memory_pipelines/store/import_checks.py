@@ -119,7 +119,8 @@ def _memory_fields(raw: dict[str, Any], now: datetime) -> dict[str, Any]:
     for name in raw:
         if name not in MEMORY_FIELDS:
             raise ItemError(str(name)[:60], f"is not a field of a memory; the fields are {', '.join(MEMORY_FIELDS)}"
-                            " (a memory has no key: a re-import finds it by its content)")
+                            " and at (its time, instead of ts; a memory has no key: a re-import finds it by its"
+                            " content)")
     return raw
 
 

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import Field, StrictBool
+from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
 from ..face import Memory
 from ..vocabulary import (
@@ -56,8 +56,8 @@ def _field_annotation(spec: Any, optional: bool) -> Any:
         base = dict[str, Any]
     elif spec.kind == "bool":
         base = StrictBool  # "false", "yes" and 0 are refused, as over HTTP
-    else:  # time: ISO 8601 text or Unix seconds, parsed by the library
-        base = str | float
+    else:  # time: ISO 8601 text or Unix seconds, parsed by the library (strict: true is not second 1)
+        base = StrictStr | StrictInt | StrictFloat
     return Annotated[base | None, described] if optional else Annotated[base, described]
 
 

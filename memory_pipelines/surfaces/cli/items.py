@@ -14,6 +14,7 @@ from typing import Any
 from ...infra.errors import ValidationError
 from ...infra.json_members import RepeatedMemberError, loads_unique
 from ...vocabulary import MAX_BATCH, MAX_SEARCH_LIMIT, TASK_TYPES, WRITABLE_SOURCES
+from ..encode import jsonable
 
 OWNER_HELP = "owner id (default MEMORY_PIPELINES_OWNER or 'default')"
 
@@ -25,7 +26,7 @@ def _memory() -> Any:
 
 
 def _print_json(value: Any) -> None:
-    print(json.dumps(value, ensure_ascii=False, indent=2, default=str))
+    print(json.dumps(jsonable(value), ensure_ascii=False, indent=2))  # times as ISO 8601, as HTTP and MCP
 
 
 def read_json_arg(args: argparse.Namespace, name: str = "--json") -> Any:
@@ -109,7 +110,7 @@ def cmd_update(args: argparse.Namespace) -> int:
 
 def cmd_rename_project(args: argparse.Namespace) -> int:
     memory = _memory()
-    out = memory.rename_project(_owner(args, memory), args.project_key, args.name)
+    out = memory.rename_project(_owner(args, memory), args.project_key, args.project_name)
     if args.json:
         _print_json(out)
     elif out["renamed"]:
@@ -305,7 +306,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("rename-project", help="give a project a new name (its key stays; writes by the new name "
                        "file there too)")
     p.add_argument("project_key", help="the project's key (GET /projects)")
-    p.add_argument("name", help="the new name")
+    p.add_argument("project_name", metavar="name", help="the new name")
     p.add_argument("--owner", help=OWNER_HELP)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_rename_project)

@@ -49,7 +49,7 @@ def cmd_erase(args: argparse.Namespace) -> int:
 
 
 def cmd_removals(args: argparse.Namespace) -> int:
-    out = _memory().removals(args.owner, limit=args.limit)
+    out = _memory().removals(args.owner, limit=args.limit, cursor=args.cursor)
     if args.json:
         _print(out, True, "")
         return 0
@@ -58,6 +58,8 @@ def cmd_removals(args: argparse.Namespace) -> int:
     for r in out["removals"]:
         what = " ".join(x for x in (r["source"], r["item_id"]) if x)
         print(f"{r['at']}  {r['action']:<12} {what:<52} by {r['actor']}: {_counts(r['counts'])}")
+    if out.get("next_cursor"):
+        print(f"older removals: --cursor {out['next_cursor']}")
     return 0
 
 
@@ -135,6 +137,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("removals", help="an owner's audit trail of removals (who, what, when; no content)")
     p.add_argument("--owner", required=True)
     p.add_argument("--limit", type=int, default=50, help="removals to show, newest first (1-200)")
+    p.add_argument("--cursor", help="the next page: the cursor the previous page printed (`next_cursor`)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_removals)
 
