@@ -26,10 +26,10 @@ def unstatable(response) -> bool:
     except ValueError:
         return False
     field = body.get("field") if isinstance(body, dict) else None
-    if field in UNSTATABLE:
+    item_field = field.rsplit(".", 1)[-1] if isinstance(field, str) else None
+    if field in UNSTATABLE or item_field == "owner_id":  # a batch item's, `items[2].owner_id`
         return True
     detail = str(body.get("detail"))
-    item_field = field.rsplit(".", 1)[-1] if isinstance(field, str) else None
     return ((field == "ts" and "one day from now" in detail) or (field == "until" and "before since" in detail)
             or (field == "project_name" and "does not name the project of project_key" in detail)
             or (item_field == "at" and ("future" in detail or "2000" in detail))

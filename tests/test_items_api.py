@@ -254,6 +254,11 @@ def test_bodies_that_are_not_items_and_oversized_batches(alice, runtime):
     assert r.status_code == 422 and r.json()["field"] == "items[1].key"
     r = alice.patch("/api/tasks/T-1", json={})
     assert r.status_code in (404, 422)
+    # bytes that are not UTF-8, and JSON nested deeper than the parser reads, were a 400 naming nothing
+    deep = '{"title": "deep", "metadata": ' + '{"a": ' * 5000 + "1" + "}" * 5001
+    for raw in ('{"title": "caf\xe9"}'.encode("latin-1"), deep.encode()):
+        r = alice.post("/api/tasks", content=raw, headers={"Content-Type": "application/json"})
+        assert r.status_code == 422 and r.json()["field"] == "body", r.text[:300]
     assert _written(runtime.pool) == 0
     ok = alice.post("/api/tasks/batch", json={"items": [{"title": f"t{i}"} for i in range(MAX_BATCH)]})
     assert ok.status_code == 200 and ok.json()["counts"]["created"] == MAX_BATCH
@@ -384,8 +389,12 @@ def test_an_owner_id_naming_the_keys_own_owner_is_taken_and_any_other_refused(al
     the key's own owner; another owner's is refused everywhere, and nothing is written."""
     mine = alice.post("/api/tasks", json={"title": "own", "key": "T-1", "owner_id": "alice"})
     assert mine.status_code == 201, mine.text
-    batch = alice.post("/api/tasks/batch", json={"owner_id": "alice", "items": [{"title": "two", "key": "T-2"}]})
-    assert batch.status_code == 200, batch.text
+    batch = alice.post("/api/tasks/batch", json={"owner_id": "alice", "items": [{"title": "two", "key": "T-2",
+                                                                                 "owner_id": "alice"}]})
+    assert batch.status_code == 200, batch.text  # each item's schema is the single write's, owner_id and all
+    r = alice.post("/api/tasks/batch", json={"items": [{"title": "x", "key": "T-3"},
+                                                       {"title": "y", "owner_id": "bob"}]})
+    assert r.status_code == 422 and r.json()["field"] == "items[1].owner_id", r.text
     assert alice.patch("/api/tasks/T-1", json={"status": "completed", "owner_id": "alice"}).status_code == 200
     for method, path, body in (("POST", "/api/tasks", {"title": "x", "key": "T-3"}),
                                ("POST", "/api/tasks/batch", {"items": [{"title": "x", "key": "T-3"}]}),

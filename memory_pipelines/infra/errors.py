@@ -1,5 +1,6 @@
 """Errors a user can act on: the CLI prints their message (cause and fix) without a traceback."""
 
+import re
 import unicodedata
 
 
@@ -32,9 +33,16 @@ def check_printable(field: str, value: str) -> str:
     return value
 
 
+# What shows nothing besides whitespace: control characters and the common invisible format characters (zero-width
+# spaces and joiners, direction marks and isolates, the soft hyphen, the BOM); the HTTP schema's text pattern names
+# the same class, so the two agree on what is blank.
+INVISIBLE = r"\u0001-\u001f\u007f-\u009f\u00ad\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff"
+_BLANK_TEXT = re.compile(rf"[\s{INVISIBLE}]*")
+
+
 def blank(value: str) -> bool:
-    """Whether a text shows nothing: only whitespace, control and format characters (a zero-width space, a BOM)."""
-    return all(ch.isspace() or unicodedata.category(ch) in ("Cc", "Cf") for ch in value)
+    """Whether a text shows nothing: only whitespace and INVISIBLE characters."""
+    return _BLANK_TEXT.fullmatch(value) is not None
 
 
 def check_storable(field: str, value: str) -> str:

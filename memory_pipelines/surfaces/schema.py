@@ -15,7 +15,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BeforeValidator, Field, StringConstraints, TypeAdapter, WithJsonSchema
 from pydantic import ValidationError as PydanticError
 
-from ..infra.errors import ValidationError, check_printable, check_storable
+from ..infra.errors import INVISIBLE, ValidationError, blank, check_printable, check_storable
 from ..vocabulary import MAX_CONTENT, MAX_ID, MAX_NAME, MAX_OUTPUT, MAX_PATH, MAX_QUERY, MAX_TS, MIN_TS
 
 
@@ -32,7 +32,7 @@ def storable(value: str | None) -> str | None:
 def not_blank(value: str | None) -> str | None:
     """Storable text with something in it besides whitespace (the library strips what it is given)."""
     value = storable(value)
-    if value is not None and not value.strip():
+    if value is not None and blank(value):
         raise ValueError("must not be blank")
     return value
 
@@ -49,9 +49,10 @@ def owner_id(value: str) -> str:
 
 
 # What `not_blank` accepts, for the JSON schema (documentation: the validator decides, with a clearer message):
-# no NUL, and one character that is not whitespace by Python's `str.strip` (which counts \x1c-\x1f and \x85).
+# no NUL, and one character that is neither whitespace by Python's `str.strip` (which counts \x1c-\x1f and \x85)
+# nor INVISIBLE.
 _BLANK = r"\t\n\u000b\u000c\r\u001c-\u001f \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
-TEXT_PATTERN = rf"^[^\u0000]*[^\u0000{_BLANK}][^\u0000]*$"
+TEXT_PATTERN = rf"^[^\u0000]*[^\u0000{_BLANK}{INVISIBLE}][^\u0000]*$"
 
 
 class Documented:

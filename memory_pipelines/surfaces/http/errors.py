@@ -169,12 +169,19 @@ def _allowed(request: Request) -> list[str]:
             if any(r.matches({**request.scope, "method": m})[0] is Match.FULL for r in routes)]
 
 
+def _unparsed(e: dict[str, Any]) -> dict[str, Any]:
+    """A body that is not JSON names the body, not the character offset FastAPI puts where a field would be."""
+    why = (e.get("ctx") or {}).get("error")
+    return {"loc": ["body"], "msg": f"is not valid JSON{f' ({why})' if why else ''}", "type": "json_invalid"}
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _request_invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:
         # Only loc, msg and type: the rejected input is the caller's data and may not be JSON-encodable.
         # our validators' words as the API's other checks answer them, without pydantic's prefix
-        errors = [{"loc": [str(p) for p in e.get("loc", ())],
+        errors = [_unparsed(e) if e.get("type") == "json_invalid" else
+                  {"loc": [str(p) for p in e.get("loc", ())],
                    "msg": our_words(e.get("msg", "")),
                    "type": str(e.get("type", ""))} for e in exc.errors()]
         loc = errors[0]["loc"] if errors else ["body"]

@@ -306,6 +306,20 @@ Ref = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ITEM_KEY), T
                 Path(description="The item's id, or your key of it.")]
 
 
+def _own_items(items: list[Any], owner: str) -> list[Any]:
+    """A batch's items less an `owner_id` naming the key's own owner (each item's schema is the single write's);
+    any other owner is a 422 naming it (`items[i].owner_id`)."""
+    out = []
+    for i, item in enumerate(items):
+        if isinstance(item, dict) and "owner_id" in item:
+            item = dict(item)
+            given = item.pop("owner_id")
+            if given is not None and given != owner:
+                raise ItemError("owner_id", "the owner comes from the API key; omit owner_id", i)
+        out.append(item)
+    return out
+
+
 def source_router(memory: Memory, owner_type: Any, source: str) -> APIRouter:
     """POST /api/<plural>, POST /api/<plural>/batch and PATCH /api/<plural>/{ref} of one source."""
     plural = PLURAL[source]
@@ -336,7 +350,7 @@ def source_router(memory: Memory, owner_type: Any, source: str) -> APIRouter:
     def write_batch(body: Annotated[Batch, Body()], owner: owner_type) -> JSONResponse:  # type: ignore[valid-type]
         same_owner(body.owner_id, owner)
         try:
-            done = memory.write_many(owner, source, body.items)
+            done = memory.write_many(owner, source, _own_items(body.items, owner))
         except ItemError as exc:
             return _invalid(exc)
         return to_json(done)
