@@ -103,7 +103,7 @@ class FakeOpenAI:
             raise _Reply(int(fault["status"]), f"injected fault {fault['status']}", retry)
         self._check_key(headers)
         if path == "/v1/embeddings":
-            return self._embeddings(body)
+            return self._embeddings(body, fault.get("vectors"))
         if path == "/v1/chat/completions":
             return self._chat(body)
         raise _Reply(404, f"Invalid URL (POST {path})")
@@ -116,7 +116,8 @@ class FakeOpenAI:
         if auth[7:].strip() == BAD_KEY:
             raise _Reply(401, "Incorrect API key provided: bad-key.")
 
-    def _embeddings(self, body: dict[str, Any]) -> dict[str, Any]:
+    def _embeddings(self, body: dict[str, Any], broken: str | None = None) -> dict[str, Any]:
+        """`broken`: "nan" or "zeros" answers the first input with such a vector (a provider's bad day)."""
         inputs = _embedding_inputs(body)
         if len(inputs) > self.max_inputs:
             raise _Reply(400, f"'$.input' is invalid: at most {self.max_inputs} inputs are allowed.")
@@ -127,9 +128,11 @@ class FakeOpenAI:
             raise _Reply(400, f"Requested {sum(tokens)} tokens, max {self.max_request_tokens} per request.")
         dim = int(body.get("dimensions") or self.embed_dimension)
         as_base64 = body.get("encoding_format") == "base64"
+        vectors = [fake_vector(text, dim) for text in inputs]
+        if broken:
+            vectors[0] = np.full(dim, np.nan if broken == "nan" else 0.0, dtype=np.float32)
         data = [
-            {"object": "embedding", "index": i, "embedding": _encode(fake_vector(text, dim), as_base64)}
-            for i, text in enumerate(inputs)
+            {"object": "embedding", "index": i, "embedding": _encode(v, as_base64)} for i, v in enumerate(vectors)
         ]
         if self.reverse_order:
             data.reverse()

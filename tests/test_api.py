@@ -18,10 +18,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memory_pipelines import Memory
+from memory_pipelines.embeddings.openai_provider import OpenAIEmbedder
 from memory_pipelines.index.keywords import index_all
 from memory_pipelines.index.vectors import embed_all
 from memory_pipelines.infra.auth import create_key, resolve_key, revoke_key
 from memory_pipelines.infra.llm import ChatLLM
+from memory_pipelines.runtime import Runtime
 from memory_pipelines.surfaces.http import create_app
 from tests.factories import add_learning, add_task
 
@@ -233,6 +235,26 @@ def test_a_replace_over_http_keeps_the_old_text_as_a_version(runtime, keys, fake
             newer, "plan", 1_700_000_100, 2)
         assert c.get(f"/memories/{second['id']}/versions", headers={"Authorization": f"Bearer {keys['bob']}"}
                      ).status_code == 404  # another owner's memory
+
+
+def test_a_provider_answering_nan_vectors_degrades_and_keeps_the_write(runtime, keys, fake_openai):
+    """NaN vectors reached PostgreSQL, which refused them: search and context answered 500 and a write waiting for
+    its embedding was not stored. Now such an answer is the provider's failure, handled as an outage is."""
+    embedder = OpenAIEmbedder("test-key", base_url=fake_openai.base_url, model="test-embed", dimensions=384)
+    broken = Runtime(settings=runtime.settings, url=runtime.url, pool=runtime.pool, embedder=embedder)
+    with LiveServer(create_app(Memory(broken, llm=None))) as srv:
+        c = client(srv.url, keys["alice"])
+        fake_openai.faults.extend([{"vectors": "nan"}] * 6)
+        r = c.post("/ingest/memory", json={"project_name": "ops", "content_type": "plan", "wait": True,
+                                           "content": "The dugong survey starts on Monday."})
+        assert r.status_code == 200 and r.json()["action"] == "DEFERRED", r.text
+        found = c.get("/memories/search", params={"query": "dugong survey"})
+        assert found.status_code == 200 and r.json()["id"] in {m["id"] for m in found.json()["results"]}, found.text
+        built = c.post("/api/brain/memory/context", json={"query": "dugong survey", "mode": "plan"})
+        assert built.status_code == 200 and built.json()["degraded"], built.text
+        fake_openai.faults.clear()
+    with runtime.pool.connection() as conn:
+        assert conn.execute("SELECT count(*) FROM memories WHERE owner_id = 'alice'").fetchone()[0] == 1
 
 
 def test_progressive_search_summary_detail_related(live, keys, runtime):

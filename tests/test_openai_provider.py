@@ -269,3 +269,17 @@ def test_a_query_gets_a_short_deadline_and_one_retry(fake_openai: FakeOpenAI) ->
     fake_openai.faults.extend([{"status": 500}] * 3 + [{"delay": 0.0}])
     assert embedder.embed(["a passage"]).shape == (1, 384)  # a passage keeps the configured retries
     assert len(fake_openai.requests) == 4
+
+
+@pytest.mark.parametrize("broken", ["nan", "zeros"])
+def test_a_vector_that_is_not_finite_or_all_zeros_is_a_failed_call(fake_openai: FakeOpenAI, broken: str) -> None:
+    """A NaN vector went on to PostgreSQL, which refused it (a 500 on search and context, a waiting write lost); a
+    zero vector was stored as embedded and never matched anything. Both are now the provider's failure."""
+    embedder = make(fake_openai)
+    fake_openai.faults.append({"vectors": broken})
+    with pytest.raises(EmbeddingError, match="not finite" if broken == "nan" else "all zeros"):
+        embedder.embed(TEXTS)
+    fake_openai.faults.append({"vectors": broken})
+    with pytest.raises(EmbeddingError):
+        embedder.embed_query(TEXTS[0])
+    assert make(fake_openai).embed(TEXTS).shape == (4, 384)  # the next good answer is taken

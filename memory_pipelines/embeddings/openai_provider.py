@@ -139,7 +139,18 @@ class OpenAIEmbedder(Embedder):
         rows = sorted(response.data, key=lambda item: item.index)
         if len(rows) != len(inputs):
             raise EmbeddingError(f"{self.base_url} returned {len(rows)} embeddings for {len(inputs)} inputs")
-        return np.asarray([row.embedding for row in rows], dtype=np.float32)
+        matrix = np.asarray([row.embedding for row in rows], dtype=np.float32)
+        self._check_values(matrix)
+        return matrix
+
+    def _check_values(self, matrix: np.ndarray) -> None:
+        """A vector that is not finite or all zeros is a failed call (kept pending, retried), not a row to store:
+        PostgreSQL refuses NaN, and a zero vector would be marked embedded and never match anything."""
+        bad = ~np.isfinite(matrix).all(axis=1) | ~matrix.any(axis=1) if matrix.size else np.zeros(0, dtype=bool)
+        if bad.any():
+            kind = "not finite" if not np.isfinite(matrix[bad]).all() else "all zeros"
+            raise EmbeddingError(f"{self.base_url} returned {int(bad.sum())} of {len(matrix)} {self.model_name} "
+                                 f"vectors {kind}. Fix: check the embedding service (its model or its load).")
 
     def _translate(self, exc: Exception) -> EmbeddingError:
         """Map a client or retry failure to an EmbeddingError with cause and fix."""
