@@ -27,6 +27,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -407,6 +408,36 @@ def test_sigterm_while_the_embedding_provider_hangs_still_leaves_the_database(ho
     _assert_stopped(pgdata, pid, within=15)  # the 3 s stop wait, not the default 20 s, then the stop
     assert registrants(pgdata) == []
     assert "leaving the embedded PostgreSQL before exit" in serve.stderr()
+
+
+@pytest.mark.slow
+def test_sigterm_with_a_request_waiting_on_a_hanging_provider_still_leaves(home, procs, fake_openai):
+    """uvicorn waited for every request in flight: a write waiting for its embedding on a hanging provider held
+    serve for minutes after SIGTERM (past any kill grace, and a kill -9 then left PostgreSQL running). Requests
+    still in flight the stop wait after the signal are cut now; the write they had not stored was never answered."""
+    pgdata = home / "pgdata"
+    provider = {"MEMORY_PIPELINES_EMBEDDER": "openai", "OPENAI_API_KEY": "test", "OPENAI_BASE_URL":
+                fake_openai.base_url, "OPENAI_EMBED_DIMENSIONS": "384", "OPENAI_TIMEOUT": "300",
+                "MEMORY_PIPELINES_STOP_WAIT": "3"}
+    serve, base = _serve(home, provider)
+    procs.append(serve)
+    pid = postmaster_pid(pgdata)
+    with ConnectionPool(_server_url(pgdata), min_size=1, max_size=1) as pool:
+        _kid, key = create_key(pool, "alice")
+    fake_openai.faults.extend([{"delay": 600}] * 20)
+    answered: list = []
+    waiting = threading.Thread(target=lambda: answered.append(httpx.post(
+        f"{base}/ingest/memory", headers={"Authorization": f"Bearer {key}"}, timeout=120,
+        json={"content": "the deploy window is Tuesday", "content_type": "plan", "project_name": "ops",
+              "wait": True})), daemon=True)
+    waiting.start()
+    deadline = time.monotonic() + 60
+    while not fake_openai.requests:  # the request waits on its summary (the key configures the chat model too)
+        assert time.monotonic() < deadline and not answered, (answered and answered[0].text, serve)
+        time.sleep(0.1)
+    serve.popen.send_signal(signal.SIGTERM)
+    _assert_stopped(pgdata, pid, within=20)  # the 3 s grace for the request, the worker's 3 s, then the stop
+    assert registrants(pgdata) == []
 
 
 @pytest.mark.slow

@@ -496,5 +496,5 @@ def run_http(memory: Memory, host: str = "127.0.0.1", port: int = 8001) -> None:
     """Serve streamable HTTP at http://host:port/mcp."""
     import uvicorn
 
-    uvicorn.run(build_http_app(memory, host=host), host=host, port=port, log_level="info",
-                timeout_keep_alive=75)  # longer than clients' and proxies' idle timeouts (cli/online.py)
+    uvicorn.run(build_http_app(memory, host=host), host=host, port=port, log_level="info", timeout_keep_alive=75,
+                timeout_graceful_shutdown=memory.settings.stop_wait)  # both as `serve` (cli/online.py)

@@ -69,9 +69,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
     warm_up()
     print(f"memory_pipelines API on http://{args.host}:{args.port} (docs at /docs); "
           "every endpoint but /health needs `Authorization: Bearer <key>`", file=sys.stderr)
+    # requests still in flight stop_wait seconds after SIGTERM are cut (a write waiting on a hanging provider held
+    # the exit for minutes, past any kill grace); what they had not stored was never acknowledged
     uvicorn.run(create_app(memory, wait_ingest=args.ingest == "wait"), host=args.host, port=args.port, log_level="info",
-                timeout_keep_alive=KEEP_ALIVE_SECONDS)
+                timeout_keep_alive=KEEP_ALIVE_SECONDS, timeout_graceful_shutdown=memory.settings.stop_wait)
+    if _threads_still_running():  # a cut request's thread still waits on its remote call
+        leave_early("a request still waits on a remote call")
     return 0
+
+
+def _threads_still_running() -> bool:
+    """Whether a thread the interpreter's exit would wait for is still running (besides this one)."""
+    me = threading.current_thread()
+    return any(t.is_alive() and not t.daemon and t is not me for t in threading.enumerate())
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
@@ -95,6 +105,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     finally:
         if not memory.embed_worker.stop():
             leave_early("the embedding worker still waits on its provider")
+        elif _threads_still_running():  # a tool call cut at the shutdown's grace still waits on its remote call
+            leave_early("a request still waits on a remote call")
     return 0
 
 
