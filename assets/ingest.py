@@ -106,7 +106,8 @@ def inbox_import(context: dg.AssetExecutionContext, config: InboxConfig,
                          f"{report.rejects[0].line}: {report.rejects[0].field}: {report.rejects[0].reason})",
                          metadata={**metadata, "moved_to": str(moved)})
     moved = move(inbox, relpath, DONE)
-    (inbox / REJECTED / f"{relpath}.rejects.txt").unlink(missing_ok=True)  # from an earlier, refused try
+    if not (inbox / REJECTED / relpath).exists():  # the reasons of an earlier try moved back in and fixed
+        (inbox / REJECTED / f"{relpath}.rejects.txt").unlink(missing_ok=True)
     if report.rejects:
         write_rejects(moved, report, None)
         context.log.warning(f"{relpath}: {len(report.rejects)} rows rejected and skipped (skip_invalid)")
@@ -237,7 +238,7 @@ def _ingested(instance: dg.DagsterInstance, run: dg.DagsterRun) -> bool:
                       description="When an import or a sync succeeded, embeds and indexes what it wrote.")
 def index_after_ingest(context: dg.RunStatusSensorContext):
     if not _ingested(context.instance, context.dagster_run):
-        return dg.SkipReason(f"run {context.dagster_run.run_id} imported nothing")
+        return None  # not a SkipReason: any answer ends the tick, and each unrelated run then cost 30 s
     return dg.RunRequest(run_key=f"after-{context.dagster_run.run_id}", tags={**RANGE_TAGS, "trigger": "ingest"})
 
 
