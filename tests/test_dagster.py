@@ -622,3 +622,40 @@ def test_the_runs_sample_contexts_are_shown_not_logged(runtime, capsys):
     assert capsys.readouterr().out.count("=== context [team-alpha] mode=") == 8
     with runtime.pool.connection() as conn:
         assert conn.execute(count).fetchone()[0] == before
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_sigterm_to_run_marks_its_dagster_run_ended_and_says_so(db_url, pool, tmp_path):
+    """`memory-pipelines run` ran each job with subprocess.run, which kills the job at once when SIGTERM ends the
+    command: Dagster never recorded the run's end, so it showed as started for ever, and nothing was printed. The
+    job now gets SIGINT and time to mark its run failed, and the command says it stopped."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    cli = [sys.executable, "-m", "memory_pipelines.surfaces.cli"]
+    proc = subprocess.Popen([*cli, "run"], env=_cli_env(db_url, tmp_path / "home"), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, cwd=str(Path(__file__).resolve().parents[1]))
+    try:
+        deadline = time.monotonic() + 240
+        started = []
+        while not started:  # the demo job's run, recorded in the database DATABASE_URL names
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            time.sleep(0.5)
+            with pool.connection() as conn:
+                if conn.execute("SELECT to_regclass('runs')").fetchone()[0]:
+                    started = conn.execute("SELECT run_id FROM runs WHERE status = 'STARTED'").fetchall()
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 128 + signal.SIGTERM
+        assert "stopped (exit 143); committed work is kept" in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    with pool.connection() as conn:
+        statuses = dict(conn.execute("SELECT run_id, status FROM runs").fetchall())
+    assert statuses[started[0][0]] in ("FAILURE", "CANCELED"), statuses
+    assert "STARTED" not in statuses.values(), statuses

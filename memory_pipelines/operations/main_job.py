@@ -14,6 +14,7 @@ import contextlib
 import importlib.machinery
 import importlib.util
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -151,6 +152,29 @@ def tail(path: Path, lines: int = 40) -> str:
         return ""
 
 
+CHILD_STOP_SECONDS = 10.0
+"""How long a job's process is given to record its run's end once this one is stopped (within a 30 s kill grace)."""
+
+
+def _run_child(cmd: list[str], env: dict[str, str], **streams: Any) -> int:
+    """Run one `dagster job execute` to its end; its exit code. Should this process be stopped (SIGTERM, Ctrl-C),
+    the job gets SIGINT and CHILD_STOP_SECONDS to mark its run failed: subprocess.run would kill it at once, and
+    Dagster would show the run as started for ever."""
+    proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, **streams)
+    try:
+        return proc.wait()
+    except BaseException as exc:
+        if proc.poll() is None:
+            if not isinstance(exc, KeyboardInterrupt):  # a terminal's Ctrl-C reached the job already
+                proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(CHILD_STOP_SECONDS)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        raise
+
+
 def run_main_job(settings: Settings | None = None, *, verbose: bool = False, load_demo: bool = True) -> dict[str, Any]:
     """Launch `demo_job` (unless `load_demo` is false), `main_job` over every bucket, then (with the demo)
     `demo_sessions_job` (the demo's simulated agent sessions and the tuning group up to its gate) through
@@ -182,9 +206,8 @@ def run_main_job(settings: Settings | None = None, *, verbose: bool = False, loa
             if not verbose:
                 log.write(f"$ {' '.join(cmd)}\n")
                 log.flush()
-            proc = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL,
-                                  stdout=None if verbose else log, stderr=None if verbose else subprocess.STDOUT)
-            codes[job] = proc.returncode
+            codes[job] = _run_child(cmd, env, stdout=None if verbose else log,
+                                    stderr=None if verbose else subprocess.STDOUT)
     with open_instance(env) as instance:
         runs = read_runs(instance, launch_id)
     main = runs.get(MAIN_JOB) or {"success": False, "run_id": None, "status": "NOT_STARTED", "assets": {},

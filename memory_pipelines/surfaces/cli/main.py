@@ -152,8 +152,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     code_location()  # fails early, with the fix, when Dagster or the code location is not installed
     rt = _runtime()
     print(f"database ready; migrations applied: {', '.join(rt.applied) or 'none pending'}")
-    with EmbeddingProgress(rt):
-        summary = run_main_job(rt.settings, verbose=args.verbose)
+    try:
+        with EmbeddingProgress(rt):
+            summary = run_main_job(rt.settings, verbose=args.verbose)
+    except SystemExit as exc:  # SIGTERM or SIGHUP (exit_on_termination): the job's run is marked failed
+        print(f"\nstopped (exit {exc.code}); committed work is kept and the next run resumes", file=sys.stderr)
+        raise
     print_run_summary(summary)
     print_report(rt, args.owner)
     print(f"\ndone in {time.perf_counter() - started:.1f} s")
