@@ -6,7 +6,7 @@ import json
 import os
 import time
 import warnings
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import dagster as dg
@@ -307,12 +307,19 @@ def test_source_database_sync_is_incremental_and_a_range_rerun_is_exact(resource
         conn.execute("UPDATE lessons SET subject = 'lesson 0, revised', updated_at = %s WHERE id = 1",
                      (T0 + timedelta(hours=6),))
     meta = _sync(resource)
-    assert (meta["rows_read"], meta["rows_created"], meta["rows_updated"], meta["rows_unchanged"]) == (2, 1, 1, 0)
-    assert _sync(resource)["rows_read"] == 0  # nothing new: nothing read
+    # the new row, the revised one, and the rejected row at the old watermark read again (rejected again)
+    assert (meta["rows_read"], meta["rows_created"], meta["rows_updated"], meta["rows_unchanged"]) == (3, 1, 1, 0)
+    again = _sync(resource)  # nothing new: only the row at the watermark is read again, unchanged
+    assert (again["rows_read"], again["rows_unchanged"]) == (1, 1)
+    # a row stamped with the watermark but committed after the run that stored it: a strict `>` never read it
+    _lesson(team_db, "stamped at the watermark, committed late", 6)
+    late = _sync(resource)
+    assert (late["rows_read"], late["rows_created"], late["rows_unchanged"]) == (2, 1, 1)
     with pool.connection() as conn:
         rows = conn.execute("SELECT owner_id, key, title, created_at FROM learnings ORDER BY key").fetchall()
     assert rows == [("alpha", "1", "lesson 0, revised", T0), ("alpha", "2", "lesson 1", T0),
-                    ("alpha", "3", "lesson 2", T0), ("beta", "5", "lesson new", T0)]
+                    ("alpha", "3", "lesson 2", T0), ("beta", "5", "lesson new", T0),
+                    ("alpha", "6", "stamped at the watermark, committed late", T0)]
 
     ranged = _sync(resource, since=(T0 + timedelta(hours=2)).isoformat(), until=(T0 + timedelta(hours=4)).isoformat())
     assert (ranged["rows_read"], ranged["rows_unchanged"], ranged["ranged"]) == (2, 2, True)  # rows 2 and 3 exactly
@@ -333,3 +340,16 @@ def test_ingest_assets_stay_out_of_main_job():
     main = defs.resolve_job_def("main_job")
     assert not {"inbox_import", "source_sync"} & set(main.graph.node_dict)
     assert defs.resolve_job_def("inbox_import_job").partitions_def == inbox_files
+
+
+def test_a_watermark_keeps_its_type_a_date_and_a_numeric_included(pool):
+    """A `date` (or numeric) watermark column wrote its rows, then failed to store the watermark ("Object of type
+    date is not JSON serializable"): every later run read everything again and failed the same way."""
+    from decimal import Decimal
+
+    from memory_pipelines.operations.source_sync import write_watermark
+
+    for value in (date(2026, 12, 7), Decimal("12.50"), 42, datetime(2026, 12, 7, 9, 30, tzinfo=UTC)):
+        write_watermark(pool, "typed", value)
+        back = read_watermark(pool, "typed")
+        assert back == value and type(back) is type(value)

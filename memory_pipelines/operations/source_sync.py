@@ -18,8 +18,9 @@ table of another database and writes its rows as one source through `write_items
 
 A run reads the rows whose watermark column is past the stored watermark (all of them the first time), through a
 server-side cursor in batches, and stores the largest value it wrote. The rows are keyed, so reading a row again
-changes nothing: `overlap_seconds` (default 0) re-reads that much before the watermark, for tables whose writers
-commit long after they stamp a row. A run over a range (`since` <= watermark < `until`) reads exactly those rows
+changes nothing: a run reads from the watermark itself (a row stamped with it that committed after the last run
+comes in), and `overlap_seconds` (default 0) re-reads that much before it, for tables whose writers commit long
+after they stamp a row. A run over a range (`since` <= watermark < `until`) reads exactly those rows
 again and leaves the watermark alone. A row that breaks the contract is reported (its key, field and reason) and
 skipped; the others are written.
 """
@@ -31,7 +32,8 @@ import os
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -165,11 +167,23 @@ def read_watermark(pool: ConnectionPool, name: str) -> Any:
     if row is None:
         return None
     stored = json.loads(row[0])
-    return datetime.fromisoformat(stored["time"]) if "time" in stored else stored["number"]
+    if "time" in stored:
+        return datetime.fromisoformat(stored["time"])
+    if "date" in stored:
+        return date.fromisoformat(stored["date"])
+    return Decimal(stored["decimal"]) if "decimal" in stored else stored["number"]
 
 
 def write_watermark(pool: ConnectionPool, name: str, value: Any) -> None:
-    stored = {"time": value.isoformat()} if isinstance(value, datetime) else {"number": value}
+    """Store a watermark as JSON, keeping its type: a time, a date, an integer or a numeric."""
+    if isinstance(value, datetime):
+        stored: dict[str, Any] = {"time": value.isoformat()}
+    elif isinstance(value, date):
+        stored = {"date": value.isoformat()}
+    elif isinstance(value, Decimal):
+        stored = {"decimal": str(value)}
+    else:
+        stored = {"number": value}
     with pool.connection() as conn:
         conn.execute("INSERT INTO meta (key, value) VALUES (%s, %s)"
                      " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
@@ -179,7 +193,7 @@ def write_watermark(pool: ConnectionPool, name: str, value: Any) -> None:
 # --- reading and writing ----------------------------------------------------------------------------------------
 
 
-def _query(spec: SyncSpec, lower: Any, lower_inclusive: bool, upper: Any) -> tuple[sql.Composed, list[Any]]:
+def _query(spec: SyncSpec, lower: Any, upper: Any) -> tuple[sql.Composed, list[Any]]:
     fields = list(spec.columns.items())
     wanted = [sql.Identifier(col) for _f, col in fields]
     if spec.owner_column:
@@ -188,7 +202,7 @@ def _query(spec: SyncSpec, lower: Any, lower_inclusive: bool, upper: Any) -> tup
     wm = sql.Identifier(spec.watermark)
     where, params = [sql.SQL("{} IS NOT NULL").format(wm)], []
     if lower is not None:
-        where.append(sql.SQL("{} >= %s" if lower_inclusive else "{} > %s").format(wm))
+        where.append(sql.SQL("{} >= %s").format(wm))
         params.append(lower)
     if upper is not None:
         where.append(sql.SQL("{} < %s").format(wm))
@@ -219,13 +233,15 @@ def sync(pool: ConnectionPool, spec: SyncSpec, *, since: Any = None, until: Any 
     result = SyncResult(spec.name, spec.source, ranged=ranged)
     result.watermark_before = read_watermark(pool, spec.name)
     if ranged:
-        query, params = _query(spec, since, True, until)
+        query, params = _query(spec, since, until)
     else:
         lower = result.watermark_before
         if lower is not None and spec.overlap_seconds:
-            lower = (lower - timedelta(seconds=spec.overlap_seconds) if isinstance(lower, datetime)
+            lower = (lower - timedelta(seconds=spec.overlap_seconds) if isinstance(lower, date)
                      else lower - int(spec.overlap_seconds))
-        query, params = _query(spec, lower, bool(spec.overlap_seconds), None)
+        # from the watermark itself: a row stamped with it but committed after the last run is read (rows are
+        # keyed: those read again are unchanged)
+        query, params = _query(spec, lower, None)
     names = list(spec.columns)
     highest = result.watermark_before
     for rows in _batches(spec, query, params):
