@@ -271,6 +271,20 @@ def test_a_query_gets_a_short_deadline_and_one_retry(fake_openai: FakeOpenAI) ->
     assert len(fake_openai.requests) == 4
 
 
+def test_a_query_waits_at_most_a_second_for_a_retry_whatever_retry_after_asks(fake_openai: FakeOpenAI) -> None:
+    """A 429 with Retry-After: 60 held a search 20 s (the backoff's cap) before it answered from keywords."""
+    delays: list[float] = []
+    embedder = make(fake_openai, delays=delays)
+    fake_openai.faults.extend([{"status": 429, "retry_after": 60}] * 2)
+    with pytest.raises(EmbeddingError):
+        embedder.embed_query("why pgvector?")
+    assert delays == [1.0]
+    delays.clear()
+    fake_openai.faults.extend([{"status": 429, "retry_after": 3}, {}])
+    embedder.embed(["a passage"])  # writes wait as the server asks
+    assert delays == [3.0]
+
+
 @pytest.mark.parametrize("broken", ["nan", "zeros"])
 def test_a_vector_that_is_not_finite_or_all_zeros_is_a_failed_call(fake_openai: FakeOpenAI, broken: str) -> None:
     """A NaN vector went on to PostgreSQL, which refused it (a 500 on search and context, a waiting write lost); a

@@ -43,12 +43,14 @@ class OpenAIClient:
         self.backoff_max = backoff_max
         self.sleep = sleep
 
-    def call(self, request: Callable[[], T], max_retries: int | None = None) -> T:
+    def call(self, request: Callable[[], T], max_retries: int | None = None, max_wait: float | None = None) -> T:
         """`request()` (one API call), retried on transient failures (at most `max_retries` times when given,
-        else as configured); raises `RetriesExhausted` or the error."""
+        else as configured; waiting at most `max_wait` seconds between tries, whatever a Retry-After asks);
+        raises `RetriesExhausted` or the error."""
         retries = self.max_retries if max_retries is None else min(max_retries, self.max_retries)
+        wait = self.backoff_max if max_wait is None else min(max_wait, self.backoff_max)
         return call_with_retries(request, max_retries=retries, backoff_base=self.backoff_base,
-                                 backoff_max=self.backoff_max, sleep=self.sleep)
+                                 backoff_max=wait, sleep=self.sleep)
 
     def redact(self, text: str) -> str:
         """`text` (an error's message, which may quote the key) without the API key."""
