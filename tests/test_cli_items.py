@@ -241,6 +241,33 @@ def test_a_command_whose_database_connection_dies_says_so_in_one_line(cli_env, p
     assert "Traceback" not in err and "error: the database failed" in err, err
 
 
+def test_an_import_whose_database_fails_before_any_row_is_written_says_nothing_was(cli_env, pool, tmp_path, capsys):
+    """It printed "written in 2.8 s" and "the rows counted above are written" with no row counted or written."""
+    path = _file(tmp_path, [{"key": f"k{i}", "title": f"lesson {i}"} for i in range(3)])
+    holder = pool.getconn()
+    try:
+        holder.execute("LOCK TABLE learnings IN ACCESS EXCLUSIVE MODE")  # the import's write waits here ...
+        with ThreadPoolExecutor(1) as ex:
+            importing = ex.submit(main, ["import", str(path), "--source", "learning", "--owner", "alice"])
+            deadline = time.monotonic() + 30
+            killed = 0
+            while not killed and time.monotonic() < deadline:
+                with pool.connection() as conn:  # ... and its backend is terminated
+                    killed = conn.execute(
+                        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                        " AND pid <> pg_backend_pid() AND pid <> %s", (holder.info.backend_pid,)).fetchone()[0]
+                time.sleep(0.05)
+            assert killed
+            holder.rollback()
+            assert importing.result(30) == 1
+    finally:
+        pool.putconn(holder)
+    out = capsys.readouterr().out
+    assert "stopped: the database failed" in out and "nothing was written" in out, out
+    assert "written in" not in out and "counted above" not in out, out
+    assert _rows(pool, "learnings") == []
+
+
 def test_an_empty_batch_is_refused_naming_items(cli_env, pool, capsys):
     """`write task --json '[]'` exited 0 having written nothing, where HTTP answers an empty batch with a 422."""
     assert main(["write", "task", "--json", "[]"]) == 2

@@ -168,6 +168,9 @@ def print_report(report: Any, as_json: bool) -> None:
     for source, counts in report.counts.items():
         print(f"  {source}: " + ", ".join(f"{n} {action}" for action, n in counts.items()))
     done = sum(report.totals.values())
+    if report.stopped and not done:  # nothing committed before the failure: no "written" line to contradict
+        print(f"stopped: {report.stopped}: nothing was written; import again once it is back")
+        return
     rate = f" ({done / report.write_seconds:,.0f} rows/s)" if report.write_seconds > 0 and done else ""
     print(f"written in {report.write_seconds:.1f} s{rate}; embeddings follow in the background "
           "(`serve`, the Dagster sensor) or with `memory-pipelines embed`")
