@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 from datetime import UTC, datetime
 from pathlib import Path
@@ -162,6 +163,9 @@ def test_instance_yaml_follows_the_database_and_keeps_a_file_of_ones_own(tmp_pat
     home = ensure_instance(Settings(home=tmp_path))
     assert home == tmp_path / "dagster"
     assert f"sqlite:\n    base_dir: \"{home}\"" in (home / "dagster.yaml").read_text()
+    # runs at once bounded by the cores: a sensor's eight backfill runs each loading the model flooded two
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        assert instance.get_concurrency_config().run_queue_config.max_concurrent_runs == max(2, os.cpu_count())
     ensure_instance(Settings(home=tmp_path, database_url="postgresql://u@h/d"))  # ours: follows the switch
     assert "postgres_url:\n      env: MEMORY_PIPELINES_DAGSTER_STORAGE_URL" in (home / "dagster.yaml").read_text()
     (home / "dagster.yaml").write_text("storage:\n  sqlite:\n    base_dir: /elsewhere\n")  # one's own

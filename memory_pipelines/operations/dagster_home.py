@@ -81,10 +81,13 @@ def instance_yaml(home: Path, settings: Settings) -> str:
         storage = f"storage:\n  postgres:\n    postgres_url:\n      env: {STORAGE_URL_ENV}\n"
     else:
         storage = f"storage:\n  sqlite:\n    base_dir: {json.dumps(str(home))}\n"  # JSON is YAML
+    # runs at once: a sensor's burst of backfill runs (each loading the model) no longer floods a laptop's cores
+    runs = max(2, os.cpu_count() or 2)
     return (
         MARKER
         + "# The Dagster instance shared by `memory-pipelines run` and `make dagster`.\n"
         + storage
+        + f"concurrency:\n  runs:\n    max_concurrent_runs: {runs}\n"
     )
 
 
