@@ -641,8 +641,11 @@ def test_sigterm_to_run_marks_its_dagster_run_ended_and_says_so(db_url, pool, tm
 
     cli = [sys.executable, "-m", "memory_pipelines.surfaces.cli"]
     log = tmp_path / "run.err"  # a file, not a pipe: the progress bars would fill a pipe nobody reads yet
+    # SIGTERM at its default, as a shell starts a command: a test worker may run with it ignored, which the CLI
+    # would then rightly keep (nohup)
+    defaults = lambda: [signal.signal(s, signal.SIG_DFL) for s in (signal.SIGTERM, signal.SIGINT)]  # noqa: E731
     proc = subprocess.Popen([*cli, "run"], env=_cli_env(db_url, tmp_path / "home"), stdout=subprocess.DEVNULL,
-                            stderr=log.open("w"), cwd=str(Path(__file__).resolve().parents[1]))
+                            stderr=log.open("w"), cwd=str(Path(__file__).resolve().parents[1]), preexec_fn=defaults)
     try:
         deadline = time.monotonic() + 240
         started = []
@@ -654,7 +657,13 @@ def test_sigterm_to_run_marks_its_dagster_run_ended_and_says_so(db_url, pool, tm
                     started = conn.execute("SELECT run_id FROM runs WHERE status = 'STARTED'").fetchall()
         time.sleep(1.0)
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(60) == 128 + signal.SIGTERM
+        try:
+            code = proc.wait(60)
+        except subprocess.TimeoutExpired:
+            jobs = (tmp_path / "home" / "logs" / "dagster-run.log")
+            raise AssertionError(f"still running 60 s after SIGTERM; its stderr ends {log.read_text()[-1500:]!r}; "
+                                 f"the job's log ends {jobs.read_text()[-3000:] if jobs.exists() else ''!r}") from None
+        assert code == 128 + signal.SIGTERM
         assert "stopped (exit 143); committed work is kept" in log.read_text()
     finally:
         if proc.poll() is None:

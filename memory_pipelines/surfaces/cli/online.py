@@ -71,10 +71,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
           "every endpoint but /health needs `Authorization: Bearer <key>`", file=sys.stderr)
     # requests still in flight stop_wait seconds after SIGTERM are cut (a write waiting on a hanging provider held
     # the exit for minutes, past any kill grace); what they had not stored was never acknowledged
-    uvicorn.run(create_app(memory, wait_ingest=args.ingest == "wait"), host=args.host, port=args.port, log_level="info",
-                timeout_keep_alive=KEEP_ALIVE_SECONDS, timeout_graceful_shutdown=memory.settings.stop_wait)
-    if _threads_still_running():  # a cut request's thread still waits on its remote call
-        leave_early("a request still waits on a remote call")
+    try:
+        uvicorn.run(create_app(memory, wait_ingest=args.ingest == "wait"), host=args.host, port=args.port,
+                    log_level="info", timeout_keep_alive=KEEP_ALIVE_SECONDS,
+                    timeout_graceful_shutdown=memory.settings.stop_wait)
+    finally:  # uvicorn re-raises the signal once it has shut down: the exit is under way here
+        if _threads_still_running():  # a cut request's thread still waits on its remote call
+            leave_early("a request still waits on a remote call")
     return 0
 
 
