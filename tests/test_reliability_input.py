@@ -334,6 +334,8 @@ def test_cli_validates_owner_and_query_with_the_shared_limits(db_url, tmp_path):
         assert proc.returncode == 2, (args[:2], proc.returncode, err[-500:])
         assert err.startswith(f"error: {field}:") and "Traceback" not in err and len(err.splitlines()) == 1, err
     assert _cli(["search", "pgvector", "--owner", "alice"], env).returncode == 0
+    too_long = _cli(["search", "x" * (MAX_QUERY + 1)], env).stderr.decode()  # the library's words, not pydantic's
+    assert too_long == f"error: query: must be at most {MAX_QUERY} characters, got {MAX_QUERY + 1}\n", too_long
 
 
 def test_mcp_refuses_an_owner_id_naming_another_owner_and_unknown_arguments(runtime):

@@ -155,5 +155,9 @@ def check(field: str, kind: Any, value: Any) -> Any:
         return _adapter(kind).validate_python(value)
     except PydanticError as exc:
         first = exc.errors()[0]
-        message = our_words(first.get("msg", "is invalid"))
+        limit = (first.get("ctx") or {}).get("max_length")
+        if first.get("type") == "string_too_long" and limit is not None:  # the library's words, not pydantic's
+            message = f"must be at most {limit} characters, got {len(value)}"
+        else:
+            message = our_words(first.get("msg", "is invalid"))
         raise ValidationError(field, message) from None
