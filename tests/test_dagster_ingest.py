@@ -309,6 +309,7 @@ def test_source_database_sync_is_incremental_and_a_range_rerun_is_exact(resource
     meta = _sync(resource)
     # the new row, the revised one, and the rejected row at the old watermark read again (rejected again)
     assert (meta["rows_read"], meta["rows_created"], meta["rows_updated"], meta["rows_unchanged"]) == (3, 1, 1, 0)
+    assert meta["rows_rejected"] == 0  # reported once, by the run that stored the watermark
     again = _sync(resource)  # nothing new: only the row at the watermark is read again, unchanged
     assert (again["rows_read"], again["rows_unchanged"]) == (1, 1)
     # a row stamped with the watermark but committed after the run that stored it: a strict `>` never read it

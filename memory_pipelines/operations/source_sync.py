@@ -246,6 +246,7 @@ def sync(pool: ConnectionPool, spec: SyncSpec, *, since: Any = None, until: Any 
     highest = result.watermark_before
     for rows in _batches(spec, query, params):
         keys: dict[int, Any] = {}
+        marks: dict[int, Any] = {}
         records: list[tuple[int, dict[str, Any]]] = []
         for row in rows:
             result.rows_read += 1
@@ -254,16 +255,18 @@ def sync(pool: ConnectionPool, spec: SyncSpec, *, since: Any = None, until: Any 
                 item["owner"] = row[len(names)]
             keys[result.rows_read] = item.get("key")
             records.append((result.rows_read, item))
-            mark = row[-1]
+            mark = marks[result.rows_read] = row[-1]
             if highest is None or mark > highest:
                 highest = mark
         report = import_rows(pool, records, ImportReport(path=spec.name, format="postgres"), source=spec.source,
                              owner=spec.owner, skip_invalid=True)
         for action, n in report.totals.items():
             result.counts[action] += n
+        # a row at the stored watermark is read again each run; its reject was reported by the run that stored it
+        again = set() if ranged else {line for line, mark in marks.items() if mark == result.watermark_before}
         result.rejects += [{"key": None if keys.get(r.line) is None else str(_shown(keys[r.line])),
                             "field": r.field, "reason": r.reason}
-                           for r in report.rejects]
+                           for r in report.rejects if r.line not in again]
     if not ranged and highest is not None and highest != result.watermark_before:
         write_watermark(pool, spec.name, highest)
     result.watermark_after = read_watermark(pool, spec.name)
