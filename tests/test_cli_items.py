@@ -214,41 +214,14 @@ def test_json_nested_deeper_than_the_parser_reads_is_bad_input_not_a_traceback(c
     assert _rows(pool, "learnings") == [] and _rows(pool, "tasks") == []
 
 
-def test_a_command_whose_database_connection_dies_says_so_in_one_line(cli_env, pool, tmp_path, capsys):
-    """A database failing mid-command (a restart, a terminated backend) printed psycopg's traceback from every
-    command but import; now one line says the database failed and that acknowledged writes are kept, exit 1."""
-    assert main(["write", "task", "--json", '{"title": "Ship the export"}']) == 0
-    capsys.readouterr()
+def _cut_while_locked(pool, table: str, argv: list[str]) -> int:
+    """Run the command while `table` is locked, terminate its backend once it waits on the lock (a database that
+    fails mid-command), and return its exit code."""
     holder = pool.getconn()
     try:
-        holder.execute("LOCK TABLE tasks IN ACCESS EXCLUSIVE MODE")  # the export's read waits here ...
+        holder.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")  # the command waits here ...
         with ThreadPoolExecutor(1) as ex:
-            exporting = ex.submit(main, ["export", "--owner", "carol", str(tmp_path / "out")])
-            deadline = time.monotonic() + 30
-            killed = 0
-            while not killed and time.monotonic() < deadline:
-                with pool.connection() as conn:  # ... and its backend is terminated
-                    killed = conn.execute(
-                        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                        " AND query LIKE '%%FROM tasks%%' AND pid <> pg_backend_pid()").fetchone()[0]
-                time.sleep(0.05)
-            assert killed
-            holder.rollback()
-            assert exporting.result(30) == 1
-    finally:
-        pool.putconn(holder)
-    err = capsys.readouterr().err
-    assert "Traceback" not in err and "error: the database failed" in err, err
-
-
-def test_an_import_whose_database_fails_before_any_row_is_written_says_nothing_was(cli_env, pool, tmp_path, capsys):
-    """It printed "written in 2.8 s" and "the rows counted above are written" with no row counted or written."""
-    path = _file(tmp_path, [{"key": f"k{i}", "title": f"lesson {i}"} for i in range(3)])
-    holder = pool.getconn()
-    try:
-        holder.execute("LOCK TABLE learnings IN ACCESS EXCLUSIVE MODE")  # the import's write waits here ...
-        with ThreadPoolExecutor(1) as ex:
-            importing = ex.submit(main, ["import", str(path), "--source", "learning", "--owner", "alice"])
+            running = ex.submit(main, argv)
             deadline = time.monotonic() + 30
             killed = 0
             while not killed and time.monotonic() < deadline:
@@ -259,9 +232,25 @@ def test_an_import_whose_database_fails_before_any_row_is_written_says_nothing_w
                 time.sleep(0.05)
             assert killed
             holder.rollback()
-            assert importing.result(30) == 1
+            return running.result(30)
     finally:
         pool.putconn(holder)
+
+
+def test_a_command_whose_database_connection_dies_says_so_in_one_line(cli_env, pool, tmp_path, capsys):
+    """A database failing mid-command (a restart, a terminated backend) printed psycopg's traceback from every
+    command but import; now one line says the database failed and that acknowledged writes are kept, exit 1."""
+    assert main(["write", "task", "--json", '{"title": "Ship the export"}']) == 0
+    capsys.readouterr()
+    assert _cut_while_locked(pool, "tasks", ["export", "--owner", "carol", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "error: the database failed" in err, err
+
+
+def test_an_import_whose_database_fails_before_any_row_is_written_says_nothing_was(cli_env, pool, tmp_path, capsys):
+    """It printed "written in 2.8 s" and "the rows counted above are written" with no row counted or written."""
+    path = _file(tmp_path, [{"key": f"k{i}", "title": f"lesson {i}"} for i in range(3)])
+    assert _cut_while_locked(pool, "learnings", ["import", str(path), "--source", "learning", "--owner", "alice"]) == 1
     out = capsys.readouterr().out
     assert "stopped: the database failed" in out and "nothing was written" in out, out
     assert "written in" not in out and "counted above" not in out, out

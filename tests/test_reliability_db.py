@@ -380,6 +380,21 @@ def test_a_signal_while_the_database_starts_still_stops_it(home, procs, sig, cod
     assert registrants(pgdata) == []
 
 
+def _serve_on_a_hanging_provider(home: Path, procs: list, fake_openai) -> tuple[Proc, str, int | None, str]:
+    """`serve` embedding through the loopback provider, every call of which now hangs 600 s (the stop wait 3 s):
+    the process, its URL, its postmaster's pid and an API key of alice's."""
+    provider = {"MEMORY_PIPELINES_EMBEDDER": "openai", "OPENAI_API_KEY": "test", "OPENAI_BASE_URL":
+                fake_openai.base_url, "OPENAI_EMBED_DIMENSIONS": "384", "OPENAI_TIMEOUT": "300",
+                "MEMORY_PIPELINES_STOP_WAIT": "3"}
+    serve, base = _serve(home, provider)
+    procs.append(serve)
+    pid = postmaster_pid(home / "pgdata")
+    with ConnectionPool(_server_url(home / "pgdata"), min_size=1, max_size=1) as pool:
+        _kid, key = create_key(pool, "alice")
+    fake_openai.faults.extend([{"delay": 600}] * 20)
+    return serve, base, pid, key
+
+
 @pytest.mark.slow
 def test_sigterm_while_the_embedding_provider_hangs_still_leaves_the_database(home, procs, fake_openai):
     """The exit joins the worker's threads first, and one stuck on the provider kept PostgreSQL registered and
@@ -387,15 +402,7 @@ def test_sigterm_while_the_embedding_provider_hangs_still_leaves_the_database(ho
     (MEMORY_PIPELINES_STOP_WAIT, 3 s here) is up."""
     pgdata = home / "pgdata"
     assert postmaster_pid(pgdata) is None
-    provider = {"MEMORY_PIPELINES_EMBEDDER": "openai", "OPENAI_API_KEY": "test", "OPENAI_BASE_URL":
-                fake_openai.base_url, "OPENAI_EMBED_DIMENSIONS": "384", "OPENAI_TIMEOUT": "300",
-                "MEMORY_PIPELINES_STOP_WAIT": "3"}
-    serve, base = _serve(home, provider)
-    procs.append(serve)
-    pid = postmaster_pid(pgdata)
-    with ConnectionPool(_server_url(pgdata), min_size=1, max_size=1) as pool:
-        _kid, key = create_key(pool, "alice")
-    fake_openai.faults.extend([{"delay": 600}] * 20)
+    serve, base, pid, key = _serve_on_a_hanging_provider(home, procs, fake_openai)
     stored = httpx.post(f"{base}/ingest/memory", headers={"Authorization": f"Bearer {key}"}, timeout=60,
                         json={"content": "the deploy window is Tuesday", "content_type": "plan",
                               "project_name": "ops"})
@@ -416,15 +423,7 @@ def test_sigterm_with_a_request_waiting_on_a_hanging_provider_still_leaves(home,
     serve for minutes after SIGTERM (past any kill grace, and a kill -9 then left PostgreSQL running). Requests
     still in flight the stop wait after the signal are cut now; the write they had not stored was never answered."""
     pgdata = home / "pgdata"
-    provider = {"MEMORY_PIPELINES_EMBEDDER": "openai", "OPENAI_API_KEY": "test", "OPENAI_BASE_URL":
-                fake_openai.base_url, "OPENAI_EMBED_DIMENSIONS": "384", "OPENAI_TIMEOUT": "300",
-                "MEMORY_PIPELINES_STOP_WAIT": "3"}
-    serve, base = _serve(home, provider)
-    procs.append(serve)
-    pid = postmaster_pid(pgdata)
-    with ConnectionPool(_server_url(pgdata), min_size=1, max_size=1) as pool:
-        _kid, key = create_key(pool, "alice")
-    fake_openai.faults.extend([{"delay": 600}] * 20)
+    serve, base, pid, key = _serve_on_a_hanging_provider(home, procs, fake_openai)
     answered: list = []
     waiting = threading.Thread(target=lambda: answered.append(httpx.post(
         f"{base}/ingest/memory", headers={"Authorization": f"Bearer {key}"}, timeout=120,
