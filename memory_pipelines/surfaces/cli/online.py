@@ -77,7 +77,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                     timeout_graceful_shutdown=memory.settings.stop_wait)
     finally:  # uvicorn re-raises the signal once it has shut down: the exit is under way here
         if _threads_still_running():  # a cut request's thread still waits on its remote call
-            leave_early("a request still waits on a remote call")
+            leave_early("a thread still runs (a request cut at the stop may still wait on a remote call)")
     return 0
 
 
@@ -109,7 +109,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         if not memory.embed_worker.stop():
             leave_early("the embedding worker still waits on its provider")
         elif _threads_still_running():  # a tool call cut at the shutdown's grace still waits on its remote call
-            leave_early("a request still waits on a remote call")
+            leave_early("a thread still runs (a request cut at the stop may still wait on a remote call)")
     return 0
 
 
