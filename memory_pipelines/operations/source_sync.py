@@ -16,10 +16,10 @@ table of another database and writes its rows as one source through `write_items
           content: body
           at: created_at
 
-A run reads the rows whose watermark column is past the stored watermark (all of them the first time), through a
-server-side cursor in batches, and stores the largest value it wrote. The rows are keyed, so reading a row again
-changes nothing: a run reads from the watermark itself (a row stamped with it that committed after the last run
-comes in), and `overlap_seconds` (default 0) re-reads that much before it, for tables whose writers commit long
+A run reads the rows whose watermark column is at or past the stored watermark (all of them the first time),
+through a server-side cursor in batches, and stores the largest value it wrote. The rows are keyed, so reading a
+row again changes nothing: a run reads from the watermark itself (a row stamped with it that committed after the
+last run comes in), and `overlap_seconds` (default 0) re-reads that much before it, for tables whose writers commit long
 after they stamp a row. A run over a range (`since` <= watermark < `until`) reads exactly those rows
 again and leaves the watermark alone. A row that breaks the contract is reported (its key, field and reason) and
 skipped; the others are written.

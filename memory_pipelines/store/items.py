@@ -198,9 +198,8 @@ def write_items(pool: ConnectionPool, owner: str, source: str, items: Sequence[M
     for _ in range(WRITE_ATTEMPTS - 1):
         try:
             return _write_valid(pool, owner, source, valid)
-        except psycopg.errors.TransactionRollback:  # a deadlock with a concurrent write: nothing of it was kept
-            continue
-        except psycopg.errors.UniqueViolation:  # a concurrent write took a name first: the check now sees it
+        # a deadlock with a concurrent write, or a name it took first (the check now sees it): nothing was kept
+        except (psycopg.errors.TransactionRollback, psycopg.errors.UniqueViolation):
             continue
     try:
         return _write_valid(pool, owner, source, valid)

@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from ....face import Memory
+from ....infra.errors import ValidationError
 from ....store.items import ItemConflict, ItemError
 from ....vocabulary import (
     ITEM_TIME_TEXT,
@@ -313,9 +314,10 @@ def _own_items(items: list[Any], owner: str) -> list[Any]:
     for i, item in enumerate(items):
         if isinstance(item, dict) and "owner_id" in item:
             item = dict(item)
-            given = item.pop("owner_id")
-            if given is not None and given != owner:
-                raise ItemError("owner_id", "the owner comes from the API key; omit owner_id", i)
+            try:
+                same_owner(item.pop("owner_id"), owner)
+            except ValidationError as exc:  # the same rule, named at its item
+                raise ItemError("owner_id", exc.message, i) from None
         out.append(item)
     return out
 
