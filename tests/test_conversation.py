@@ -143,6 +143,7 @@ class H:
     keyword: float | None = None
     keyword_evidence: float | None = None
     extra: dict = field(default_factory=dict)
+    embedding: tuple | None = None
 
 
 def test_lifted_adds_a_share_of_each_strong_neighbours_score():
@@ -175,9 +176,12 @@ def test_evidence_fusion_does_not_penalise_a_single_channel():
     assert ev == pytest.approx({"x": 0.54, "y": 0.34})
     old = {h.id: h.score for h in weighted_fusion(sem, kw)}
     assert old["x"] == pytest.approx(0.63)  # the spec's single-source × 0.7
-    # A keyword-only item with no vector competes on its keyword score alone.
+    # A keyword-only item with no vector yet (not embedded) competes on its keyword score alone, both weights;
+    # one with a vector the semantic channel scored nothing gets the keyword weight only.
     only_kw = evidence_fusion([], [H("memory", "z", 0.5)])
-    assert only_kw[0].score == pytest.approx(0.2) and only_kw[0].keyword == 0.5
+    assert only_kw[0].score == pytest.approx(0.5) and only_kw[0].keyword == 0.5
+    with_vector = evidence_fusion([], [H("memory", "z", 0.5, embedding=(1.0, 0.0))])
+    assert with_vector[0].score == pytest.approx(0.2)
 
 
 def test_a_same_speaker_neighbour_neither_gives_context_nor_is_lifted(pool, fake_embedder):

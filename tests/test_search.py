@@ -151,3 +151,29 @@ def test_pruned_keyword_postings_rank_like_the_exact_scan(pool, fake_embedder, c
                    filters=SearchFilters(time_range_days=3650))
     assert [h.id for h in pruned.hits] == [h.id for h in exact.hits]
     assert [round(h.score, 3) for h in pruned.hits] == [round(h.score, 3) for h in exact.hits]
+
+
+PAGER = "The pager rotation handoff happens on Mondays at 10:00 UTC."
+NOTES = [
+    "We decided to deploy the web app on Fridays only after the staging checks pass.",
+    "Alice prefers short status updates in the team channel.",
+    "The billing service retries failed card charges three times over two days.",
+    "Use the blue-green rollout for database migrations that lock big tables.",
+]
+
+
+def test_a_memory_not_embedded_yet_ranks_by_its_keyword_match(db_url, pool, local_embedder):
+    """Stored without waiting, a memory has no vector until the worker runs: that is no evidence against it,
+    so an exact keyword hit leads hybrid search and the context block (it tied with an unrelated note before)."""
+    from memory_pipelines import Memory
+    from memory_pipelines.infra.settings import Settings
+    from memory_pipelines.runtime import Runtime
+
+    mem = Memory(Runtime(Settings(database_url=db_url, embedder="local"), db_url, pool, local_embedder), llm=None)
+    for note in NOTES:
+        mem.ingest("alice", content=note, content_type="insight", project_name="ops")
+    pending = mem.ingest("alice", content=PAGER, content_type="insight", project_name="ops", wait=False)
+    assert pending.action == "DEFERRED"
+    hits = mem.search("alice", "pager rotation handoff").hits
+    assert hits[0].id == pending.id and hits[0].score > 2 * hits[1].score
+    assert mem.context("alice", "pager rotation handoff").items[0].id == pending.id

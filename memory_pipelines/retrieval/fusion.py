@@ -4,7 +4,8 @@
 semantic score of an item only the keyword channel found is computed from its vector (search fills it in), and
 an item the keyword channel did not return scores 0 there. A channel with nothing to say for a query (no query
 term in the owner's corpus, in any language) adds nothing to anyone, and no item is penalised for being found by
-one channel only.
+one channel only. An item with no vector yet (stored without waiting, not embedded) has no semantic evidence
+either way, so it is scored on the keyword channel alone (its keyword score, both weights).
 `weighted` is the advanced-search spec's rule: 0.6 × semantic + 0.4 × keyword when both found the item, × 0.7 of its
 one score when only one did. Its single-source penalty lets an item the keyword channel missed lose to items with a
 stray keyword match, which pulls fusion below the semantic channel across languages.
@@ -60,7 +61,10 @@ def evidence_fusion(semantic: list[Any], keyword: list[Any]) -> list[Any]:
     out = []
     for key in sem.keys() | kw.keys():
         s, k = sem.get(key), kw.get(key)
-        score = SEMANTIC_WEIGHT * (s.score if s is not None else 0.0) + KEYWORD_WEIGHT * (k.score if k else 0.0)
+        if s is None and k.embedding is None:
+            score = k.score  # not embedded yet: no semantic evidence for or against it
+        else:
+            score = SEMANTIC_WEIGHT * (s.score if s is not None else 0.0) + KEYWORD_WEIGHT * (k.score if k else 0.0)
         base = s if s is not None else k
         out.append(rescored(base, score=score, keyword=k.score if k else None,
                             keyword_evidence=k.keyword_evidence if k else None))
