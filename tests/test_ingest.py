@@ -397,6 +397,42 @@ def test_server_errors_are_retried_then_fall_back(pool, fake_embedder, fake_open
     assert memory_row(pool, r.id)["summary"] == "from the llm"
 
 
+def test_a_hanging_chat_model_holds_the_project_lock_for_one_short_budget(pool, fake_embedder, fake_openai) -> None:
+    """Arbitration runs under the project lock every other write of the project waits for: the model gets one
+    attempt and one retry, each cut at the deadline, and no second try of the question; then the rules decide.
+    With the configured budget (6 tries, asked twice) it held the lock for 12 timeouts and their backoff."""
+    first = ingest(pool, fake_embedder, None, content=PGV_A)
+    llm = make_llm(fake_openai, max_retries=5, timeout=0.5)
+    fake_openai.chat_responses.append(summary_json("from the llm"))
+    fake_openai.faults.extend([{}] + [{"delay": 3.0}] * 12)  # the summary answers; arbitration hangs
+    started = time.monotonic()
+    r = ingest(pool, fake_embedder, llm, content=PGV_B)
+    held = time.monotonic() - started
+    assert (r.status, r.action, r.candidate_id) == ("created", "KEEP_BOTH", first.id)
+    assert len(fake_openai.requests) == 3 and held < 2.5, (len(fake_openai.requests), held)
+    last = arbitrations(pool)[-1]
+    assert last["model"] == "rules" and "timeout" in last["reason"]
+
+
+def test_a_write_that_waits_on_a_hanging_provider_is_stored_pending_after_a_short_budget(pool, fake_openai) -> None:
+    """The write's embedding gets one attempt and one retry, each cut at the deadline; then it is stored pending
+    (DEFERRED) for the worker, which embeds it with the configured retries. With those the write waited for six
+    timeouts and their backoff."""
+    from memory_pipelines.embeddings.openai_provider import OpenAIEmbedder
+
+    embedder = OpenAIEmbedder("test-key", base_url=fake_openai.base_url, model="test-embed", dimensions=384,
+                              timeout=0.5, max_retries=5, sleep=lambda _s: None)
+    fake_openai.faults.extend([{"delay": 3.0}] * 6)
+    r = ingest(pool, embedder, None, content=PGV_A)
+    assert (r.status, r.action, r.deferred) == ("created", "DEFERRED", True)
+    assert len(fake_openai.requests) == 2
+    row = memory_row(pool, r.id)
+    assert (row["content"], row["embedding_status"], row["arbitration_status"]) == (PGV_A, "pending", "pending")
+    fake_openai.faults.clear()
+    finish_deferred(pool, embedder, None)
+    assert memory_row(pool, r.id)["embedding_status"] == "done"
+
+
 def test_500_then_success_uses_the_llm_answer(pool, fake_embedder, fake_openai) -> None:
     first = ingest(pool, fake_embedder, None, content=PGV_A)
     llm = make_llm(fake_openai, max_retries=1)

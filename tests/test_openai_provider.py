@@ -281,8 +281,27 @@ def test_a_query_waits_at_most_a_second_for_a_retry_whatever_retry_after_asks(fa
     assert delays == [1.0]
     delays.clear()
     fake_openai.faults.extend([{"status": 429, "retry_after": 3}, {}])
-    embedder.embed(["a passage"])  # writes wait as the server asks
+    embedder.embed(["a passage"])  # the background embedding waits as the server asks
     assert delays == [3.0]
+
+
+def test_a_caller_that_waits_gets_a_short_budget_then_the_failure(fake_openai: FakeOpenAI) -> None:
+    """A write that waits for its vectors (or holds its project's lock meanwhile) gets one attempt and one retry,
+    each cut at the deadline, and waits at most a second between them: with the configured budget a hanging
+    provider held it for minutes. The caller then stores it pending; `embed` keeps the configured retries."""
+    delays: list[float] = []
+    embedder = make(fake_openai, delays=delays, timeout=0.3, max_retries=5)
+    fake_openai.faults.extend([{"delay": 2.0}] * 3)
+    with pytest.raises(EmbeddingError):
+        embedder.embed_on_request(TEXTS)
+    assert len(fake_openai.requests) == 2
+    fake_openai.faults.clear()
+    fake_openai.faults.extend([{"status": 429, "retry_after": 60}, {}])
+    np.testing.assert_allclose(embedder.embed_on_request(TEXTS), expected(TEXTS), atol=1e-6)
+    assert delays[-1] == 1.0
+    fake_openai.requests.clear()
+    fake_openai.faults.extend([{"status": 500}] * 3 + [{}])
+    assert embedder.embed(TEXTS).shape == (4, 384) and len(fake_openai.requests) == 4
 
 
 @pytest.mark.parametrize("broken", ["nan", "zeros"])

@@ -256,9 +256,10 @@ def _implicit_evidence(
     item_vecs = [v if v is not None and len(v) == embedder.dimension else None for v in vectors]
     degraded = None
     try:
-        chunk_vecs = embedder.embed(chunks, kind="query")
+        chunk_vecs = embedder.embed_on_request(chunks, kind="query")
         if missing:
-            for k, vec in zip(missing, embedder.embed([texts[k] for k in missing], kind="passage"), strict=True):
+            vecs = embedder.embed_on_request([texts[k] for k in missing], kind="passage")
+            for k, vec in zip(missing, vecs, strict=True):
                 item_vecs[k] = vec
     except EmbeddingError as exc:
         degraded = f"semantic overlap skipped, the embedding provider failed ({exc}); lexical overlap only"

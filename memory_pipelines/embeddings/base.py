@@ -47,6 +47,11 @@ class Embedder(ABC):
         parts = [self.embed_batch(chunk, kind) for chunk in self.batches(texts)]
         return np.vstack(parts)
 
+    def embed_on_request(self, texts: Sequence[str], kind: str = "passage") -> np.ndarray:
+        """`embed` for a caller that waits, or a lock held meanwhile: a remote provider answers within a short
+        budget or raises EmbeddingError (the caller degrades; the background worker retries patiently)."""
+        return self.embed(texts, kind)
+
     def embed_query(self, text: str, scope: str = "") -> np.ndarray:
         """Embed one search query; `scope` (the asking owner) partitions any cache of query vectors."""
         return self.embed_batch([text], kind="query")[0]

@@ -88,6 +88,11 @@ class CachedEmbedder(Embedder):
             return self.inner.embed(texts, kind)
         return self._cached(texts, kind, lambda missing: self.inner.embed(missing, kind))
 
+    def embed_on_request(self, texts: Sequence[str], kind: str = "passage") -> np.ndarray:
+        if not texts:
+            return self.inner.embed_on_request(texts, kind)
+        return self._cached(texts, kind, lambda missing: self.inner.embed_on_request(missing, kind))
+
     def embed_query(self, text: str, scope: str = "") -> np.ndarray:
         return self._cached([text], "query", lambda missing: self.inner.embed_query(missing[0], scope)[None, :])[0]
 

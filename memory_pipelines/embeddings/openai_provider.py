@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..infra.openai_client import OpenAIClient
+from ..infra.openai_client import ON_REQUEST, QUERY, Budget, OpenAIClient
 from ..infra.retry import RetriesExhausted, describe_error, status_code
 from ..text.tokens import count_tokens, truncate_to_tokens
 from .base import Embedder, EmbeddingAuthError, EmbeddingError, normalise
@@ -22,8 +22,6 @@ from .base import Embedder, EmbeddingAuthError, EmbeddingError, normalise
 if TYPE_CHECKING:
     from ..infra.settings import Settings
 
-# A query embedding is on a request's path: seconds per attempt and retries before search degrades to keywords.
-QUERY_TIMEOUT, QUERY_RETRIES, QUERY_MAX_WAIT = 5.0, 1, 1.0
 KNOWN_DIMENSIONS: dict[str, int] = {
     "text-embedding-3-small": 1536,
     "text-embedding-3-large": 3072,
@@ -103,8 +101,13 @@ class OpenAIEmbedder(Embedder):
     def embed_query(self, text: str, scope: str = "") -> np.ndarray:
         """A query is on a request's path: a short deadline, then search degrades to keywords (with the whole
         retry budget, a hanging provider held a search for minutes)."""
-        return self._embedded([text], timeout=min(self.client.timeout, QUERY_TIMEOUT), max_retries=QUERY_RETRIES,
-                              max_wait=QUERY_MAX_WAIT)[0]  # a 429's Retry-After: 60 held a search 20 s
+        return self._embedded([text], QUERY)[0]
+
+    def embed_on_request(self, texts: Sequence[str], kind: str = "passage") -> np.ndarray:
+        """Within `ON_REQUEST`'s budget per batch; then EmbeddingError, and the caller degrades."""
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        return np.vstack([self._embedded(batch, ON_REQUEST) for batch in self.batches(texts)])
 
     def embed_batch(self, texts: Sequence[str], kind: str = "passage") -> np.ndarray:
         """Embed one batch; returns L2-normalised float32 rows in input order."""
@@ -112,9 +115,8 @@ class OpenAIEmbedder(Embedder):
             return np.zeros((0, self.dimension), dtype=np.float32)
         return self._embedded(texts)
 
-    def _embedded(self, texts: Sequence[str], timeout: float | None = None, max_retries: int | None = None,
-                  max_wait: float | None = None) -> np.ndarray:
-        matrix = self._request([fit_input(t) for t in texts], timeout, max_retries, max_wait)
+    def _embedded(self, texts: Sequence[str], budget: Budget | None = None) -> np.ndarray:
+        matrix = self._request([fit_input(t) for t in texts], budget)
         self._check_dimension(matrix.shape[1])
         return normalise(matrix)
 
@@ -127,15 +129,14 @@ class OpenAIEmbedder(Embedder):
                 f"expected {self._dimension}. Fix: set OPENAI_EMBED_DIMENSIONS to the size the model returns."
             )
 
-    def _request(self, inputs: list[str], timeout: float | None = None, max_retries: int | None = None,
-                 max_wait: float | None = None) -> np.ndarray:
-        """One embeddings call (with retries), rows sorted by the response's `index`."""
+    def _request(self, inputs: list[str], budget: Budget | None = None) -> np.ndarray:
+        """One embeddings call (with retries, within `budget` when given), rows sorted by the response's
+        `index`."""
         kwargs: dict[str, Any] = {"model": self.model_name, "input": inputs}
         if self.dimensions:
             kwargs["dimensions"] = self.dimensions
-        api = self.client.api if timeout is None else self.client.api.with_options(timeout=timeout)
         try:
-            response = self.client.call(lambda: api.embeddings.create(**kwargs), max_retries, max_wait)
+            response = self.client.call(lambda api: api.embeddings.create(**kwargs), budget)
         except Exception as exc:
             raise self._translate(exc) from exc
         rows = sorted(response.data, key=lambda item: item.index)

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .openai_client import OpenAIClient
+from .openai_client import Budget, OpenAIClient
 from .retry import RetriesExhausted, describe_error, status_code
 
 if TYPE_CHECKING:
@@ -59,9 +59,10 @@ class ChatLLM:
             max_retries=settings.openai_max_retries,
         )
 
-    def complete_json(self, system: str, user: str) -> dict[str, Any]:
-        """Send one system + user message and return the assistant's reply parsed as a JSON object."""
-        content = self._complete(_with_json_hint(system, user), user)
+    def complete_json(self, system: str, user: str, budget: Budget | None = None) -> dict[str, Any]:
+        """Send one system + user message and return the assistant's reply parsed as a JSON object; within
+        `budget` when given (`openai_client.ON_REQUEST`), else with the configured retries."""
+        content = self._complete(_with_json_hint(system, user), user, budget)
         try:
             parsed = json.loads(content)
         except json.JSONDecodeError as exc:
@@ -70,7 +71,7 @@ class ChatLLM:
             raise LLMError(f"{self.model} returned JSON {type(parsed).__name__}, expected an object")
         return parsed
 
-    def _complete(self, system: str, user: str) -> str:
+    def _complete(self, system: str, user: str, budget: Budget | None = None) -> str:
         """The assistant message content of one chat completion (with retries)."""
         kwargs: dict[str, Any] = {
             "model": self.model,
@@ -80,7 +81,7 @@ class ChatLLM:
         if self.temperature is not None:
             kwargs["temperature"] = self.temperature
         try:
-            response = self.client.call(lambda: self.client.api.chat.completions.create(**kwargs))
+            response = self.client.call(lambda api: api.chat.completions.create(**kwargs), budget)
         except Exception as exc:
             raise self._translate(exc) from exc
         if not response.choices or response.choices[0].message.content is None:

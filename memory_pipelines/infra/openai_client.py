@@ -6,13 +6,33 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from .errors import ConfigError
 from .redact import redact, redact_url
 from .retry import call_with_retries
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How long a call on someone's path may take: seconds per attempt, retries, and the longest wait between
+    tries (whatever a Retry-After asks). Each is capped by the client's own configured value."""
+
+    timeout: float
+    retries: int
+    max_wait: float
+
+
+QUERY = Budget(timeout=5.0, retries=1, max_wait=1.0)
+"""A search's query embedding: then search degrades to keywords (a 429's Retry-After: 60 held a search 20 s)."""
+ON_REQUEST = Budget(timeout=10.0, retries=1, max_wait=1.0)
+"""A call a caller waits for or a lock is held over (a write that waits, its arbitration under the project lock,
+implicit feedback): then the work degrades (stored pending, rules, lexical overlap) and the background worker,
+with the whole retry budget, finishes it. With the whole budget a hanging provider held a write, and the project
+lock every other write of that project waits for, for minutes."""
 
 
 class OpenAIClient:
@@ -43,14 +63,21 @@ class OpenAIClient:
         self.backoff_max = backoff_max
         self.sleep = sleep
 
-    def call(self, request: Callable[[], T], max_retries: int | None = None, max_wait: float | None = None) -> T:
-        """`request()` (one API call), retried on transient failures (at most `max_retries` times when given,
-        else as configured; waiting at most `max_wait` seconds between tries, whatever a Retry-After asks);
-        raises `RetriesExhausted` or the error."""
-        retries = self.max_retries if max_retries is None else min(max_retries, self.max_retries)
-        wait = self.backoff_max if max_wait is None else min(max_wait, self.backoff_max)
-        return call_with_retries(request, max_retries=retries, backoff_base=self.backoff_base,
+    def call(self, request: Callable[[Any], T], budget: Budget | None = None) -> T:
+        """`request(api)` (one API call on the client it is given), retried on transient failures: as configured,
+        or within `budget` (each of its limits capped by the configured one); raises `RetriesExhausted` or the
+        error."""
+        if budget is None:
+            api, retries, wait = self.api, self.max_retries, self.backoff_max
+        else:
+            api = self.api.with_options(timeout=self.attempt_timeout(budget))
+            retries, wait = min(budget.retries, self.max_retries), min(budget.max_wait, self.backoff_max)
+        return call_with_retries(lambda: request(api), max_retries=retries, backoff_base=self.backoff_base,
                                  backoff_max=wait, sleep=self.sleep)
+
+    def attempt_timeout(self, budget: Budget | None = None) -> float:
+        """Seconds one attempt may take: the configured timeout, capped by `budget`'s."""
+        return self.timeout if budget is None else min(self.timeout, budget.timeout)
 
     def redact(self, text: str) -> str:
         """`text` (an error's message, which may quote the key) without the API key."""

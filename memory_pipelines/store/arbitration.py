@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..infra.llm import ChatLLM
+from ..infra.openai_client import ON_REQUEST, Budget
 from ..text.keywords import jaccard
 from ..text.summary import extractive_summary
 from ..text.summary import tags as extract_tags
@@ -68,12 +70,19 @@ class Decision:
     reason: str
 
 
-def _ask(llm: ChatLLM, system: str, user: str, parse: Callable[[dict[str, Any]], T], what: str) -> T | str:
-    """Parsed answer, or the last error message after LLM_ATTEMPTS failures (never raises)."""
+def _ask(
+    llm: ChatLLM, system: str, user: str, parse: Callable[[dict[str, Any]], T], what: str, budget: Budget | None = None
+) -> T | str:
+    """Parsed answer, or the last error message after LLM_ATTEMPTS failures (never raises). Within `budget`,
+    the question is asked again only while less than one attempt's timeout has passed (an answer that could not
+    be read): a model that timed out is not given a second budget."""
     error = ""
+    start = time.monotonic()
     for attempt in range(1, LLM_ATTEMPTS + 1):
+        if attempt > 1 and budget is not None and time.monotonic() - start >= llm.client.attempt_timeout(budget):
+            break
         try:
-            return parse(llm.complete_json(system, user))
+            return parse(llm.complete_json(system, user, budget))
         except Exception as exc:  # LLMError, InvalidAnswer, or a client bug: never lose the write
             error = f"{type(exc).__name__}: {exc}"
             log.warning("%s by %s failed (attempt %s/%s): %s", what, llm.model, attempt, LLM_ATTEMPTS, error)
@@ -127,11 +136,13 @@ def parse_summary(answer: dict[str, Any]) -> tuple[str, list[str]]:
     return summary, tags[:MAX_TAGS]
 
 
-def summarise(llm: ChatLLM | None, content: str) -> tuple[str, list[str], str]:
-    """(summary, tags, made_by): by the LLM when configured and it answers well, else extractive."""
+def summarise(llm: ChatLLM | None, content: str, budget: Budget | None = None) -> tuple[str, list[str], str]:
+    """(summary, tags, made_by): by the LLM when configured and it answers well (within `budget` for a write that
+    waits), else extractive."""
     if llm is not None:
         answer = _ask(
-            llm, _SUMMARY_SYSTEM, truncate_to_tokens(content, SUMMARY_INPUT_TOKENS), parse_summary, "summary"
+            llm, _SUMMARY_SYSTEM, truncate_to_tokens(content, SUMMARY_INPUT_TOKENS), parse_summary, "summary",
+            budget,
         )
         if not isinstance(answer, str):
             summary, tags = answer
@@ -232,7 +243,8 @@ def rules_decision(new_content: str, candidates: Sequence[Neighbour], note: str 
 def arbitrate(
     llm: ChatLLM | None, new_summary: str, new_content: str, new_type: str, candidates: Sequence[Neighbour]
 ) -> Decision:
-    """Decide what to do with a new memory given its nearest candidates (best first)."""
+    """Decide what to do with a new memory given its nearest candidates (best first). It runs under the project
+    lock every other write of the project waits for, so the model is asked within `ON_REQUEST`'s budget."""
     if not candidates:
         return Decision("CREATE", None, RULES_MODEL, "no similar memory in this project")
     if llm is None:
@@ -243,6 +255,7 @@ def arbitrate(
         arbiter_prompt(new_summary, new_content, new_type, candidates),
         lambda a: parse_decision(a, candidates),
         "arbitration",
+        ON_REQUEST,
     )
     if isinstance(answer, str):
         return rules_decision(new_content, candidates, note=f"LLM arbitration failed ({_clip(answer, 200)})")

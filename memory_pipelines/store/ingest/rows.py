@@ -71,9 +71,10 @@ def memory_vector(vectors: np.ndarray) -> np.ndarray:
 
 
 def embed_texts(embedder: Embedder, texts: list[str]) -> tuple[np.ndarray | None, str | None]:
-    """(vectors, None) or (None, reason) when the provider fails; the model reads each text as `model_text`."""
+    """(vectors, None) or (None, reason) when the provider fails; the model reads each text as `model_text`. On a
+    write's path (it waits, or holds the project lock): within the provider's short budget."""
     try:
-        return embedder.embed([model_text(t) for t in texts], kind="passage"), None
+        return embedder.embed_on_request([model_text(t) for t in texts], kind="passage"), None
     except EmbeddingError as exc:
         log.warning("embedding failed, memory stored pending: %s", exc)
         return None, str(exc)

@@ -33,6 +33,7 @@ from psycopg_pool import ConnectionPool
 from ...embeddings import Embedder
 from ...infra.db import transaction
 from ...infra.llm import ChatLLM
+from ...infra.openai_client import ON_REQUEST
 from ...text.chunks import chunk_text
 from ..arbitration import EXTRACTIVE_PENDING, Decision, arbitrate, summarise
 from ..memories import new_memory_id, previous_turn
@@ -147,7 +148,7 @@ def ingest_memory(
     chunks = chunk_text(inp.content, CHUNK_TOKENS, CHUNK_OVERLAP)
     texts, context = _texts(pool, inp, chunks, created_at)
     # Not waiting, the write answers before any remote call: the worker asks the LLM (`deferred._settle_one`).
-    summary, tags, summary_by = summarise(llm if wait else None, inp.content)
+    summary, tags, summary_by = summarise(llm if wait else None, inp.content, ON_REQUEST)
     if llm is not None and not wait:
         summary_by = EXTRACTIVE_PENDING
     vectors, embed_error = embed_texts(embedder, texts) if wait else (None, None)
