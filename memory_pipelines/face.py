@@ -76,13 +76,10 @@ class Memory:
     # -- operations ------------------------------------------------------------------------------------------
 
     def health(self) -> dict[str, Any]:
-        """Whether the database answers, and which models serve."""
-        try:
-            with self.pool.connection(timeout=min(5.0, self.pool.timeout)) as conn:  # 1.5 s in servers
-                conn.execute("SELECT 1")
-            database = "ok"
-        except Exception as exc:  # health reports, never raises
-            database = f"unreachable ({type(exc).__name__})"
+        """Whether the database answers (within `db.PROBE_WAIT` seconds), and which models serve."""
+        from .infra.db import probe
+
+        database = probe(self.pool)
         return {"status": "ok" if database == "ok" else "degraded", "database": database,
                 "embedding_model": self.embedder.model_name, "dimension": self.embedder.dimension,
                 "llm": getattr(self.llm, "model", None)}

@@ -641,3 +641,40 @@ def test_cli_serve_answers_health_and_keys(db_url, runtime):
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_health_answers_503_within_seconds_while_the_database_is_frozen(db_url, fake_embedder):
+    """A server that takes the connection and never answers (stopped, stuck in I/O) held `/health` for ever, so
+    an orchestrator's probe could not tell a frozen database from a slow check. Here the one pooled connection's
+    backend is stopped (SIGSTOP) and continued."""
+    import signal
+
+    import psycopg
+
+    from memory_pipelines.infra.db import close_pool, get_pool
+    from memory_pipelines.infra.settings import Settings
+    from memory_pipelines.runtime import Runtime
+
+    url = psycopg.conninfo.make_conninfo(db_url, application_name="frozen-health")  # a pool of its own
+    pool = get_pool(url, max_size=1)
+    memory = Memory(Runtime(Settings(database_url=url, embedder="fake"), url, pool, fake_embedder), llm=None)
+    with LiveServer(create_app(memory)) as srv:
+        with pool.connection() as conn:
+            backend = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        assert httpx.get(f"{srv.url}/health").json()["database"] == "ok"
+        os.kill(backend, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            r = httpx.get(f"{srv.url}/health", timeout=30)
+            took = time.monotonic() - started
+            assert (r.status_code, r.json()["status"]) == (503, "degraded") and took < 5, (r.text, took)
+            assert r.json()["database"].startswith("not answering")
+            again = httpx.get(f"{srv.url}/health", timeout=30)  # the first check still waits: said at once
+            assert again.status_code == 503 and "a check has waited" in again.json()["database"]
+        finally:
+            os.kill(backend, signal.SIGCONT)
+        deadline = time.monotonic() + 10
+        while httpx.get(f"{srv.url}/health").status_code != 200:
+            assert time.monotonic() < deadline, "health did not recover once the backend went on"
+            time.sleep(0.2)
+    close_pool(url)

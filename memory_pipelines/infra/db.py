@@ -233,6 +233,35 @@ def reading(pool: ConnectionPool) -> Iterator[psycopg.Connection]:
 REACHABLE_TIMEOUT = 2
 """`server_reachable`'s connect_timeout (libpq's least), in seconds."""
 
+PROBE_WAIT = 2.0
+"""How long `probe` waits for the server's answer before it reports it not answering."""
+_probes: dict[int, threading.Thread] = {}  # a probe still waiting on its pool's server, by id(pool)
+_probes_lock = threading.Lock()
+
+
+def probe(pool: ConnectionPool, wait: float = PROBE_WAIT) -> str:
+    """"ok", or why the database cannot serve: unreachable, or not answering within `wait` seconds. A server
+    that is frozen (stopped, stuck in I/O) takes the connection and never answers; the round trip runs in a
+    thread so a health check still answers, and while that thread waits the next checks say so at once."""
+    outcome: list[str] = []
+
+    def ask() -> None:
+        try:
+            with pool.connection(timeout=min(5.0, pool.timeout)) as conn:  # 1.5 s in servers
+                conn.execute("SELECT 1")
+            outcome.append("ok")
+        except Exception as exc:  # a probe reports, never raises
+            outcome.append(f"unreachable ({type(exc).__name__})")
+
+    with _probes_lock:
+        waiting = _probes.get(id(pool))
+        if waiting is not None and waiting.is_alive():
+            return f"not answering (a check has waited over {wait:g} s)"
+        thread = _probes[id(pool)] = threading.Thread(target=ask, name="db-probe", daemon=True)
+        thread.start()
+    thread.join(wait)
+    return outcome[0] if outcome else f"not answering within {wait:g} s"
+
 
 def server_reachable(url: str, timeout: int = REACHABLE_TIMEOUT) -> bool:
     """Whether the server at `url` takes a connection: one direct attempt, outside any pool, closed at once."""
