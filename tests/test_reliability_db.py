@@ -327,13 +327,18 @@ def test_serve_brings_a_killed_database_back_and_fails_fast_meanwhile(home, proc
 def test_sigterm_to_serve_stops_the_postgres_it_started(home, procs):
     pgdata = home / "pgdata"
     assert postmaster_pid(pgdata) is None
-    serve, _base = _serve(home)
+    serve, base = _serve(home)
     procs.append(serve)
     pid = postmaster_pid(pgdata)
     assert pid is not None and registrants(pgdata) == [serve.pid]
+    with ConnectionPool(_server_url(pgdata), min_size=1, max_size=1) as pool:
+        _kid, key = create_key(pool, "alice")
+    assert _search(base, key)[0].status_code == 200  # the search pools' threads now idle
     assert serve.signal(signal.SIGTERM) == 128 + signal.SIGTERM
     _assert_stopped(pgdata, pid)
     assert registrants(pgdata) == []
+    # idle pool threads are no request still at work: every stop after a search said so
+    assert "leaving the embedded PostgreSQL before exit" not in serve.stderr()
 
 
 @pytest.mark.slow

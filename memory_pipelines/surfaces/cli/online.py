@@ -8,6 +8,8 @@ import os
 import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from ...infra.embedded import leave_early
@@ -81,10 +83,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+_PACKAGE_DIR = str(Path(__file__).resolve().parents[2]) + os.sep
+
+
 def _threads_still_running() -> bool:
-    """Whether a thread the interpreter's exit would wait for is still running (besides this one)."""
+    """Whether a thread the interpreter's exit would wait for is still at work (besides this one): a frame of this
+    package on its stack. The search and context pools' idle threads wait in the standard library only, and end
+    at the exit at once (counting them, every stop after a search said a request still waited)."""
     me = threading.current_thread()
-    return any(t.is_alive() and not t.daemon and t is not me for t in threading.enumerate())
+    frames = sys._current_frames()
+    return any(
+        t.is_alive() and not t.daemon and t is not me and _in_package(frames.get(t.ident))
+        for t in threading.enumerate()
+    )
+
+
+def _in_package(frame: FrameType | None) -> bool:
+    while frame is not None:
+        if frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
