@@ -32,6 +32,7 @@ def unstatable(response) -> bool:
     detail = str(body.get("detail"))
     return ((field == "ts" and "one day from now" in detail) or (field == "until" and "before since" in detail)
             or (field == "project_name" and "does not name the project of project_key" in detail)
+            or (field == "project_name" and "already names project" in detail)  # another project answers to it
             or (item_field == "at" and ("future" in detail or "2000" in detail))
             or (item_field in ("metadata", "payload") and "NUL" in detail)
             or (item_field in ("key", "name") and "once in a batch" in detail)

@@ -342,18 +342,20 @@ def test_a_body_naming_a_member_twice_is_a_422_naming_it_and_where_and_writes_no
     c = _client(live, create_key(runtime.pool, "alice")[1])
     cases = [
         ("POST", "/ingest/memory", '{"project_name": "p", "content_type": "plan", "content": "a", "content": "b"}',
-         ["body", "content"]),
+         ["body", "content"], "content"),
         ("POST", "/api/tasks/batch", '{"items": [{"title": "ok"}, {"title": "t", "metadata": {"k": 1, "k": 2}}]}',
-         ["body", "items", "1", "metadata", "k"]),
-        ("POST", "/api/tasks", '{"title": "t", "title": "u"}', ["body", "title"]),
+         ["body", "items", "1", "metadata", "k"], "items[1].metadata.k"),  # as a bad item's field: items[1].type
+        ("POST", "/api/tasks/batch", '{"items": [{"title": "ok"}, {"title": "t", "metadata": {"0": 1, "0": 2}}]}',
+         ["body", "items", "1", "metadata", "0"], "items[1].metadata.0"),  # a member named "0" is no position
+        ("POST", "/api/tasks", '{"title": "t", "title": "u"}', ["body", "title"], "title"),
     ]
-    for method, path, body, loc in cases:
+    for method, path, body, loc, field in cases:
         answer = _raw(c, method, path, body)
         assert answer.status_code == 422, (path, answer.text)
         e.ValidationProblem.model_validate(answer.json())
         problem = answer.json()["detail"][0]
         assert problem["loc"] == loc and repr(loc[-1]) in problem["msg"], (path, problem)
-        assert answer.json()["field"] == ".".join(loc[1:])
+        assert answer.json()["field"] == field
     with runtime.pool.connection() as conn:
         assert conn.execute("SELECT (SELECT count(*) FROM memories) + (SELECT count(*) FROM tasks)").fetchone()[0] \
             == 0
@@ -362,6 +364,17 @@ def test_a_body_naming_a_member_twice_is_a_422_naming_it_and_where_and_writes_no
                 '{"items": [{"title": "a", "metadata": {"title": "x"}}, {"title": "b"}]}')
     assert fine.status_code == 200 and fine.json()["counts"]["created"] == 2, fine.text
     assert _raw(c, "PATCH", "/api/tasks/T-1", '{"status": "failed", "status": "completed"}').json()["field"] == "status"
+
+
+def test_a_422_names_a_list_position_one_way_whoever_checked_it(live, runtime):
+    """The schema's checks named a position `used_ids.0`, the library's `items[1].type`: a client had to parse
+    both. Both are `name[i]` now."""
+    c = _client(live, create_key(runtime.pool, "alice")[1])
+    schema = _raw(c, "POST", "/api/brain/memory/feedback", '{"retrieval_id": "r", "used_ids": ["a", 5]}')
+    assert schema.status_code == 422 and schema.json()["field"] == "used_ids[1]", schema.text
+    assert schema.json()["detail"][0]["loc"] == ["body", "used_ids", "1"]
+    library = _raw(c, "POST", "/api/tasks/batch", '{"items": [{"title": "ok"}, {"title": "t", "progress": "x"}]}')
+    assert library.status_code == 422 and library.json()["field"] == "items[1].progress", library.text
 
 
 def test_every_json_body_refuses_a_repeated_member(spec, live, runtime):

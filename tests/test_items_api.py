@@ -240,6 +240,8 @@ def test_bodies_that_are_not_items_and_oversized_batches(alice, runtime):
         assert r.status_code == 422, r.text
     r = alice.post("/api/tasks/batch", json={"items": [{"title": "ok"}, "not an object"]})
     assert r.status_code == 422 and r.json()["field"] == "items[1]"
+    r = alice.post("/api/tasks/batch", json={"items": [{"title": "ok"}, {"title": "t", "progress": "half"}]})
+    assert r.status_code == 422 and r.json()["field"] == "items[1].progress", r.text  # one spelling, every 422
     r = alice.post("/api/tasks/batch", json={"items": []})
     assert r.status_code == 422 and r.json()["field"] == "items"
     # Over the documented maxItems: a 422 like any schema violation (413 is a body over its bytes), naming items.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 import psycopg
@@ -169,6 +169,16 @@ def _allowed(request: Request) -> list[str]:
             if any(r.matches({**request.scope, "method": m})[0] is Match.FULL for r in routes)]
 
 
+def spelled(loc: Sequence[str | int]) -> str:
+    """A 422's `field` from its `loc`, as the library names a batch item's field: `items[1].metadata.k` (the
+    place, `body`/`query`/`path`, left out but when it is all there is)."""
+    parts = list(loc[1:]) or list(loc[:1])
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}" if out else str(part)
+    return out
+
+
 def _unparsed(e: dict[str, Any]) -> dict[str, Any]:
     """A body that is not JSON names the body, not the character offset FastAPI puts where a field would be."""
     why = (e.get("ctx") or {}).get("error")
@@ -184,12 +194,14 @@ def install_error_handlers(app: FastAPI) -> None:
                   {"loc": [str(p) for p in e.get("loc", ())],
                    "msg": our_words(e.get("msg", "")),
                    "type": str(e.get("type", ""))} for e in exc.errors()]
-        loc = errors[0]["loc"] if errors else ["body"]
-        return error(422, errors, field=".".join(loc[1:]) or loc[0])
+        raw = exc.errors()
+        loc = raw[0].get("loc", ("body",)) if raw and raw[0].get("type") != "json_invalid" else (
+            errors[0]["loc"] if errors else ["body"])  # list positions stay ints: `items[1].type`
+        return error(422, errors, field=spelled(loc))
 
     @app.exception_handler(RepeatedMember)
     async def _repeated(_req: Request, exc: RepeatedMember) -> JSONResponse:
-        return error(422, exc.detail, field=".".join(exc.loc[1:]))
+        return error(422, exc.detail, field=spelled(exc.loc))
 
     @app.exception_handler(ValidationError)
     async def _lib_invalid(req: Request, exc: ValidationError) -> JSONResponse:
@@ -272,15 +284,16 @@ def _marked(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return dict(pairs)
 
 
-def _repeated_at(value: Any) -> list[str]:
-    """The path to the first member named twice, in document order (without a recursion: a body may nest deep)."""
-    stack: list[tuple[list[str], Any]] = [([], value)]
+def _repeated_at(value: Any) -> list[str | int]:
+    """The path to the first member named twice, in document order (without a recursion: a body may nest deep);
+    list positions as ints."""
+    stack: list[tuple[list[str | int], Any]] = [([], value)]
     while stack:
         path, node = stack.pop()
         if isinstance(node, _Marked):
             return [*path, node.member]
         children = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
-        stack.extend(reversed([([*path, str(k)], v) for k, v in children]))
+        stack.extend(reversed([([*path, k], v) for k, v in children]))
     raise AssertionError("no repeated member")  # only called when the first parse found one
 
 
@@ -288,10 +301,10 @@ class RepeatedMember(HTTPException):
     """A JSON body naming a member twice: a 422 at its place (an HTTPException, which FastAPI lets out of reading
     the body; any other error there is its generic 400)."""
 
-    def __init__(self, loc: list[str]) -> None:
+    def __init__(self, loc: list[str | int]) -> None:
         self.loc = loc
         message = f"{loc[-1]!r} is named twice in one object; send each member once"
-        super().__init__(422, [{"loc": loc, "msg": message, "type": "json_invalid"}])
+        super().__init__(422, [{"loc": [str(p) for p in loc], "msg": message, "type": "json_invalid"}])
 
 
 class _StrictJsonRequest(Request):
