@@ -93,7 +93,8 @@ def parse_setting_age(field: str, value: object) -> timedelta:
     age = parse_age(field, value)
     if age < MIN_AGE:
         raise ValidationError(field, f"must be at least 1 day (1d, 24h), got {value!r}: a shorter age removes "
-                                     "events a context build still reads, and 0 the whole log of every owner")
+                                     "what is still in use (events a context build reads, builds whose feedback is"
+                                     " still to come), and 0 the whole log of every owner")
     return age
 
 

@@ -85,10 +85,12 @@ def print_report(rt, owner: str) -> None:
 
 
 class EmbeddingProgress:
-    """A progress bar for embedding work done elsewhere (a Dagster run): polls the pending counts."""
+    """A progress bar for embedding work done elsewhere (a Dagster run): polls the pending counts, and closes once
+    every row has held its vector for `settled` polls (left open, it redrew 100 % for the rest of the run, which
+    looked hung), saying the run goes on."""
 
-    def __init__(self, rt, interval: float = 0.5) -> None:
-        self.rt, self.interval = rt, interval
+    def __init__(self, rt, interval: float = 0.5, settled: int = 3) -> None:
+        self.rt, self.interval, self.settled = rt, interval, settled
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
 
@@ -102,15 +104,18 @@ class EmbeddingProgress:
         from tqdm import tqdm
 
         with tqdm(desc=f"embedding ({self.rt.embedder.model_name})", unit="row", file=sys.stderr) as bar:
-            def update() -> None:
+            def update() -> bool:
                 done, total = self._counts()
                 bar.total, bar.n = max(total, 1), done
                 bar.refresh()
+                return 0 < total == done
 
-            update()
-            while not self._stop.wait(self.interval):
-                update()
-            update()
+            complete = int(update())
+            while complete < self.settled and not self._stop.wait(self.interval):
+                complete = complete + 1 if update() else 0
+        if complete >= self.settled and not self._stop.is_set():
+            print("every row embedded; the run goes on (keyword index, checks, demo sessions, tuning)",
+                  file=sys.stderr)
 
     def __enter__(self) -> EmbeddingProgress:
         self._thread.start()
