@@ -377,3 +377,61 @@ def test_the_export_button_downloads_the_keys_owners_items_and_memories(served, 
 
     p.page.click("#forget")
     assert not p.page.is_visible("#export")
+
+
+# -- a real browser against a slow, a failing or a narrow world ------------------------------------------------
+
+def _search(p: Page, query: str) -> None:
+    p.page.fill("#q", query)
+    p.page.click("#search-form button[type=submit]")
+    expect(p.page.locator("#search-note")).to_contain_text("matches")
+
+
+LONG = "https://example.com/" + "a" * 400  # one word: nowhere to break but anywhere
+
+
+def _too_wide(p: Page) -> list[str]:
+    """The parts reaching past the window's right edge: none when the page is no wider than the window and every
+    card, header control and search column is inside it (a wide table may scroll inside its card)."""
+    return p.page.evaluate("""() => [...document.querySelectorAll(
+            "header, header *, .card, article.build, .build-head, .table-scroll, #results, #detail, #related")]
+        .filter((e) => e.getBoundingClientRect().right > window.innerWidth + 0.5)
+        .map((e) => `${e.tagName}#${e.id}.${e.className}`)""") + (
+        [] if p.page.evaluate("document.documentElement.scrollWidth <= window.innerWidth") else ["the page"])
+
+
+def _box(p: Page, selector: str) -> dict:
+    return p.page.locator(selector).first.bounding_box()
+
+
+def test_long_words_wrap_and_the_view_fits_a_phone(served, runtime, page_of):
+    """A 400-character word made the page 3,600 px wide and pushed Detail off-screen; at 375 px the header's
+    buttons, the build tables and the search columns ran off the screen."""
+    url, data = served
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {data['key']}"}, timeout=60) as c:
+        assert c.post("/ingest/memory", json={"project_name": "web-app", "content_type": "insight",
+                                              "content": f"{LONG} cookie auth"}).status_code == 200
+        assert c.post("/api/brain/memory/context", json={"query": LONG}).status_code == 200
+    embed_all(runtime.pool, runtime.embedder)
+    index_all(runtime.pool)
+    p = page_of(url)
+    _login(p, data["key"])
+    assert LONG in p.page.inner_text("article.build .query") and _too_wide(p) == []
+    p.page.select_option("#mode", "keyword")
+    _search(p, LONG)
+    p.page.locator("#results li.match button.match-title").first.click()
+    p.page.wait_for_selector("#detail .detail-title")
+    assert LONG in p.page.inner_text("#detail") and _too_wide(p) == []
+    detail = _box(p, "#detail")
+    assert detail["x"] + detail["width"] <= 1280 and detail["x"] > _box(p, "#results")["x"]  # beside the list
+
+    p.page.set_viewport_size({"width": 375, "height": 740})
+    assert _too_wide(p) == []
+    for button in ("#forget", "#export", "#refresh"):
+        box = _box(p, button)
+        assert box["x"] >= 0 and box["x"] + box["width"] <= 375, button
+    assert _box(p, "#detail")["y"] > _box(p, "#results")["y"] + _box(p, "#results")["height"]  # stacked
+    card = _box(p, "article.build")
+    assert card["x"] + card["width"] <= 375
+    assert p.page.locator("article.build .table-scroll").first.evaluate("t => t.scrollWidth > t.clientWidth")
+    assert p.errors == []

@@ -173,7 +173,7 @@ function itemsTable(items) {
       },
         el("td", { class: "num" }, it.injected ? it.mmr_rank : `(${it.rank})`),
         el("td", {}, el("span", { class: "src" }, it.source)),
-        el("td", {}, it.title === null ? el("em", {}, "(deleted)") : it.title),
+        el("td", { class: "title" }, it.title === null ? el("em", {}, "(deleted)") : it.title),
         el("td", { class: "num score" }, num(it.score)),
         el("td", { class: "num" }, num(it.relevance)),
         el("td", { class: "num" }, num(it.decay)),
@@ -196,14 +196,14 @@ function buildCard(b) {
         b.degraded ? ` · degraded: ${b.degraded}` : "",
         b.exclude_session ? el("span", { class: "left-out" }, ` · conversation left out: ${b.exclude_session}`) : ""),
     ),
-    itemsTable(b.items),
+    el("div", { class: "table-scroll" }, itemsTable(b.items)), // a narrow screen scrolls the table, not the page
   );
   const more = el("button", {
     type: "button", class: "link more-items",
     onclick: async () => {
       try {
         const full = await api(`api/brain/memory/builds/${encodeURIComponent(b.retrieval_id)}`);
-        card.querySelector("table.items").replaceWith(itemsTable(full.items));
+        card.querySelector(".table-scroll").replaceChildren(itemsTable(full.items));
         more.remove();
       } catch (error) {
         fail(error);
