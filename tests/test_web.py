@@ -161,8 +161,10 @@ def served(runtime) -> Iterator[tuple[str, dict]]:
         yield srv.url, _seed(runtime, srv.url)
 
 
-def _login(p: Page, key: str) -> None:
-    p.page.goto(f"{p.base}/ui/")
+def _login(p: Page, key: str, *, load: bool = True) -> None:
+    """Opens the key's memory; `load=False` logs in on the page as it is (what runs in it keeps running)."""
+    if load:
+        p.page.goto(f"{p.base}/ui/")
     p.page.fill("#key", key)
     p.page.click("#login-form button[type=submit]")
     p.page.wait_for_selector("#app:not([hidden]) article.build")
@@ -261,18 +263,18 @@ def test_web_view_shows_builds_used_marks_hit_rates_and_search(served, page_of):
     # A failed search shows its error; the next action clears it.
     p.page.fill("#q", "   ")
     p.page.click("#search-form button[type=submit]")
-    expect(p.page.locator("#error")).to_contain_text("422")
+    expect(p.page.locator("#search-error")).to_contain_text("422")
     p.page.fill("#q", "cookie auth subdomains")
     p.page.click("#search-form button[type=submit]")
     expect(p.page.locator("#search-note")).to_contain_text("matches")
-    expect(p.page.locator("#error")).to_have_text("")
+    expect(p.page.locator("#search-error")).to_have_text("")
 
     # Forget the key: back to the login, nothing kept, and nothing of alice's left for the next key.
     p.page.click("#forget")
     assert p.page.is_visible("#login") and p.page.evaluate("sessionStorage.length") == 0
-    _login(p, data["bob_key"])
+    _login(p, data["bob_key"], load=False)
     assert p.page.inner_text("#who") == "memory of bob"
-    for part in ("#results", "#related", "#search-note", "#error", "#detail .detail-title"):
+    for part in ("#results", "#related", "#search-note", "#search-error", "#detail .detail-title"):
         assert p.page.locator(part).all_inner_texts() in ([], [""]), part
     assert p.page.input_value("#q") == ""
     assert data["task"] not in p.page.content() and "cookie" not in p.page.inner_text("#app")
@@ -354,7 +356,7 @@ def test_a_refused_search_names_the_field_in_words_and_drops_the_previous_result
                         ("x" * 2001, "422: query: String should have at most 2000 characters")):
         p.page.fill("#q", query)
         p.page.click("#search-form button[type=submit]")
-        expect(p.page.locator("#error")).to_have_text(said)
+        expect(p.page.locator("#search-error")).to_have_text(said)
         assert p.page.locator("#results li").count() == 0 and p.page.inner_text("#search-note") == ""
     assert p.errors == []
 
@@ -381,10 +383,130 @@ def test_the_export_button_downloads_the_keys_owners_items_and_memories(served, 
 
 # -- a real browser against a slow, a failing or a narrow world ------------------------------------------------
 
+class Held:
+    """Requests the page makes that `hold(url, method, body)` picks, held as a slow server would hold them
+    until `release()` lets them through; the others pass."""
+
+    def __init__(self, p: Page, hold) -> None:
+        self.page, self.hold, self.routes, self.holding = p.page, hold, [], True
+        self.page.route("**/*", self._route)
+
+    def _route(self, route) -> None:
+        req = route.request
+        if self.holding and self.hold(req.url, req.method, req.post_data or ""):
+            self.routes.append(route)
+        else:
+            route.continue_()
+
+    def wait_for(self, n: int) -> None:
+        """Until `n` requests are held (the route handler runs as the test waits on the page)."""
+        for _ in range(200):
+            if len(self.routes) >= n:
+                return
+            self.page.wait_for_timeout(25)
+        raise AssertionError(f"{len(self.routes)} requests held, not {n}")
+
+    def release(self) -> None:
+        """Lets every held request through and waits until the page has had their replies."""
+        self.holding = False
+        for route in self.routes:
+            route.continue_()
+        for route in self.routes:
+            route.request.response().finished()
+        self.page.wait_for_timeout(300)  # the page's own promise chain after the reply (no event to wait on)
+
+
+def _add_builds(url: str, key: str, n: int) -> None:
+    """`n` more context builds for the key's owner (the view pages builds by 10)."""
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as c:
+        for i in range(n):
+            assert c.post("/api/brain/memory/context", json={"query": f"older question {i}"}).status_code == 200
+
+
 def _search(p: Page, query: str) -> None:
     p.page.fill("#q", query)
     p.page.click("#search-form button[type=submit]")
     expect(p.page.locator("#search-note")).to_contain_text("matches")
+
+
+def _ids(p: Page, selector: str) -> list[str]:
+    return p.page.locator(selector).evaluate_all("els => els.map(e => e.dataset.id)")
+
+
+def test_replies_to_the_key_before_are_dropped_after_forget_key(served, page_of):
+    """Alice's slow detail and her older builds page, answered after Forget key and bob's login, were drawn
+    under "memory of bob"."""
+    url, data = served
+    _add_builds(url, data["key"], 7)  # 11 builds: an older page
+    p = page_of(url)
+    _login(p, data["key"])
+    _search(p, "cookie auth subdomains")
+    held = Held(p, lambda u, m, b: "/detail/" in u or "cursor=" in u)
+    p.page.locator(f"#results li.match[data-id='{data['task']}'] button.match-title").click()
+    p.page.click("#more")
+    held.wait_for(2)
+    p.page.click("#forget")
+    _login(p, data["bob_key"], load=False)
+    held.release()
+    assert p.page.inner_text("#who") == "memory of bob"
+    assert p.page.locator("#detail .detail-title").count() == 0
+    assert len(_ids(p, "article.build")) == 1 and "cookie" not in p.page.inner_text("#app")
+    assert p.errors == []
+
+
+def test_the_latest_search_wins_and_older_builds_load_once(served, page_of):
+    """A slow search answered after a quick one drew its matches under the quick one's query; a double click on
+    Older builds loaded the same page twice."""
+    url, data = served
+    _add_builds(url, data["key"], 7)
+    p = page_of(url)
+    _login(p, data["key"])
+    held = Held(p, lambda u, m, b: u.endswith("/search") and "pgvector" in b)
+    p.page.fill("#q", "pgvector")
+    p.page.click("#search-form button[type=submit]")
+    held.wait_for(1)
+    _search(p, "cookie auth subdomains")  # a changed query may be sent while the first still runs
+    quick = _ids(p, "#results li.match")
+    assert data["task"] in quick
+    held.release()
+    assert _ids(p, "#results li.match") == quick and p.page.input_value("#q") == "cookie auth subdomains"
+    assert p.page.inner_text("#search-note") == f"{len(quick)} matches"
+
+    held = Held(p, lambda u, m, b: "cursor=" in u)
+    p.page.click("#more")
+    held.wait_for(1)
+    expect(p.page.locator("#more")).to_be_disabled()
+    p.page.click("#more", force=True)  # the second click of a double click (a disabled button ignores it)
+    p.page.wait_for_timeout(200)  # time for a second request, if the click sends one
+    held.release()
+    ids = _ids(p, "article.build")
+    assert len(ids) == len(set(ids)) == 11 and p.page.is_hidden("#more")
+    assert p.errors == []
+
+
+def test_a_failed_login_says_why_under_the_key_and_keeps_no_key(served, page_of):
+    """With the server unreachable or a key holding non-ASCII characters, the message went to the hidden main
+    view and the key was stored all the same."""
+    url, data = served
+    p = page_of(url)
+    p.page.goto(f"{url}/ui/")
+    p.page.route("**/whoami", lambda route: route.abort("connectionrefused"))
+    p.page.fill("#key", data["key"])
+    p.page.press("#key", "Enter")
+    expect(p.page.locator("#login-error")).to_have_text("the server could not be reached")
+    assert p.page.evaluate("sessionStorage.length") == 0 and p.page.is_visible("#login")
+    p.page.unroute("**/whoami")
+
+    p.page.fill("#key", "mp_ключ")
+    p.page.press("#key", "Enter")
+    expect(p.page.locator("#login-error")).to_contain_text("a key holds only ASCII characters")
+    assert p.page.evaluate("sessionStorage.length") == 0 and p.page.is_visible("#login")
+
+    p.page.fill("#key", data["key"])  # the same field, now with a good key, opens the memory
+    p.page.press("#key", "Enter")
+    expect(p.page.locator("#who")).to_have_text("memory of alice")
+    assert p.page.evaluate("sessionStorage.getItem('memory_pipelines.key')") == data["key"]
+    assert p.page.inner_text("#login-error") == "" and p.errors == []
 
 
 LONG = "https://example.com/" + "a" * 400  # one word: nowhere to break but anywhere
@@ -434,4 +556,45 @@ def test_long_words_wrap_and_the_view_fits_a_phone(served, runtime, page_of):
     card = _box(p, "article.build")
     assert card["x"] + card["width"] <= 375
     assert p.page.locator("article.build .table-scroll").first.evaluate("t => t.scrollWidth > t.clientWidth")
+    assert p.errors == []
+
+
+def _alert(p: Page, text: str):
+    """The message line (role=alert) saying `text`."""
+    return p.page.get_by_role("alert").filter(has_text=text)
+
+
+def _alerts(p: Page) -> list[str]:
+    """What the message lines say now."""
+    return [t for t in p.page.get_by_role("alert").all_inner_texts() if t.strip()]
+
+
+def test_errors_show_where_asked_and_a_hung_request_ends_with_words(served, page_of):
+    """A failed Refresh said "Failed to fetch" 4,000 px down the page; a search on a frozen database waited with
+    no end and no sign, its button active."""
+    url, data = served
+    p = page_of(url)
+    p.page.clock.install()  # the page's 30 s timeout runs on a clock the test moves
+    _login(p, data["key"])
+    p.page.route("**/api/**", lambda route: route.abort("connectionrefused"))
+    p.page.click("#refresh")
+    said = _alert(p, "the server could not be reached")
+    expect(said).to_be_visible()
+    expect(said).to_be_in_viewport()  # beside the Refresh button, not under the search card
+    p.page.unroute("**/api/**")
+
+    held = Held(p, lambda u, m, b: u.endswith("/search"))
+    button = p.page.locator("#search-form button[type=submit]")
+    p.page.fill("#q", "cookie auth subdomains")
+    button.click()
+    expect(button).to_be_disabled()
+    expect(p.page.locator("#search-card")).to_have_attribute("aria-busy", "true")
+    p.page.clock.run_for(29_000)
+    assert _alerts(p) == [] and button.is_disabled()
+    p.page.clock.run_for(2_000)
+    expect(_alert(p, "the server did not answer within 30 s")).to_be_visible()
+    expect(button).to_be_enabled()
+    assert p.page.get_attribute("#search-card", "aria-busy") is None
+    for route in held.routes:
+        route.abort()
     assert p.errors == []

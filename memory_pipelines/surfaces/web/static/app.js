@@ -4,9 +4,13 @@
 
 const KEY = "memory_pipelines.key";
 const API = new URL("../", window.location.href); // the API root (the page is served at <root>/ui/)
+const TIMEOUT_S = 30; // a frozen server must not leave the view waiting without a word
 const $ = (id) => document.getElementById(id);
 let cursor = null;
 let trail = [];
+let generation = 0; // one per key opened: a reply to an earlier key is never drawn
+const latest = new Map(); // view → number of its newest request: an older, slower reply is dropped
+const holds = new Map(); // control or section → requests running on it (busy while above 0)
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -15,7 +19,7 @@ function el(tag, attrs, ...children) {
     if (name === "class") node.className = value;
     else if (name === "style") Object.assign(node.style, value); // CSSOM: allowed by the page's CSP
     else if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
-    else if (name.startsWith("data-")) node.setAttribute(name, value);
+    else if (name.startsWith("data-") || name.startsWith("aria-") || name === "role") node.setAttribute(name, value);
     else node[name] = value;
   }
   for (const child of children.flat(Infinity)) {
@@ -25,29 +29,52 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
+// -- requests -----------------------------------------------------------------------------------------------
+
 class Unauthorized extends Error {}
 
-// The answer to a call with the key; a refusal as an error in the server's words.
-async function request(path, body) {
-  const key = sessionStorage.getItem(KEY);
-  const init = { headers: { Authorization: `Bearer ${key}` } };
+class Refused extends Error {
+  constructor(status, message) {
+    super(`${status}: ${message}`);
+    this.status = status;
+  }
+}
+
+// The answer to a call (`read`: "json" or "blob"), within TIMEOUT_S; any failure as an error in words.
+async function request(path, { body, key = sessionStorage.getItem(KEY), read = "json" } = {}) {
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(), TIMEOUT_S * 1000);
+  const init = { headers: { Authorization: `Bearer ${key}` }, signal: controller.signal };
   if (body !== undefined) {
     init.method = "POST";
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
   }
-  const response = await fetch(new URL(path, API), init);
-  if (response.status === 401) throw new Unauthorized("the key was not accepted (unknown or revoked)");
-  if (!response.ok) {
-    const data = await response.json().catch(() => ({}));
-    throw new Error(`${response.status}: ${said(data.detail) || response.statusText}`);
+  try {
+    const response = await fetch(new URL(path, API), init);
+    if (response.status === 401) throw new Unauthorized("the key was not accepted (unknown or revoked)");
+    if (!response.ok) throw await refusal(response);
+    return await (read === "blob" ? response.blob() : response.json());
+  } catch (error) {
+    throw inWords(error);
+  } finally {
+    clearTimeout(timer);
   }
-  return response;
 }
 
-async function api(path, body) {
-  const response = await request(path, body);
-  return response.json().catch(() => ({}));
+const api = (path, body) => request(path, { body });
+
+// A refusal in the server's words.
+async function refusal(response) {
+  const data = await response.json().catch(() => ({}));
+  return new Refused(response.status, said(data.detail) || response.statusText);
+}
+
+// fetch's own failures ("Failed to fetch", an abort) said as what happened.
+function inWords(error) {
+  if (error.name === "AbortError") return new Error(`the server did not answer within ${TIMEOUT_S} s`);
+  if (error instanceof TypeError) return new Error("the server could not be reached");
+  return error;
 }
 
 // A refusal in words: a 422's list of problems as `field: message` (the field without `body`/`query`).
@@ -61,13 +88,73 @@ function said(detail) {
   }).join("; ");
 }
 
-function fail(error) {
+// -- one action: current, busy, said where it was asked --------------------------------------------------------
+
+// A request's claim on a view: it stays current while no other key was opened and no newer request for the
+// same view was made (the latest request wins, whatever order the replies come in).
+function claim(view) {
+  const number = (latest.get(view) || 0) + 1;
+  latest.set(view, number);
+  const at = generation;
+  return () => at === generation && latest.get(view) === number;
+}
+
+// A control is disabled (a second click would only repeat the request) and a section marked aria-busy.
+function mark(node, on) {
+  if (node.tagName === "BUTTON") node.disabled = on;
+  else if (on) node.setAttribute("aria-busy", "true");
+  else node.removeAttribute("aria-busy");
+}
+
+function hold(node) {
+  holds.set(node, (holds.get(node) || 0) + 1);
+  mark(node, true);
+}
+
+function release(node) {
+  const left = Math.max(0, (holds.get(node) || 0) - 1);
+  holds.set(node, left);
+  if (!left) mark(node, false);
+}
+
+// Runs `load` with `busy` held; a request of an earlier key leaves the next key's controls alone.
+async function busily(busy, load) {
+  const at = generation;
+  busy.forEach(hold);
+  try {
+    return await load();
+  } finally {
+    if (at === generation) busy.forEach(release);
+  }
+}
+
+// One user action: the message lines emptied (what the last action said may no longer hold), `busy` held while
+// `load` runs, the reply drawn only while the request is still current, a failure said at `where` (the line
+// where the user acted) or handled by `failed`.
+async function act({ view, where, busy = [], load, draw, failed }) {
+  const current = claim(view);
+  hush();
+  try {
+    const reply = await busily(busy, load);
+    if (current()) draw(reply);
+  } catch (error) {
+    if (current()) (failed || fail)(error, where);
+  }
+}
+
+// Every message line emptied.
+function hush() {
+  for (const line of document.querySelectorAll(".error")) line.textContent = "";
+}
+
+// A failure said at the line where the user acted; a refused key leads back to the login.
+function fail(error, where) {
   if (error instanceof Unauthorized) {
     sessionStorage.removeItem(KEY);
     showLogin(error.message);
     return;
   }
-  $("error").textContent = String(error.message || error);
+  where.textContent = String(error.message || error);
 }
 
 const pct = (rate) => (rate === null || rate === undefined ? "–" : `${Math.round(rate * 100)}%`);
@@ -82,9 +169,14 @@ function when(iso) {
 
 // -- login --------------------------------------------------------------------------------------------------
 
-// Nothing of one owner may stay on screen for the next key: every owner-specific part is emptied.
+// Nothing of one owner may stay on screen for the next key: every owner-specific part is emptied, and every
+// request still running for it stops counting.
 function clearView() {
-  for (const id of ["hit-total", "chart", "chart-axis", "builds", "search-note", "results", "related", "error"]) {
+  generation += 1;
+  for (const node of holds.keys()) mark(node, false);
+  holds.clear();
+  hush();
+  for (const id of ["hit-total", "chart", "chart-axis", "builds", "search-note", "results", "related"]) {
     $(id).replaceChildren();
   }
   $("detail").replaceChildren(el("p", { class: "hint" }, "Pick a match."));
@@ -106,49 +198,80 @@ function showLogin(message) {
   $("key").focus();
 }
 
-async function openMemory() {
-  try {
-    const me = await api("whoami");
-    $("login").hidden = true;
-    $("app").hidden = false;
-    $("forget").hidden = false;
-    $("export").hidden = false;
-    $("export").dataset.owner = me.owner;
-    $("who").hidden = false;
-    $("who").textContent = `memory of ${me.owner}`;
-    $("error").textContent = "";
-    await Promise.all([loadRates(), loadBuilds(true)]);
-  } catch (error) {
-    fail(error);
+// Why a pasted key cannot be sent, or "" (a header carries ASCII only: fetch would throw on anything else).
+function keyProblem(key) {
+  return /^[\x21-\x7e]+$/.test(key) ? "" : "a key holds only ASCII characters, with no spaces: check what was pasted";
+}
+
+// The key is kept for the tab only once the server accepted it.
+async function logIn(key) {
+  const problem = keyProblem(key);
+  if (problem) {
+    showLogin(problem);
+    return;
   }
+  await act({
+    view: "login", where: $("login-error"), busy: [$("open"), $("login")],
+    load: () => request("whoami", { key }),
+    draw: (me) => {
+      sessionStorage.setItem(KEY, key);
+      showMemory(me.owner);
+    },
+    failed: (error) => {
+      if (error instanceof Unauthorized) sessionStorage.removeItem(KEY);
+      showLogin(error.message);
+    },
+  });
+}
+
+function showMemory(owner) {
+  clearView();
+  $("key").value = "";
+  $("login").hidden = true;
+  $("app").hidden = false;
+  $("forget").hidden = false;
+  $("export").hidden = false;
+  $("export").dataset.owner = owner;
+  $("who").hidden = false;
+  $("who").textContent = `memory of ${owner}`;
+  loadRates();
+  loadBuilds(true);
 }
 
 // -- hit rates ----------------------------------------------------------------------------------------------
 
-async function loadRates() {
-  const rates = await api(`api/brain/memory/hit-rates?days=${encodeURIComponent($("days").value)}`);
+// `where`: the Refresh button's line when it asked (one action, one message).
+function loadRates(where = $("rates-error")) {
+  return act({
+    view: "rates", where, busy: [$("rates")],
+    load: () => api(`api/brain/memory/hit-rates?days=${encodeURIComponent($("days").value)}`),
+    draw: drawRates,
+  });
+}
+
+function totalLine(rates) {
   const t = rates.total;
-  $("hit-total").replaceChildren(
+  const span = `${t.builds} builds from ${rates.since} to ${rates.until} (UTC)`;
+  return [
     el("strong", { id: "hit-rate" }, pct(t.hit_rate)),
     ` of injected items used (${t.used} of ${t.injected}) in ${t.with_feedback} builds with feedback; `,
-    `${t.builds} builds from ${rates.since} to ${rates.until} (UTC).`,
-  );
-  const chart = $("chart");
-  chart.replaceChildren(
-    ...rates.daily.map((d) => {
-      const height = d.hit_rate === null ? 0 : Math.max(2, Math.round(d.hit_rate * 100));
-      return el(
-        "div",
-        {
-          class: d.hit_rate === null ? "day empty" : "day",
-          title: `${d.day}: ${pct(d.hit_rate)} (${d.used}/${d.injected} used; ${d.builds} builds, ${d.with_feedback} with feedback)`,
-          "data-day": d.day,
-          "data-rate": d.hit_rate === null ? "" : String(d.hit_rate),
-        },
-        el("div", { class: "bar", style: { height: `${height}%` } }),
-      );
-    }),
-  );
+    `${span}.`,
+  ];
+}
+
+function dayBar(d) {
+  const height = d.hit_rate === null ? 0 : Math.max(2, Math.round(d.hit_rate * 100));
+  return el("div", {
+    class: d.hit_rate === null ? "day empty" : "day",
+    title: `${d.day}: ${pct(d.hit_rate)} (${d.used}/${d.injected} used; ${d.builds} builds, ${d.with_feedback} with feedback)`,
+    "data-day": d.day,
+    "data-rate": d.hit_rate === null ? "" : String(d.hit_rate),
+  }, el("div", { class: "bar", style: { height: `${height}%` } }));
+}
+
+function drawRates(rates) {
+  $("hit-total").replaceChildren(...totalLine(rates));
+  $("chart").replaceChildren(...rates.daily.map(dayBar));
   $("chart-axis").replaceChildren(el("span", {}, rates.since), el("span", {}, rates.until));
   $("by-source").tBodies[0].replaceChildren(
     ...rates.by_source.map((s) =>
@@ -184,6 +307,24 @@ function itemsTable(items) {
       ))));
 }
 
+// "show all N scored candidates", with a message line of its own.
+function moreItemsButton(b, card) {
+  const what = `all ${b.candidates_count} scored candidates`;
+  const where = el("p", { class: "error", role: "alert" });
+  const button = el("button", {
+    type: "button", class: "link more-items",
+    onclick: () => act({
+      view: `build ${b.retrieval_id}`, where, busy: [button],
+      load: () => api(`api/brain/memory/builds/${encodeURIComponent(b.retrieval_id)}`),
+      draw: (full) => {
+        card.querySelector(".table-scroll").replaceChildren(itemsTable(full.items));
+        button.remove();
+      },
+    }),
+  }, `show ${what}`);
+  return [button, where];
+}
+
 function buildCard(b) {
   const card = el("article", { class: "build", "data-id": b.retrieval_id },
     el("div", { class: "build-head" },
@@ -198,25 +339,21 @@ function buildCard(b) {
     ),
     el("div", { class: "table-scroll" }, itemsTable(b.items)), // a narrow screen scrolls the table, not the page
   );
-  const more = el("button", {
-    type: "button", class: "link more-items",
-    onclick: async () => {
-      try {
-        const full = await api(`api/brain/memory/builds/${encodeURIComponent(b.retrieval_id)}`);
-        card.querySelector(".table-scroll").replaceChildren(itemsTable(full.items));
-        more.remove();
-      } catch (error) {
-        fail(error);
-      }
-    },
-  }, `show all ${b.candidates_count} scored candidates`);
-  card.append(more);
+  card.append(...moreItemsButton(b, card));
   return card;
 }
 
-async function loadBuilds(fresh) {
-  if (fresh) cursor = null;
-  const page = await api(`api/brain/memory/builds?limit=10${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`);
+// The first page (`fresh`) or the next one; Refresh and Older builds stay disabled while either runs, so the
+// cursor is never read twice.
+function loadBuilds(fresh) {
+  return act({
+    view: "builds", where: $(fresh ? "builds-error" : "more-error"), busy: [$("builds-card"), $("refresh"), $("more")],
+    load: () => api(`api/brain/memory/builds?limit=10${!fresh && cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`),
+    draw: (page) => drawBuilds(page, fresh),
+  });
+}
+
+function drawBuilds(page, fresh) {
   const cards = page.builds.map(buildCard);
   if (fresh) {
     $("builds").replaceChildren(...(cards.length ? cards : [el("p", { class: "hint" },
@@ -239,60 +376,82 @@ function matchList(target, matches, fromId) {
       el("div", { class: "preview" }, m.preview))) : [el("li", { class: "hint" }, "no matches")]));
 }
 
-async function search(event) {
+function pickHint(text) {
+  $("detail").replaceChildren(el("p", { class: "hint" }, text));
+  $("related").replaceChildren();
+}
+
+function search(event) {
   event.preventDefault();
-  $("error").textContent = "";
-  try {
-    const answer = await api("api/brain/memory/search", { query: $("q").value, mode: $("mode").value, topK: 10 });
-    $("search-note").textContent = answer.degraded ? `degraded: ${answer.degraded}` : `${answer.matches.length} matches`;
-    trail = [];
-    matchList($("results"), answer.matches, null);
-    $("detail").replaceChildren(el("p", { class: "hint" }, "Pick a match."));
-    $("related").replaceChildren();
-  } catch (error) {
-    $("search-note").textContent = ""; // the matches shown were another query's
-    $("results").replaceChildren();
-    fail(error);
-  }
+  const query = $("q").value;
+  $("search-note").textContent = "searching…";
+  return act({
+    view: "search", where: $("search-error"), busy: [$("search-card"), $("search-button")],
+    load: () => api("api/brain/memory/search", { query, mode: $("mode").value, topK: 10 }),
+    draw: (answer) => {
+      $("search-note").textContent = answer.degraded ? `degraded: ${answer.degraded}` : `${answer.matches.length} matches`;
+      trail = [];
+      claim("detail"); // a detail still loading belongs to the list this one replaces
+      matchList($("results"), answer.matches, null);
+      pickHint("Pick a match.");
+    },
+    failed: (error, where) => {
+      $("search-note").textContent = ""; // the matches shown were another query's
+      $("results").replaceChildren();
+      fail(error, where);
+    },
+  });
 }
 
-async function showDetail(id, fromId) {
-  $("error").textContent = "";
-  try {
-    const d = await api(`api/brain/memory/detail/${encodeURIComponent(id)}`);
-    trail = fromId === null ? [d] : [...trail.slice(0, trail.findIndex((t) => t.id === fromId) + 1), d];
-    for (const li of document.querySelectorAll("ul.matches li")) li.classList.toggle("current", li.dataset.id === id);
-    const meta = Object.entries(d.metadata || {}).filter(([, v]) => v !== null && v !== "" && !(Array.isArray(v) && !v.length));
-    $("detail").replaceChildren(
-      trail.length > 1 ? el("div", { class: "trail" }, trail.map((t) => t.title).join(" → ")) : "",
-      el("div", { class: "detail-title match-title", "data-id": d.id }, d.title),
-      el("div", {}, el("span", { class: "src" }, d.level), d.status ? ` · ${d.status}` : "", ` · ${when(d.created_at)}`),
-      el("div", { class: "body" }, d.description || ""),
-      el("dl", {}, meta.map(([k, v]) => [el("dt", {}, k), el("dd", {}, typeof v === "string" ? v : JSON.stringify(v))])),
-      el("button", { type: "button", id: "related-button", onclick: () => showRelated(d.id) }, "Related"),
-    );
-    $("related").replaceChildren();
-  } catch (error) {
-    fail(error);
-  }
+function showDetail(id, fromId) {
+  return act({
+    view: "detail", where: $("search-error"), busy: [$("detail")],
+    load: () => api(`api/brain/memory/detail/${encodeURIComponent(id)}`),
+    draw: (d) => drawDetail(d, fromId),
+  });
 }
 
-async function showRelated(id) {
-  $("error").textContent = "";
-  try {
-    const answer = await api("api/brain/memory/search-related", { base_id: id, topK: 5 });
-    matchList($("related"), answer.matches, id);
-  } catch (error) {
-    fail(error);
-  }
+function markCurrent(id) {
+  for (const li of document.querySelectorAll("ul.matches li")) li.classList.toggle("current", li.dataset.id === id);
+}
+
+function drawDetail(d, fromId) {
+  trail = fromId === null ? [d] : [...trail.slice(0, trail.findIndex((t) => t.id === fromId) + 1), d];
+  markCurrent(d.id);
+  const meta = Object.entries(d.metadata || {}).filter(([, v]) => v !== null && v !== "" && !(Array.isArray(v) && !v.length));
+  $("detail").replaceChildren(
+    trail.length > 1 ? el("div", { class: "trail" }, trail.map((t) => t.title).join(" → ")) : "",
+    el("div", { class: "detail-title match-title", "data-id": d.id }, d.title),
+    el("div", {}, el("span", { class: "src" }, d.level), d.status ? ` · ${d.status}` : "", ` · ${when(d.created_at)}`),
+    el("div", { class: "body" }, d.description || ""),
+    el("dl", {}, meta.map(([k, v]) => [el("dt", {}, k), el("dd", {}, typeof v === "string" ? v : JSON.stringify(v))])),
+    el("button", { type: "button", id: "related-button", onclick: () => showRelated(d.id) }, "Related"),
+  );
+  $("related").replaceChildren();
+}
+
+// The related list belongs to the detail on screen: a newer detail request drops it (same view).
+function showRelated(id) {
+  return act({
+    view: "detail", where: $("search-error"), busy: [$("related"), $("related-button")],
+    load: () => api("api/brain/memory/search-related", { base_id: id, topK: 5 }),
+    draw: (answer) => matchList($("related"), answer.matches, id),
+  });
 }
 
 // -- export -------------------------------------------------------------------------------------------------
 
 // The download needs the key in a header, so it is fetched and saved from a blob rather than linked.
-async function downloadExport() {
-  const response = await request("api/owner/export");
-  const url = URL.createObjectURL(await response.blob());
+function downloadExport() {
+  return act({
+    view: "export", where: $("error"), busy: [$("export")],
+    load: () => request("api/owner/export", { read: "blob" }),
+    draw: saveBlob,
+  });
+}
+
+function saveBlob(blob) {
+  const url = URL.createObjectURL(blob);
   const link = el("a", { href: url, download: `${$("export").dataset.owner || "memory"}-export.jsonl` });
   document.body.append(link);
   link.click();
@@ -306,25 +465,22 @@ document.addEventListener("DOMContentLoaded", () => {
   $("login-form").addEventListener("submit", (event) => {
     event.preventDefault();
     const key = $("key").value.trim();
-    if (!key) return;
-    sessionStorage.setItem(KEY, key);
-    $("key").value = "";
-    openMemory();
+    if (key) logIn(key);
   });
   $("forget").addEventListener("click", () => {
     sessionStorage.removeItem(KEY);
     showLogin("");
   });
-  // Each action clears the error line of the one before; a failure writes it again.
-  const act = (run) => () => {
-    $("error").textContent = "";
-    run().catch(fail);
-  };
-  $("refresh").addEventListener("click", act(() => Promise.all([loadRates(), loadBuilds(true)])));
-  $("more").addEventListener("click", act(() => loadBuilds(false)));
-  $("export").addEventListener("click", act(downloadExport));
-  $("days").addEventListener("change", act(() => loadRates()));
+  $("refresh").addEventListener("click", () => Promise.all([loadRates($("builds-error")), loadBuilds(true)]));
+  $("more").addEventListener("click", () => loadBuilds(false));
+  $("export").addEventListener("click", downloadExport);
+  $("days").addEventListener("change", () => loadRates());
   $("search-form").addEventListener("submit", search);
-  if (sessionStorage.getItem(KEY)) openMemory();
+  // A changed query may replace the search still running (the newest wins); the same one would only repeat it.
+  for (const [id, type] of [["q", "input"], ["mode", "change"]]) {
+    $(id).addEventListener(type, () => { $("search-button").disabled = false; });
+  }
+  const stored = sessionStorage.getItem(KEY);
+  if (stored) logIn(stored);
   else showLogin("");
 });
