@@ -598,3 +598,75 @@ def test_errors_show_where_asked_and_a_hung_request_ends_with_words(served, page
     for route in held.routes:
         route.abort()
     assert p.errors == []
+
+
+def test_controls_have_names_focus_follows_and_the_chart_can_be_read(served, page_of):
+    """#q had only a placeholder, every "show all" button the same name, focus fell to the body after login and
+    after "show all", the search note was not announced and the chart's numbers were in tooltips only."""
+    url, data = served
+    p = page_of(url)
+    _login(p, data["key"])
+    assert p.page.evaluate("document.activeElement.closest('#app') !== null")
+    expect(p.page.get_by_role("searchbox", name="Search your memory")).to_have_count(1)
+    assert p.page.get_attribute("#search-note", "aria-live") == "polite"
+
+    builds = httpx.get(f"{url}/api/brain/memory/builds", headers={"Authorization": f"Bearer {data['key']}"}).json()
+    more = [b for b in builds["builds"] if b["candidates_count"] > len(b["items"])]
+    assert more
+    for b in more:  # one button, named after its build
+        expect(p.page.get_by_role("button", name=f"show all {b['candidates_count']} scored candidates of "
+                                               f"“{b['query']}”")).to_have_count(1)
+    target = more[0]["retrieval_id"]
+    p.page.locator(f"article.build[data-id='{target}'] button.more-items").click()
+    p.page.locator(f"article.build[data-id='{target}'] button.more-items").wait_for(state="detached")
+    assert p.page.evaluate("document.activeElement.closest('article.build')?.dataset.id") == target
+
+    rates = httpx.get(f"{url}/api/brain/memory/hit-rates?days=30",
+                      headers={"Authorization": f"Bearer {data['key']}"}).json()
+    table = p.page.get_by_role("table", name="hit rate per day")
+    rows = table.locator("tbody tr")
+    expect(rows).to_have_count(30)
+    fed = [i for i, d in enumerate(rates["daily"]) if d["hit_rate"] is not None]
+    assert fed
+    for i in fed:
+        d = rates["daily"][i]
+        assert rows.nth(i).locator("td").all_inner_texts()[:3] == [
+            d["day"], f"{round(100 * d['hit_rate'])}%", f"{d['used']} of {d['injected']}"]
+    assert p.errors == []
+
+
+def test_empty_states_a_removed_item_and_a_fresh_start_for_the_next_key(served, page_of):
+    """Bob (builds, no feedback) got a header-only per-source table, "(0 of 0)" and "show all 0 scored
+    candidates"; a match forgotten since left the old detail on screen; alice's 7 days and keyword mode carried
+    over to bob."""
+    url, data = served
+    p = page_of(url)
+    _login(p, data["key"])
+    builds = httpx.get(f"{url}/api/brain/memory/builds", headers={"Authorization": f"Bearer {data['key']}"}).json()
+    for b in builds["builds"]:  # the button only where it adds candidates
+        shown = p.page.locator(f"article.build[data-id='{b['retrieval_id']}'] button.more-items").count()
+        assert shown == (b["candidates_count"] > len(b["items"])), b["query"]
+
+    p.page.select_option("#days", "7")
+    expect(p.page.locator("#chart .day")).to_have_count(7)
+    p.page.select_option("#mode", "keyword")
+    _search(p, "cookie")
+    other = next(i for i in _ids(p, "#results li.match") if i != data["task"])
+    p.page.locator(f"#results li.match[data-id='{other}'] button.match-title").click()
+    p.page.wait_for_selector(f"#detail .detail-title[data-id='{other}']")
+    r = httpx.delete(f"{url}/api/tasks/{data['task']}", headers={"Authorization": f"Bearer {data['key']}"})
+    assert r.status_code == 200, r.text
+    p.page.locator(f"#results li.match[data-id='{data['task']}'] button.match-title").click()
+    expect(p.page.locator("#detail")).to_contain_text("no longer in your memory")
+    assert p.page.locator("#detail .detail-title").count() == 0 and _alerts(p) == []
+
+    p.page.click("#forget")
+    _login(p, data["bob_key"], load=False)
+    assert p.page.input_value("#days") == "30" and p.page.input_value("#mode") == "summary"
+    expect(p.page.locator("#chart .day")).to_have_count(30)
+    assert "(0 of 0)" not in p.page.inner_text("#hit-total") and "No feedback" in p.page.inner_text("#hit-total")
+    assert not p.page.is_visible("#by-source") and p.page.is_visible("#by-source-empty")
+    assert p.page.locator("button.more-items").count() == 0  # bob's one build found nothing: no header-only table
+    assert p.page.locator("article.build table.items").count() == 0
+    assert "Nothing injected" in p.page.inner_text("article.build")
+    assert p.errors == []

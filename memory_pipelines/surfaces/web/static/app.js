@@ -169,6 +169,11 @@ function when(iso) {
 
 // -- login --------------------------------------------------------------------------------------------------
 
+// A choice back to the one the page opened with (the next key starts from the defaults).
+function resetChoice(select) {
+  select.value = ([...select.options].find((o) => o.defaultSelected) || select.options[0]).value;
+}
+
 // Nothing of one owner may stay on screen for the next key: every owner-specific part is emptied, and every
 // request still running for it stops counting.
 function clearView() {
@@ -181,7 +186,11 @@ function clearView() {
   }
   $("detail").replaceChildren(el("p", { class: "hint" }, "Pick a match."));
   $("by-source").tBodies[0].replaceChildren();
+  $("chart-table").tBodies[0].replaceChildren();
+  $("by-source-empty").hidden = true;
   $("q").value = "";
+  resetChoice($("days"));
+  resetChoice($("mode"));
   $("more").hidden = true;
   trail = [];
   cursor = null;
@@ -234,6 +243,7 @@ function showMemory(owner) {
   $("export").dataset.owner = owner;
   $("who").hidden = false;
   $("who").textContent = `memory of ${owner}`;
+  $("rates-title").focus(); // the form just left is hidden: focus goes to the top of what opened
   loadRates();
   loadBuilds(true);
 }
@@ -251,7 +261,8 @@ function loadRates(where = $("rates-error")) {
 
 function totalLine(rates) {
   const t = rates.total;
-  const span = `${t.builds} builds from ${rates.since} to ${rates.until} (UTC)`;
+  const span = `${t.builds} ${t.builds === 1 ? "build" : "builds"} from ${rates.since} to ${rates.until} (UTC)`;
+  if (!t.with_feedback) return [`No feedback yet in these ${rates.days} days: ${span}, none reported which items it used.`];
   return [
     el("strong", { id: "hit-rate" }, pct(t.hit_rate)),
     ` of injected items used (${t.used} of ${t.injected}) in ${t.with_feedback} builds with feedback; `,
@@ -269,9 +280,16 @@ function dayBar(d) {
   }, el("div", { class: "bar", style: { height: `${height}%` } }));
 }
 
+// The bars' numbers for a screen reader (the bars themselves are hidden from it).
+function dayRow(d) {
+  return el("tr", {}, el("td", {}, d.day), el("td", {}, pct(d.hit_rate)),
+    el("td", {}, `${d.used} of ${d.injected}`), el("td", {}, `${d.builds}, ${d.with_feedback} with feedback`));
+}
+
 function drawRates(rates) {
   $("hit-total").replaceChildren(...totalLine(rates));
   $("chart").replaceChildren(...rates.daily.map(dayBar));
+  $("chart-table").tBodies[0].replaceChildren(...rates.daily.map(dayRow));
   $("chart-axis").replaceChildren(el("span", {}, rates.since), el("span", {}, rates.until));
   $("by-source").tBodies[0].replaceChildren(
     ...rates.by_source.map((s) =>
@@ -280,12 +298,16 @@ function drawRates(rates) {
         el("td", { class: "num" }, pct(s.hit_rate))),
     ),
   );
+  const none = !rates.by_source.length;
+  $("by-source").hidden = none;
+  $("by-source-empty").hidden = !none;
+  $("by-source-empty").textContent = none ? "No source has feedback in these days: nothing to count per source yet." : "";
 }
 
 // -- builds -------------------------------------------------------------------------------------------------
 
-function itemsTable(items) {
-  return el("table", { class: "items" },
+function itemsTable(items, label) {
+  return el("table", { class: "items", "aria-label": label, tabIndex: label ? -1 : null },
     el("thead", {}, el("tr", {},
       ["#", "source", "title", "score", "relevance", "decay", "mode weight", "age (d)", "tokens", "used"].map((h, i) =>
         el("th", { class: i >= 3 && i <= 8 ? "num" : null }, h)))),
@@ -307,18 +329,22 @@ function itemsTable(items) {
       ))));
 }
 
-// "show all N scored candidates", with a message line of its own.
+// "show all N scored candidates", named after its build (ten such buttons must not sound alike); none when
+// every candidate is shown already.
 function moreItemsButton(b, card) {
+  if (b.candidates_count <= b.items.length) return null;
   const what = `all ${b.candidates_count} scored candidates`;
   const where = el("p", { class: "error", role: "alert" });
   const button = el("button", {
-    type: "button", class: "link more-items",
+    type: "button", class: "link more-items", "aria-label": `show ${what} of “${b.query}” (${when(b.created_at)})`,
     onclick: () => act({
       view: `build ${b.retrieval_id}`, where, busy: [button],
       load: () => api(`api/brain/memory/builds/${encodeURIComponent(b.retrieval_id)}`),
       draw: (full) => {
-        card.querySelector(".table-scroll").replaceChildren(itemsTable(full.items));
+        const table = itemsTable(full.items, `${what} of “${b.query}”`);
+        card.querySelector(".table-scroll").replaceChildren(table);
         button.remove();
+        table.focus(); // the button is gone: focus goes to what it showed
       },
     }),
   }, `show ${what}`);
@@ -326,7 +352,7 @@ function moreItemsButton(b, card) {
 }
 
 function buildCard(b) {
-  const card = el("article", { class: "build", "data-id": b.retrieval_id },
+  const card = el("article", { class: "build", "data-id": b.retrieval_id, tabIndex: -1 },
     el("div", { class: "build-head" },
       el("span", { class: "when" }, when(b.created_at)),
       el("span", { class: "mode" }, el("span", { class: "src" }, b.mode)),
@@ -337,9 +363,10 @@ function buildCard(b) {
         b.degraded ? ` · degraded: ${b.degraded}` : "",
         b.exclude_session ? el("span", { class: "left-out" }, ` · conversation left out: ${b.exclude_session}`) : ""),
     ),
-    el("div", { class: "table-scroll" }, itemsTable(b.items)), // a narrow screen scrolls the table, not the page
+    el("div", { class: "table-scroll" }, b.items.length ? itemsTable(b.items)
+      : el("p", { class: "hint" }, "Nothing injected: no candidate cleared the relevance floor and the budget.")),
   );
-  card.append(...moreItemsButton(b, card));
+  card.append(...(moreItemsButton(b, card) || []));
   return card;
 }
 
@@ -360,6 +387,7 @@ function drawBuilds(page, fresh) {
       "No context builds yet: POST /api/brain/memory/context builds one.")]));
   } else {
     $("builds").append(...cards);
+    if (cards.length) cards[0].focus(); // where the older builds start (the button may be hidden now)
   }
   cursor = page.next_cursor;
   $("more").hidden = !cursor;
@@ -408,6 +436,11 @@ function showDetail(id, fromId) {
     view: "detail", where: $("search-error"), busy: [$("detail")],
     load: () => api(`api/brain/memory/detail/${encodeURIComponent(id)}`),
     draw: (d) => drawDetail(d, fromId),
+    failed: (error, where) => {
+      if (error.status !== 404) return fail(error, where);
+      markCurrent(null);
+      pickHint("This item is no longer in your memory: it was removed after the list was drawn.");
+    },
   });
 }
 
