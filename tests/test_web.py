@@ -481,6 +481,8 @@ def test_the_latest_search_wins_and_older_builds_load_once(served, page_of):
     held.release()
     ids = _ids(p, "article.build")
     assert len(ids) == len(set(ids)) == 11 and p.page.is_hidden("#more")
+    # the button is hidden now: focus goes to where the older builds start
+    assert p.page.evaluate("document.activeElement.closest('article.build')?.dataset.id") == ids[10]
     assert p.errors == []
 
 
