@@ -40,7 +40,7 @@ class Refused extends Error {
   }
 }
 
-// The answer to a call (`read`: "json" or "blob"), within TIMEOUT_S; any failure as an error in words.
+// The answer to a call (`read`: "json" or "blob"), begun within TIMEOUT_S; any failure as an error in words.
 async function request(path, { body, key = sessionStorage.getItem(KEY), read = "json" } = {}) {
   const controller = new AbortController();
   const timer = setTimeout(() => controller.abort(), TIMEOUT_S * 1000);
@@ -52,6 +52,7 @@ async function request(path, { body, key = sessionStorage.getItem(KEY), read = "
   }
   try {
     const response = await fetch(new URL(path, API), init);
+    clearTimeout(timer); // the server answered: a long download (an export) is not a hang
     if (response.status === 401) throw new Unauthorized("the key was not accepted (unknown or revoked)");
     if (!response.ok) throw await refusal(response);
     return await (read === "blob" ? response.blob() : response.json());
