@@ -342,6 +342,23 @@ def test_sigterm_to_serve_stops_the_postgres_it_started(home, procs):
 
 
 @pytest.mark.slow
+def test_sighup_to_serve_shuts_it_down_as_sigterm_does(home, procs):
+    """uvicorn handles SIGINT and SIGTERM only: SIGHUP's exit, raised inside its event loop, skipped the app's
+    shutdown and printed tracebacks (and under load hung the process on its request threads)."""
+    pgdata = home / "pgdata"
+    serve, base = _serve(home)
+    procs.append(serve)
+    pid = postmaster_pid(pgdata)
+    with ConnectionPool(_server_url(pgdata), min_size=1, max_size=1) as pool:
+        _kid, key = create_key(pool, "alice")
+    assert _search(base, key)[0].status_code == 200
+    assert serve.signal(signal.SIGHUP) == 128 + signal.SIGTERM, serve
+    _assert_stopped(pgdata, pid)
+    assert registrants(pgdata) == []
+    assert "Traceback" not in serve.stderr() and "Shutting down" in serve.stderr(), serve.stderr()[-2000:]
+
+
+@pytest.mark.slow
 def test_sigterm_to_a_bench_stops_the_postgres_it_started(home, tmp_path):
     """A bench runs for minutes on the embedded server it starts: SIGTERM's default action ended it at once and
     left that PostgreSQL running with nobody registered to stop it (seen with bench/context_latency.py)."""
@@ -747,3 +764,44 @@ def test_database_killed_during_a_dagster_backfill_rerun_embeds_each_row_once(mo
         if pid is not None:
             _assert_stopped(pgdata, pid)
         shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_a_stdio_client_closing_the_session_while_the_worker_embeds_leaves_no_database_running(home, tmp_path):
+    """A real MCP client ends a stdio session by closing stdin, then SIGTERM after 2 s and SIGKILL 2 s later. With
+    the local model busy on a backlog, the server waited up to its 20 s stop wait for the worker's batch (whose
+    model threads the interpreter's exit joins too), was killed, and left PostgreSQL running with its dead pid
+    registered. It now gives the worker a second, then leaves."""
+    import anyio
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    pgdata = home / "pgdata"
+    env = {**_env(home), "MEMORY_PIPELINES_EMBEDDER": "local"}
+    backlog = tmp_path / "learnings.jsonl"
+    backlog.write_text("".join(json.dumps({"key": f"L-{i}", "title": f"Lesson {i} about retrying flaky deploys",
+                                           "content": "Retry with jitter; cap the attempts. " * 8}) + "\n"
+                               for i in range(2000)))
+    imported = subprocess.run([*CLI, "import", str(backlog), "--source", "learning", "--owner", "carol"], env=env,
+                              capture_output=True, text=True, timeout=180)
+    assert imported.returncode == 0, imported.stderr
+    _assert_stopped(pgdata)
+    params = StdioServerParameters(command=CLI[0], args=[*CLI[1:], "mcp"], env=env)
+
+    def embedded() -> int:
+        with psycopg.connect(_server_url(pgdata)) as conn:
+            return conn.execute("SELECT count(*) FROM learnings WHERE embedding IS NOT NULL").fetchone()[0]
+
+    async def session() -> int | None:
+        async with Client(params, read_timeout_seconds=120) as client:
+            assert not (await client.call_tool("mem.list_projects", {})).is_error
+            deadline = time.monotonic() + 120
+            while not embedded():  # the worker is through its first batch and on the next
+                assert time.monotonic() < deadline, "the worker embedded nothing"
+                await anyio.sleep(0.2)
+            return postmaster_pid(pgdata)
+
+    pid = anyio.run(session)  # leaving the block closes stdin; the SDK then signals and kills the server
+    assert pid is not None
+    _assert_stopped(pgdata, pid, within=15)
+    assert registrants(pgdata) == []

@@ -283,17 +283,24 @@ def leave_early(why: str) -> None:
     """Leave every embedded server now, before the interpreter's exit: it first joins the threads still running,
     and one stuck on a remote call would keep the server registered (and running) for as long as it waits."""
     log.warning("leaving the embedded PostgreSQL before exit: %s", why)
+    _ignore_stop_signals()
     close_pools()
     leave_embedded()
 
 
 def _leave_at_exit() -> None:
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGHUP):  # a signal now would cut the leaving short
-            with contextlib.suppress(ValueError, OSError):
-                signal.signal(sig, signal.SIG_IGN)
+    _ignore_stop_signals()
     close_pools()  # first: no reconnection attempts while the server stops
     leave_embedded()
+
+
+def _ignore_stop_signals() -> None:
+    """The exit is under way: a second Ctrl-C, a SIGTERM or a SIGHUP now would cut the leaving short (a
+    KeyboardInterrupt in the registry's lock left the process registered and PostgreSQL running)."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            with contextlib.suppress(ValueError, OSError):
+                signal.signal(sig, signal.SIG_IGN)
 
 
 def _close_pools_on(pgdata: Path, server: Any) -> None:
@@ -393,9 +400,9 @@ def exit_on_termination() -> None:
     """SIGTERM (what systemd, Docker and Kubernetes send) and SIGHUP end the process the way Ctrl-C does:
     through Python's exit, so exit handlers run and the process leaves the embedded server (the last one out
     stops it). Their default action ends it at once, leaving that server running. Called by the CLI's entry point
-    and by every bench's. uvicorn (`serve`, `mcp --transport http`) handles both itself while it serves and
-    re-raises the signal once it has shut down gracefully: it lands here. A signal set to be ignored (`nohup`)
-    stays ignored."""
+    and by every bench's. uvicorn (`serve`, `mcp --transport http`) handles SIGTERM itself while it serves (SIGHUP
+    is sent on to it as SIGTERM: `cli.online.hangup_as_termination`) and re-raises it once it has shut down
+    gracefully: it lands here. A signal set to be ignored (`nohup`) stays ignored."""
 
     def leave(signum: int, _frame: object) -> None:
         for sig in caught:  # the exit is under way: a second signal must not cut its clean-up short

@@ -27,6 +27,9 @@ SWEEP_SECONDS = 5.0
 """While idle, a pass this often (one that finds nothing took about 10 ms on the demo store)."""
 
 
+STILL_RUNNING = "the embedding worker's batch still runs (what it has not stored stays pending for the next process)"
+"""Why a process leaves the embedded database before its exit when the worker's `stop` timed out."""
+
 class EmbedWorker:
     """A daemon thread that drains the deferred memories whenever `notify` is called, and every `sweep_seconds`
     from `start` (or the first `notify`) on."""

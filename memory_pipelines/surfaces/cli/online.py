@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -74,13 +76,33 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # requests still in flight stop_wait seconds after SIGTERM are cut (a write waiting on a hanging provider held
     # the exit for minutes, past any kill grace); what they had not stored was never acknowledged
     try:
-        uvicorn.run(create_app(memory, wait_ingest=args.ingest == "wait"), host=args.host, port=args.port,
-                    log_level="info", timeout_keep_alive=KEEP_ALIVE_SECONDS,
-                    timeout_graceful_shutdown=memory.settings.stop_wait)
+        with hangup_as_termination():
+            uvicorn.run(create_app(memory, wait_ingest=args.ingest == "wait"), host=args.host, port=args.port,
+                        log_level="info", timeout_keep_alive=KEEP_ALIVE_SECONDS,
+                        timeout_graceful_shutdown=memory.settings.stop_wait)
     finally:  # uvicorn re-raises the signal once it has shut down: the exit is under way here
         if _threads_still_running():  # a cut request's thread still waits on its remote call
             leave_early("a thread still runs (a request cut at the stop may still wait on a remote call)")
     return 0
+
+
+@contextlib.contextmanager
+def hangup_as_termination() -> Iterator[None]:
+    """While uvicorn serves, SIGHUP is sent on as SIGTERM, which uvicorn shuts down on gracefully (it handles only
+    SIGINT and SIGTERM): SIGHUP's exit, raised inside its event loop, skipped the app's shutdown, printed
+    tracebacks, and under load hung the process on its request threads and answered stored writes with 500s."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGHUP)
+    if previous is signal.SIG_IGN:  # nohup: stays ignored
+        yield
+        return
+    signal.signal(signal.SIGHUP, lambda _sig, _frame: os.kill(os.getpid(), signal.SIGTERM))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, previous)
 
 
 _PACKAGE_DIR = str(Path(__file__).resolve().parents[2]) + os.sep
@@ -106,10 +128,14 @@ def _in_package(frame: FrameType | None) -> bool:
     return False
 
 
+STDIO_STOP_WAIT = 1.0
+"""Seconds the stdio MCP server's exit waits for the embedding worker's batch before it leaves the database."""
+
+
 def cmd_mcp(args: argparse.Namespace) -> int:
     _need("mcp")
     from ...runtime import warm_up
-    from ...store.ingest.worker import EmbedWorker
+    from ...store.ingest.worker import STILL_RUNNING, EmbedWorker
     from ..mcp import run_http, run_stdio
 
     memory = _serving()
@@ -123,10 +149,14 @@ def cmd_mcp(args: argparse.Namespace) -> int:
             _need("uvicorn")
             print(f"MCP streamable HTTP on http://{args.host}:{args.port}/mcp (bearer key required)",
                   file=sys.stderr)
-            run_http(memory, host=args.host, port=args.port)
+            with hangup_as_termination():
+                run_http(memory, host=args.host, port=args.port)
     finally:
-        if not memory.embed_worker.stop():
-            leave_early("the embedding worker still waits on its provider")
+        # a stdio client ends the session by closing stdin and kills the server 4 s later (the SDK's SIGTERM after
+        # 2 s, SIGKILL 2 s on): the worker gets a second, then the database is left with its batch unfinished
+        wait = min(memory.settings.stop_wait, STDIO_STOP_WAIT) if args.transport == "stdio" else None
+        if not memory.embed_worker.stop(wait):
+            leave_early(STILL_RUNNING)
         elif _threads_still_running():  # a tool call cut at the shutdown's grace still waits on its remote call
             leave_early("a thread still runs (a request cut at the stop may still wait on a remote call)")
     return 0

@@ -17,7 +17,7 @@ from fastapi import FastAPI
 
 from ...face import Memory
 from ...infra.embedded import leave_early
-from ...store.ingest.worker import EmbedWorker
+from ...store.ingest.worker import STILL_RUNNING, EmbedWorker
 from ...vocabulary import MAX_BODY_BYTES
 from .deps import Owner
 from .errors import BodyLimit, StrictJsonRoute, install_error_handlers
@@ -57,7 +57,7 @@ def create_app(memory: Memory, *, wait_ingest: bool = True) -> FastAPI:
         memory.embed_worker = worker  # Memory.write* notify it
         yield
         if not await asyncio.to_thread(worker.stop):
-            leave_early("the embedding worker still waits on its provider")
+            leave_early(STILL_RUNNING)
 
     app = FastAPI(
         lifespan=lifespan,
