@@ -52,7 +52,7 @@ class GatedLLM:
     def __init__(self) -> None:
         self.entered, self.release = threading.Event(), threading.Event()
 
-    def complete_json(self, system: str, user: str) -> dict[str, Any]:
+    def complete_json(self, system: str, user: str, budget: object = None) -> dict[str, Any]:
         self.entered.set()
         assert self.release.wait(WAIT)
         return {"action": "REPLACE", "reason": "newer"}

@@ -71,6 +71,10 @@ class ChatLLM:
             raise LLMError(f"{self.model} returned JSON {type(parsed).__name__}, expected an object")
         return parsed
 
+    def attempt_timeout(self, budget: Budget | None = None) -> float:
+        """Seconds one request may take: the configured timeout, capped by `budget`'s."""
+        return self.client.attempt_timeout(budget)
+
     def _complete(self, system: str, user: str, budget: Budget | None = None) -> str:
         """The assistant message content of one chat completion (with retries)."""
         kwargs: dict[str, Any] = {

@@ -79,7 +79,7 @@ def _ask(
     error = ""
     start = time.monotonic()
     for attempt in range(1, LLM_ATTEMPTS + 1):
-        if attempt > 1 and budget is not None and time.monotonic() - start >= llm.client.attempt_timeout(budget):
+        if attempt > 1 and budget is not None and time.monotonic() - start >= llm.attempt_timeout(budget):
             break
         try:
             return parse(llm.complete_json(system, user, budget))
