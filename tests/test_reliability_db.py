@@ -805,3 +805,27 @@ def test_a_stdio_client_closing_the_session_while_the_worker_embeds_leaves_no_da
     assert pid is not None
     _assert_stopped(pgdata, pid, within=15)
     assert registrants(pgdata) == []
+
+
+@pytest.mark.slow
+def test_a_command_stopped_by_sigterm_says_what_is_kept(home, procs, fake_openai, tmp_path):
+    """SIGTERM ended `import` or `embed` with exit 143 and not a word (Ctrl-C said what is kept)."""
+    pgdata = home / "pgdata"
+    provider = {"MEMORY_PIPELINES_EMBEDDER": "openai", "OPENAI_API_KEY": "test", "OPENAI_BASE_URL":
+                fake_openai.base_url, "OPENAI_EMBED_DIMENSIONS": "384", "OPENAI_TIMEOUT": "300"}
+    rows = tmp_path / "learnings.jsonl"
+    rows.write_text('{"key": "L-1", "title": "Retry 429s with jitter"}\n')
+    imported = subprocess.run([*CLI, "import", str(rows), "--source", "learning", "--owner", "alice"],
+                              env={**_env(home), **provider}, capture_output=True, text=True, timeout=120)
+    assert imported.returncode == 0, imported.stderr
+    fake_openai.faults.extend([{"delay": 600}] * 5)
+    embed = Proc(home, ["embed"], env=provider, stdout=subprocess.DEVNULL)
+    procs.append(embed)
+    deadline = time.monotonic() + 60
+    while not any(path.endswith("/embeddings") for path, _b, _h in fake_openai.requests):
+        assert embed.popen.poll() is None and time.monotonic() < deadline, embed
+        time.sleep(0.1)
+    assert embed.signal(signal.SIGTERM) == 128 + signal.SIGTERM, embed
+    assert "stopped (exit 143); committed work is kept and the next run resumes" in embed.stderr(), embed
+    _assert_stopped(pgdata)
+    assert registrants(pgdata) == []

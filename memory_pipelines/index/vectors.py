@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -376,11 +377,14 @@ def embed_buckets(
         # A whole table loads in LOADERS parallel keyset passes (each over one hash part: one embeds while
         # the other's batch is written); hash buckets load one after the other (Dagster runs them in parallel).
         parts = [(k, LOADERS) for k in range(LOADERS)] if whole else [(b, buckets) for b in todo]
-        with ThreadPoolExecutor(max_workers=LOADERS if whole else 1) as loaders:
+        loaders = ThreadPoolExecutor(max_workers=LOADERS if whole else 1)
+        try:
             done = list(loaders.map(lambda part: _load(
                 pool, embedder, source_name, batch_size=batch_size, bucket=part[0], buckets=part[1],
                 max_consecutive_failures=max_consecutive_failures, progress=progress, stop=stop,
             ), parts))
+        finally:  # stopped (SIGTERM, Ctrl-C): no waiting here for a loader still on a remote call
+            loaders.shutdown(wait=sys.exc_info()[0] is None, cancel_futures=True)
         if source_name == "fragment":  # memories pending with nothing left to embed (a killed run's, a model's)
             with pool.connection() as conn:
                 finish_memories(conn, model)

@@ -157,16 +157,17 @@ CHILD_STOP_SECONDS = 10.0
 
 
 def _run_child(cmd: list[str], env: dict[str, str], **streams: Any) -> int:
-    """Run one `dagster job execute` to its end; its exit code. Should this process be stopped (SIGTERM, Ctrl-C),
-    the job gets SIGINT and CHILD_STOP_SECONDS to mark its run failed: subprocess.run would kill it at once, and
-    Dagster would show the run as started for ever."""
-    proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, **streams)
+    """Run one `dagster job execute` to its end; its exit code. Should this process be stopped (SIGTERM, SIGINT,
+    Ctrl-C), the job gets one SIGINT and CHILD_STOP_SECONDS to mark its run failed: subprocess.run would kill it at
+    once, and Dagster would show the run as started for ever. The job runs in a process group of its own, so a
+    terminal's Ctrl-C reaches it through this process only, once (a SIGINT sent to this process alone, which it
+    did not pass on, left the run started)."""
+    proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, process_group=0, **streams)
     try:
         return proc.wait()
-    except BaseException as exc:
+    except BaseException:
         if proc.poll() is None:
-            if not isinstance(exc, KeyboardInterrupt):  # a terminal's Ctrl-C reached the job already
-                proc.send_signal(signal.SIGINT)
+            proc.send_signal(signal.SIGINT)
             try:
                 proc.wait(CHILD_STOP_SECONDS)
             except subprocess.TimeoutExpired:

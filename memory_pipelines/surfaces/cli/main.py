@@ -7,6 +7,7 @@ import contextlib
 import importlib
 import json
 import logging
+import signal
 import sys
 import warnings
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from ...infra.errors import UserError, ValidationError, database_failed
 from ...infra.redact import install_redaction, redact
 from ...vocabulary import CONTEXT_MODES, DEFAULT_BUDGET, MAX_BUDGET, MIN_BUDGET, SEARCH_MODES, SEARCH_SOURCES
 from ..schema import Name, Owner, Query, check
+from .exits import end_now_if_stuck
 
 # Modules that add their own commands: each has `register(sub)` adding sub-parsers with
 # `set_defaults(func=...)`. Add a module here to add its commands.
@@ -152,12 +154,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     code_location()  # fails early, with the fix, when Dagster or the code location is not installed
     rt = _runtime()
     print(f"database ready; migrations applied: {', '.join(rt.applied) or 'none pending'}")
-    try:
-        with EmbeddingProgress(rt):
-            summary = run_main_job(rt.settings, verbose=args.verbose)
-    except SystemExit as exc:  # SIGTERM or SIGHUP (exit_on_termination): the job's run is marked failed
-        print(f"\nstopped (exit {exc.code}); committed work is kept and the next run resumes", file=sys.stderr)
-        raise
+    with EmbeddingProgress(rt):  # SIGTERM or SIGHUP (`main` says it stopped): the job's run is marked failed
+        summary = run_main_job(rt.settings, verbose=args.verbose)
     print_run_summary(summary)
     print_report(rt, args.owner)
     print(f"\ndone in {time.perf_counter() - started:.1f} s")
@@ -379,7 +377,17 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         print("interrupted; committed work is kept and the next run resumes", file=sys.stderr)
+        end_now_if_stuck(130)
         return 130
+    except SystemExit as exc:  # SIGTERM or SIGHUP (exit_on_termination): `import` ended without a word
+        if exc.code in TERMINATED and args.func.__name__ not in SERVERS:  # a server's stop is its normal end
+            print(f"\nstopped (exit {exc.code}); committed work is kept and the next run resumes", file=sys.stderr)
+            end_now_if_stuck(exc.code)
+        raise
+
+
+TERMINATED = (128 + signal.SIGTERM, 128 + signal.SIGHUP)
+SERVERS = ("cmd_serve", "cmd_mcp")
 
 
 if __name__ == "__main__":

@@ -10,12 +10,11 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from ...infra.embedded import leave_early
 from ...infra.errors import UserError
+from .exits import threads_still_running
 
 _EXTRA_HINT = "Fix: pip install 'memory-pipelines[api]' (FastAPI, uvicorn and the mcp SDK)."
 
@@ -81,7 +80,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                         log_level="info", timeout_keep_alive=KEEP_ALIVE_SECONDS,
                         timeout_graceful_shutdown=memory.settings.stop_wait)
     finally:  # uvicorn re-raises the signal once it has shut down: the exit is under way here
-        if _threads_still_running():  # a cut request's thread still waits on its remote call
+        if threads_still_running():  # a cut request's thread still waits on its remote call
             leave_early("a thread still runs (a request cut at the stop may still wait on a remote call)")
     return 0
 
@@ -103,29 +102,6 @@ def hangup_as_termination() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGHUP, previous)
-
-
-_PACKAGE_DIR = str(Path(__file__).resolve().parents[2]) + os.sep
-
-
-def _threads_still_running() -> bool:
-    """Whether a thread the interpreter's exit would wait for is still at work (besides this one): a frame of this
-    package on its stack. The search and context pools' idle threads wait in the standard library only, and end
-    at the exit at once (counting them, every stop after a search said a request still waited)."""
-    me = threading.current_thread()
-    frames = sys._current_frames()
-    return any(
-        t.is_alive() and not t.daemon and t is not me and _in_package(frames.get(t.ident))
-        for t in threading.enumerate()
-    )
-
-
-def _in_package(frame: FrameType | None) -> bool:
-    while frame is not None:
-        if frame.f_code.co_filename.startswith(_PACKAGE_DIR):
-            return True
-        frame = frame.f_back
-    return False
 
 
 STDIO_STOP_WAIT = 1.0
@@ -157,7 +133,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         wait = min(memory.settings.stop_wait, STDIO_STOP_WAIT) if args.transport == "stdio" else None
         if not memory.embed_worker.stop(wait):
             leave_early(STILL_RUNNING)
-        elif _threads_still_running():  # a tool call cut at the shutdown's grace still waits on its remote call
+        elif threads_still_running():  # a tool call cut at the shutdown's grace still waits on its remote call
             leave_early("a thread still runs (a request cut at the stop may still wait on a remote call)")
     return 0
 
