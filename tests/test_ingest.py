@@ -433,6 +433,21 @@ def test_a_write_that_waits_on_a_hanging_provider_is_stored_pending_after_a_shor
     assert memory_row(pool, r.id)["embedding_status"] == "done"
 
 
+def test_a_background_pass_asks_a_chat_model_that_does_not_answer_once(pool, fake_embedder, fake_openai) -> None:
+    """Memories stored without waiting get their LLM summary in the background pass. A model that hangs was asked
+    for each of them with the whole retry budget, holding the pass (and the embedding of new writes) for minutes
+    per memory; after its first failure the pass asks it no more, and the rest get the extractive summary."""
+    llm = make_llm(fake_openai, max_retries=5, timeout=0.5)
+    texts = [PGV_A, LOGIN, "Testing: the release candidate passed the smoke tests on staging and on the canary."]
+    ids = [ingest(pool, fake_embedder, llm, content=t, wait=False).id for t in texts]
+    fake_openai.faults.extend([{"delay": 3.0}] * 60)
+    out = finish_deferred(pool, fake_embedder, llm, conflict_threshold=T)
+    assert out["arbitrated"] == 3 and out["still_pending"] == 0
+    assert len(fake_openai.requests) == 6  # one summary, six tries; then never again (the second ask included)
+    assert {memory_row(pool, i)["arbitration_status"] for i in ids} == {"done"}
+    assert {memory_row(pool, i)["metadata"]["summary_by"] for i in ids} == {"extractive"}
+
+
 def test_500_then_success_uses_the_llm_answer(pool, fake_embedder, fake_openai) -> None:
     first = ingest(pool, fake_embedder, None, content=PGV_A)
     llm = make_llm(fake_openai, max_retries=1)

@@ -23,6 +23,10 @@ class LLMError(RuntimeError):
     """The model could not be reached, rejected us, or did not return a JSON object."""
 
 
+class LLMUnreachable(LLMError):
+    """The model did not answer (timeouts, connection errors, server errors after the retries) or refused the key."""
+
+
 class ChatLLM:
     """Chat completions in JSON mode (`response_format={"type": "json_object"}`)."""
 
@@ -95,12 +99,12 @@ class ChatLLM:
     def _translate(self, exc: Exception) -> LLMError:
         """Map a client or retry failure to an LLMError with cause and fix."""
         if isinstance(exc, RetriesExhausted):
-            return LLMError(
+            return LLMUnreachable(
                 f"chat model {self.model} failed after {exc.attempts} attempts at {self.base_url} "
                 f"(last: {describe_error(exc.last_error)})"
             )
         if status_code(exc) in (401, 403):
-            return LLMError(
+            return LLMUnreachable(
                 f"the OpenAI API key was rejected by {self.base_url} (HTTP {status_code(exc)}). "
                 "Fix: check OPENAI_API_KEY."
             )

@@ -18,11 +18,35 @@ from ...embeddings import Embedder
 from ...embeddings.base import to_array
 from ...index.vectors import StopFn, embed_source, finish_memories
 from ...infra.db import transaction
-from ...infra.llm import ChatLLM
+from ...infra.llm import ChatLLM, LLMError, LLMUnreachable
+from ...infra.openai_client import Budget
 from ..arbitration import EXTRACTIVE, EXTRACTIVE_PENDING, arbitrate, summarise
 from .inputs import MemoryInput
 from .rows import NewContent, drop_fragments, find_candidates, lock_project, log_decision, replace_memory, texts_for
 from .write import conflict_threshold_for
+
+
+class _AskedOncePerPass:
+    """The chat model for one pass over deferred memories: once it could not be reached, the pass asks it no more.
+    Each ask waited out its whole budget, so a model that hangs held the pass (and the embedding of the writes
+    that came meanwhile) for minutes per memory; the memories left get the extractive summary and the rules,
+    as in an outage."""
+
+    def __init__(self, llm: ChatLLM) -> None:
+        self.llm, self.model = llm, llm.model
+        self.down: str | None = None
+
+    def complete_json(self, system: str, user: str, budget: Budget | None = None) -> dict[str, Any]:
+        if self.down is not None:
+            raise LLMError(f"not asked again in this pass ({self.down})")
+        try:
+            return self.llm.complete_json(system, user, budget)
+        except LLMUnreachable as exc:
+            self.down = str(exc)
+            raise
+
+    def attempt_timeout(self, budget: Budget | None = None) -> float:
+        return self.llm.attempt_timeout(budget)
 
 
 def _pending_ids(pool: ConnectionPool, model: str) -> list[str]:
@@ -129,11 +153,12 @@ def finish_deferred(
     backfill = embed_source(pool, embedder, "fragment", defer_index=False if live else None, live=live, stop=stop)
     with pool.connection() as conn:
         finish_memories(conn, embedder.model_name)
+    asked = _AskedOncePerPass(llm) if llm is not None else None
     outcomes = [
         o
         for mid in _pending_ids(pool, embedder.model_name)
         if not (stop is not None and stop())
-        and (o := _settle_one(pool, embedder, llm, mid, conflict_threshold)) is not None
+        and (o := _settle_one(pool, embedder, asked, mid, conflict_threshold)) is not None  # type: ignore[arg-type]
     ]
     with pool.connection() as conn:
         still = conn.execute(
