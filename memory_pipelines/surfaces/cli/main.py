@@ -377,12 +377,14 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         print("interrupted; committed work is kept and the next run resumes", file=sys.stderr)
-        end_now_if_stuck(130)
+        if argv is None:  # the process's entry point: ending it is ours (never a test's or a caller's process)
+            end_now_if_stuck(130)
         return 130
     except SystemExit as exc:  # SIGTERM or SIGHUP (exit_on_termination): `import` ended without a word
         if exc.code in TERMINATED and args.func.__name__ not in SERVERS:  # a server's stop is its normal end
             print(f"\nstopped (exit {exc.code}); committed work is kept and the next run resumes", file=sys.stderr)
-            end_now_if_stuck(exc.code)
+            if argv is None:
+                end_now_if_stuck(exc.code)
         raise
 
 
