@@ -11,6 +11,7 @@ from memory_pipelines.embeddings.base import EmbeddingAuthError, EmbeddingError
 from memory_pipelines.embeddings.fake import fake_vector
 from memory_pipelines.embeddings.openai_provider import MAX_INPUT_TOKENS, OpenAIEmbedder
 from memory_pipelines.infra.errors import ConfigError
+from memory_pipelines.infra.openai_client import ON_REQUEST, QUERY
 from memory_pipelines.infra.retry import RetriesExhausted, backoff_delay, call_with_retries
 from memory_pipelines.infra.settings import Settings
 from memory_pipelines.text.tokens import count_tokens
@@ -302,6 +303,9 @@ def test_a_caller_that_waits_gets_a_short_budget_then_the_failure(fake_openai: F
     fake_openai.requests.clear()
     fake_openai.faults.extend([{"status": 500}] * 3 + [{}])
     assert embedder.embed(TEXTS).shape == (4, 384) and len(fake_openai.requests) == 4
+    # each attempt keeps the timeout its operator set (a slow model of one's own); a query's is capped at 5 s
+    slow = make(fake_openai, timeout=90.0)
+    assert slow.client.attempt_timeout(ON_REQUEST) == 90.0 and slow.client.attempt_timeout(QUERY) == 5.0
 
 
 @pytest.mark.parametrize("broken", ["nan", "zeros"])

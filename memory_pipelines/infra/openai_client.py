@@ -18,21 +18,23 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Budget:
-    """How long a call on someone's path may take: seconds per attempt, retries, and the longest wait between
-    tries (whatever a Retry-After asks). Each is capped by the client's own configured value."""
+    """How long a call on someone's path may take: seconds per attempt (None: the configured timeout), retries,
+    and the longest wait between tries (whatever a Retry-After asks). Each is capped by the client's own
+    configured value."""
 
-    timeout: float
+    timeout: float | None
     retries: int
     max_wait: float
 
 
 QUERY = Budget(timeout=5.0, retries=1, max_wait=1.0)
 """A search's query embedding: then search degrades to keywords (a 429's Retry-After: 60 held a search 20 s)."""
-ON_REQUEST = Budget(timeout=10.0, retries=1, max_wait=1.0)
+ON_REQUEST = Budget(timeout=None, retries=1, max_wait=1.0)
 """A call a caller waits for or a lock is held over (a write that waits, its arbitration under the project lock,
-implicit feedback): then the work degrades (stored pending, rules, lexical overlap) and the background worker,
-with the whole retry budget, finishes it. With the whole budget a hanging provider held a write, and the project
-lock every other write of that project waits for, for minutes."""
+implicit feedback): one retry, then the work degrades (stored pending, rules, lexical overlap) and the background
+worker, with the whole retry budget, finishes it. With the whole budget a hanging provider held a write, and the
+project lock every other write of that project waits for, for minutes. Each attempt keeps the configured timeout
+(`OPENAI_TIMEOUT`): a slow model of one's own is given what its operator set."""
 
 
 class OpenAIClient:
@@ -77,7 +79,7 @@ class OpenAIClient:
 
     def attempt_timeout(self, budget: Budget | None = None) -> float:
         """Seconds one attempt may take: the configured timeout, capped by `budget`'s."""
-        return self.timeout if budget is None else min(self.timeout, budget.timeout)
+        return self.timeout if budget is None or budget.timeout is None else min(self.timeout, budget.timeout)
 
     def redact(self, text: str) -> str:
         """`text` (an error's message, which may quote the key) without the API key."""
